@@ -1,0 +1,36 @@
+# slicemeter: `make demo` runs the local demo, `make test` the test suite. Both set up first.
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+DEBS    := prometheus chromium
+
+.PHONY: setup system-deps test demo bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+# Debian packages the tests drive for real: Prometheus (server and promtool) and Chromium.
+system-deps:
+	@missing=""; for b in prometheus promtool chromium; do command -v $$b >/dev/null || missing=1; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $(DEBS) >/dev/null; \
+	fi
+
+test: setup system-deps
+	$(BIN)/pytest -q
+
+demo: setup
+	$(BIN)/slicemeter demo
+
+bench: setup
+	@for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) var out test-artifacts .pytest_cache

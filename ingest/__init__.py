@@ -1,0 +1,1 @@
+"""Central side: Kafka -> DuckDB, rollups, tenant catalog, chargeback and exports."""

@@ -1,0 +1,60 @@
+"""The DuckDB store: open a database file with the schema applied.
+
+`sql/schema/NNN_name.sql` are migrations, applied once each, in order, and recorded in
+`schema_migrations`. `sql/views/NNN_name.sql` define TEMP views and macros and are applied
+on every connection (read-write or read-only), so views always match the code reading them.
+Numbering: 001-099 ingest, 100-199 chargeback and exports, 200-299 recommend,
+300-399 dashboard.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+
+SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+
+
+def sql_text(name: str) -> str:
+    """A statement file under sql/, e.g. sql_text('queries/fleet.sql')."""
+    return (SQL_DIR / name).read_text()
+
+
+def _numbered(folder: str) -> list[Path]:
+    return sorted((SQL_DIR / folder).glob("[0-9][0-9][0-9]_*.sql"))
+
+
+def apply_views(con: duckdb.DuckDBPyConnection) -> None:
+    for path in _numbered("views"):
+        con.execute(path.read_text())
+
+
+def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Apply pending migrations; returns the names applied."""
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (name VARCHAR PRIMARY KEY, applied_at TIMESTAMP DEFAULT now())"
+    )
+    done = {row[0] for row in con.execute("SELECT name FROM schema_migrations").fetchall()}
+    applied = []
+    for path in _numbered("schema"):
+        if path.name in done:
+            continue
+        con.execute("BEGIN TRANSACTION")
+        try:
+            con.execute(path.read_text())
+            con.execute("INSERT INTO schema_migrations (name) VALUES (?)", [path.name])
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
+        applied.append(path.name)
+    return applied
+
+
+def connect(path: str | Path, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """Open the store. Read-write connections migrate first; every connection gets the views."""
+    con = duckdb.connect(str(path), read_only=read_only)
+    if not read_only:
+        migrate(con)
+    apply_views(con)
+    return con

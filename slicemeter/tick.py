@@ -1,0 +1,283 @@
+"""The Tick wire contract: the single seam between a node and the centre.
+
+A Tick is everything one node saw at one instant: its GPUs and every container slice on
+them. On the wire a message carries one or more Ticks *of one node* as two columnar Arrow
+tables (GPU rows and slice rows); node-level fields (timestamp, node, cluster, interval)
+are repeated per row so that ingest can append the tables to DuckDB without reshaping.
+The live exporter sends one Tick per message; backfills batch many Ticks of a node into
+one message, which is what lets ingest run at millions of samples per second.
+
+Envelope (all integers little-endian):
+
+    b"SMTK" | u16 major | u16 minor | u32 n_gpu | <gpu IPC stream> | u32 n_slice | <slice IPC stream>
+
+A decoder accepts any minor of its own major (unknown columns are ignored, missing
+optional columns become nulls) and rejects any other major.  docs/wire-format.md explains
+the choice.
+"""
+from __future__ import annotations
+
+import dataclasses
+import io
+import struct
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+MAGIC = b"SMTK"
+SCHEMA_MAJOR = 1
+SCHEMA_MINOR = 0
+SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
+_HEADER = struct.Struct("<4sHH")
+_LEN = struct.Struct("<I")
+
+_DICT_STR = pa.dictionary(pa.int32(), pa.string())
+
+# Columns shared by both tables: when, where and over which interval.
+_TICK_FIELDS = [
+    pa.field("ts_ms", pa.int64(), nullable=False),          # UTC epoch milliseconds
+    pa.field("interval_ms", pa.int32(), nullable=False),    # time this sample stands for
+    pa.field("node", _DICT_STR, nullable=False),
+    pa.field("cluster", _DICT_STR, nullable=False),         # Kamaji tenant cluster identity
+]
+
+GPU_SCHEMA = pa.schema(
+    _TICK_FIELDS
+    + [
+        pa.field("gpu_uuid", _DICT_STR, nullable=False),
+        pa.field("gpu_index", pa.int16(), nullable=False),
+        pa.field("model", _DICT_STR),
+        pa.field("memory_total_bytes", pa.int64()),
+        pa.field("memory_used_bytes", pa.int64()),
+        pa.field("sm_util_ratio", pa.float32()),            # NVML utilization.gpu / 100
+        pa.field("mem_util_ratio", pa.float32()),           # NVML utilization.memory / 100
+        pa.field("power_watts", pa.float32()),
+        pa.field("energy_joules", pa.float64()),            # NVML total energy counter, J
+        pa.field("slice_count", pa.int16()),
+    ],
+    metadata={b"slicemeter.table": b"gpu", b"slicemeter.schema": SCHEMA_VERSION.encode()},
+)
+
+SLICE_SCHEMA = pa.schema(
+    _TICK_FIELDS
+    + [
+        pa.field("pod_uid", _DICT_STR, nullable=False),
+        pa.field("pod", _DICT_STR),
+        pa.field("namespace", _DICT_STR),
+        pa.field("container", _DICT_STR, nullable=False),
+        pa.field("gpu_uuid", _DICT_STR, nullable=False),
+        pa.field("vdevice_index", pa.int16()),
+        # HAMi's view (written from inside the tenant's container: untrusted)
+        pa.field("hami_memory_limit_bytes", pa.int64()),
+        pa.field("hami_memory_used_bytes", pa.int64()),
+        pa.field("hami_context_bytes", pa.int64()),
+        pa.field("hami_module_bytes", pa.int64()),
+        pa.field("hami_buffer_bytes", pa.int64()),
+        pa.field("sm_limit_ratio", pa.float32()),           # HAMi sm_limit / 100
+        pa.field("sm_util_ratio", pa.float32()),
+        pa.field("last_kernel_age_s", pa.float32()),        # null: never ran a kernel
+        pa.field("process_count", pa.int16()),
+        # NVML's view of the same processes (host PIDs joined with HAMi's slots)
+        pa.field("nvml_memory_used_bytes", pa.int64()),
+        # What HAMi granted (pod annotation hami.io/vgpu-devices-allocated)
+        pa.field("alloc_memory_bytes", pa.int64()),
+        pa.field("alloc_cores_ratio", pa.float32()),
+        pa.field("whole_gpu", pa.bool_()),
+        pa.field("source", _DICT_STR),                      # hami | annotation | cgroup
+    ],
+    metadata={b"slicemeter.table": b"slice", b"slicemeter.schema": SCHEMA_VERSION.encode()},
+)
+
+
+class TickDecodeError(ValueError):
+    """A message that is not a Tick this decoder can read; the text says why."""
+
+
+@dataclass(slots=True)
+class GpuReading:
+    gpu_uuid: str
+    gpu_index: int
+    model: str | None = None
+    memory_total_bytes: int | None = None
+    memory_used_bytes: int | None = None
+    sm_util_ratio: float | None = None
+    mem_util_ratio: float | None = None
+    power_watts: float | None = None
+    energy_joules: float | None = None
+    slice_count: int | None = None
+
+
+@dataclass(slots=True)
+class SliceReading:
+    pod_uid: str
+    container: str
+    gpu_uuid: str
+    pod: str | None = None
+    namespace: str | None = None
+    vdevice_index: int | None = None
+    hami_memory_limit_bytes: int | None = None
+    hami_memory_used_bytes: int | None = None
+    hami_context_bytes: int | None = None
+    hami_module_bytes: int | None = None
+    hami_buffer_bytes: int | None = None
+    sm_limit_ratio: float | None = None
+    sm_util_ratio: float | None = None
+    last_kernel_age_s: float | None = None
+    process_count: int | None = None
+    nvml_memory_used_bytes: int | None = None
+    alloc_memory_bytes: int | None = None
+    alloc_cores_ratio: float | None = None
+    whole_gpu: bool | None = None
+    source: str | None = None
+
+
+@dataclass(slots=True)
+class Tick:
+    node: str
+    cluster: str
+    ts_ms: int
+    interval_ms: int
+    gpus: list[GpuReading] = field(default_factory=list)
+    slices: list[SliceReading] = field(default_factory=list)
+
+    def to_json_dict(self) -> dict:
+        return dataclasses.asdict(self) | {"schema": SCHEMA_VERSION}
+
+
+@dataclass(slots=True)
+class TickBatch:
+    """Decoded message: columnar GPU and slice rows of one or more Ticks of one node."""
+
+    gpus: pa.Table
+    slices: pa.Table
+    minor: int
+
+    @property
+    def sample_count(self) -> int:
+        return self.gpus.num_rows + self.slices.num_rows
+
+
+def _rows_table(schema: pa.Schema, ticks: Sequence[Tick], attr: str) -> pa.Table:
+    names = [f.name for f in schema]
+    columns: dict[str, list] = {n: [] for n in names}
+    tick_names = ("ts_ms", "interval_ms", "node", "cluster")
+    own_names = [n for n in names if n not in tick_names]
+    for tick in ticks:
+        for reading in getattr(tick, attr):
+            columns["ts_ms"].append(tick.ts_ms)
+            columns["interval_ms"].append(tick.interval_ms)
+            columns["node"].append(tick.node)
+            columns["cluster"].append(tick.cluster)
+            for n in own_names:
+                columns[n].append(getattr(reading, n))
+    return pa.Table.from_pydict(columns, schema=schema)
+
+
+def ticks_to_tables(ticks: Sequence[Tick]) -> tuple[pa.Table, pa.Table]:
+    if not ticks:
+        raise ValueError("no Ticks to encode")
+    nodes = {t.node for t in ticks}
+    if len(nodes) != 1:
+        raise ValueError(f"a message carries Ticks of one node, got {sorted(nodes)}")
+    return _rows_table(GPU_SCHEMA, ticks, "gpus"), _rows_table(SLICE_SCHEMA, ticks, "slices")
+
+
+def _ipc_bytes(table: pa.Table) -> bytes:
+    sink = io.BytesIO()
+    with ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table, max_chunksize=max(table.num_rows, 1))
+    return sink.getvalue()
+
+
+def encode_tables(gpus: pa.Table, slices: pa.Table) -> bytes:
+    """Encode columnar GPU and slice rows (already in GPU_SCHEMA / SLICE_SCHEMA)."""
+    if not gpus.schema.equals(GPU_SCHEMA, check_metadata=False):
+        gpus = gpus.cast(GPU_SCHEMA)
+    if not slices.schema.equals(SLICE_SCHEMA, check_metadata=False):
+        slices = slices.cast(SLICE_SCHEMA)
+    g, s = _ipc_bytes(gpus), _ipc_bytes(slices)
+    return b"".join(
+        [_HEADER.pack(MAGIC, SCHEMA_MAJOR, SCHEMA_MINOR), _LEN.pack(len(g)), g, _LEN.pack(len(s)), s]
+    )
+
+
+def encode_ticks(ticks: Sequence[Tick]) -> bytes:
+    return encode_tables(*ticks_to_tables(ticks))
+
+
+def _read_section(buf: memoryview, pos: int, what: str) -> tuple[pa.Table, int]:
+    if pos + _LEN.size > len(buf):
+        raise TickDecodeError(f"truncated message: no length for the {what} table at byte {pos}")
+    (n,) = _LEN.unpack_from(buf, pos)
+    pos += _LEN.size
+    if pos + n > len(buf):
+        raise TickDecodeError(f"truncated message: {what} table claims {n} bytes, {len(buf) - pos} left")
+    try:
+        table = ipc.open_stream(pa.py_buffer(buf[pos : pos + n])).read_all()
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+        raise TickDecodeError(f"malformed {what} table: {exc}") from None
+    return table, pos + n
+
+
+def _conform(table: pa.Table, schema: pa.Schema, what: str) -> pa.Table:
+    """Project a decoded table onto this version's schema (same major, any minor)."""
+    columns = []
+    for f in schema:
+        if f.name in table.column_names:
+            col = table.column(f.name)
+            if not col.type.equals(f.type):
+                try:
+                    col = col.cast(f.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise TickDecodeError(f"{what}.{f.name}: type {col.type} is not {f.type}: {exc}") from None
+            if not f.nullable and col.null_count:
+                raise TickDecodeError(f"{what}.{f.name}: {col.null_count} null value(s) in a required column")
+        elif f.nullable:
+            col = pa.nulls(table.num_rows, f.type)
+        else:
+            raise TickDecodeError(f"{what}: required column {f.name!r} is missing")
+        columns.append(col)
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def decode(payload: bytes | memoryview) -> TickBatch:
+    """Decode one message; raises TickDecodeError naming what is wrong."""
+    buf = memoryview(payload)
+    if len(buf) < _HEADER.size:
+        raise TickDecodeError(f"message of {len(buf)} bytes is shorter than the {_HEADER.size}-byte header")
+    magic, major, minor = _HEADER.unpack_from(buf, 0)
+    if magic != MAGIC:
+        raise TickDecodeError(f"bad magic {bytes(magic)!r}: not a slicemeter Tick")
+    if major != SCHEMA_MAJOR:
+        raise TickDecodeError(f"unsupported Tick schema major version {major}.{minor} (this decoder reads {SCHEMA_MAJOR}.x)")
+    gpus, pos = _read_section(buf, _HEADER.size, "gpu")
+    slices, pos = _read_section(buf, pos, "slice")
+    if pos != len(buf):
+        raise TickDecodeError(f"{len(buf) - pos} trailing byte(s) after the slice table")
+    gpus = _conform(gpus, GPU_SCHEMA, "gpu")
+    slices = _conform(slices, SLICE_SCHEMA, "slice")
+    nodes = set(gpus.column("node").unique().to_pylist()) | set(slices.column("node").unique().to_pylist())
+    if len(nodes) > 1:
+        raise TickDecodeError(f"a message must carry one node, this one carries {sorted(map(str, nodes))}")
+    return TickBatch(gpus=gpus, slices=slices, minor=minor)
+
+
+def batch_to_ticks(batch: TickBatch) -> list[Tick]:
+    """Back to Python objects (tests, `--once`, debugging); ingest stays columnar."""
+    ticks: dict[int, Tick] = {}
+
+    def tick_for(row: dict) -> Tick:
+        ts = row["ts_ms"]
+        if ts not in ticks:
+            ticks[ts] = Tick(node=row["node"], cluster=row["cluster"], ts_ms=ts, interval_ms=row["interval_ms"])
+        return ticks[ts]
+
+    tick_names = {"ts_ms", "interval_ms", "node", "cluster"}
+    for row in batch.gpus.to_pylist():
+        tick_for(row).gpus.append(GpuReading(**{k: v for k, v in row.items() if k not in tick_names}))
+    for row in batch.slices.to_pylist():
+        tick_for(row).slices.append(SliceReading(**{k: v for k, v in row.items() if k not in tick_names}))
+    return [ticks[ts] for ts in sorted(ticks)]
+
