@@ -265,6 +265,8 @@ def _parse(read_at: ReadAt, file_size: int, device_memory: Mapping[str, int], no
     for d in range(n_dev):
         off = lay.uuids_off + d * UUID_LEN
         uuid = _uuid(head[off : off + UUID_LEN], d)
+        if any(v.uuid == uuid for v in devices):
+            raise _Bad("bad_uuid", f"device {d}: UUID {uuid} listed twice")
         cap = min(device_memory.get(uuid, ABS_MAX_DEVICE_BYTES), ABS_MAX_DEVICE_BYTES)
         (limit,) = _U64.unpack_from(head, lay.limit_off + 8 * d)
         (sm_limit,) = _U64.unpack_from(head, lay.sm_limit_off + 8 * d)
@@ -308,8 +310,22 @@ def _parse(read_at: ReadAt, file_size: int, device_memory: Mapping[str, int], no
                 raise _Bad("seqlock_busy", f"slot {i} stayed mid-write for {SEQLOCK_RETRIES} reads")
             if parsed is not None:
                 procs.append(parsed)
+    devices = aggregate(devices, procs)
+    for view, cap in zip(devices, dev_max):
+        if view.used_bytes > cap:
+            raise _Bad("bad_value", f"device {view.index}: processes use {view.used_bytes} bytes, more than the device's {cap}")
+    return Region(
+        layout=lay.name, major=major, minor=minor, file_size=file_size, device_num=n_dev, proc_num=proc_num,
+        devices=devices, procs=procs, utilization_switch=util_switch, recent_kernel=recent_kernel,
+        priority=priority, last_kernel_time=last_kernel, bytes_read=nread,
+    )
+
+
+def aggregate(devices: list[DeviceView], procs: list[ProcSlot]) -> list[DeviceView]:
+    """Per-device sums over `procs` (fresh views; pass a subset to drop exited processes)."""
+    out = [DeviceView(index=d.index, uuid=d.uuid, limit_bytes=d.limit_bytes, sm_limit_pct=d.sm_limit_pct) for d in devices]
     for p in procs:
-        for d, view in enumerate(devices):
+        for d, view in enumerate(out):
             ctx, mod, data, _total = p.memory[d]
             if ctx or mod or data or p.sm_util[d]:
                 view.processes += 1
@@ -319,14 +335,7 @@ def _parse(read_at: ReadAt, file_size: int, device_memory: Mapping[str, int], no
             view.module_bytes += mod
             view.buffer_bytes += data
             view.sm_util_pct = min(100, view.sm_util_pct + p.sm_util[d])
-    for view, cap in zip(devices, dev_max):
-        if view.used_bytes > cap:
-            raise _Bad("bad_value", f"device {view.index}: processes use {view.used_bytes} bytes, more than the device's {cap}")
-    return Region(
-        layout=lay.name, major=major, minor=minor, file_size=file_size, device_num=n_dev, proc_num=proc_num,
-        devices=devices, procs=procs, utilization_switch=util_switch, recent_kernel=recent_kernel,
-        priority=priority, last_kernel_time=last_kernel, bytes_read=nread,
-    )
+    return out
 
 
 def parse_region_bytes(buf: bytes, device_memory: Mapping[str, int] | None = None, now_s: float | None = None) -> Region | RegionError:
