@@ -79,7 +79,7 @@ class PodInfo:
     phase: str | None
     containers: list[str]
     grants: list[list[Grant]] = field(default_factory=list)   # per container index (HAMi)
-    whole_gpus: dict[str, int] = field(default_factory=dict)    # container -> nvidia.com/gpu without HAMi
+    whole_gpus: dict[str, int] = field(default_factory=dict)    # container -> nvidia.com/gpu with no gpumem/gpucores
     container_ids: dict[str, str] = field(default_factory=dict)   # runtime container id -> name
     annotation_error: str | None = None
 
@@ -130,8 +130,8 @@ def index_pods(pod_list: dict) -> PodIndex:
             for c in spec.get("containers") or []:
                 lim = _limits(c)
                 n = lim.get("nvidia.com/gpu")
-                if n and not ann and "nvidia.com/gpumem" not in lim and "nvidia.com/gpucores" not in lim:
-                    info.whole_gpus[c["name"]] = int(str(n))
+                if n and not any(k in lim for k in ("nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores")):
+                    info.whole_gpus[c["name"]] = int(str(n))   # whole GPUs (with or without HAMi in the path)
             for cs in status.get("containerStatuses") or []:
                 cid = str(cs.get("containerID") or "")
                 if "://" in cid:

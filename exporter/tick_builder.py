@@ -156,7 +156,7 @@ class TickBuilder:
                     nvml_memory_used_bytes=nvml_mem,
                     alloc_memory_bytes=grant.mem_mib * MiB if grant else None,
                     alloc_cores_ratio=grant.cores / 100 if grant and grant.cores else None,
-                    whole_gpu=False, source="hami",
+                    whole_gpu=bool(pod and f.container in pod.whole_gpus), source="hami",
                 )
                 slices.append(s)
                 seen.add((f.pod_uid, f.container, dev.uuid))
@@ -201,7 +201,7 @@ class TickBuilder:
                         hami_buffer_bytes=used, sm_limit_ratio=gr.cores / 100 if gr.cores else None,
                         sm_util_ratio=None if failed else 0.0, process_count=None if failed else 0,
                         alloc_memory_bytes=gr.mem_mib * MiB, alloc_cores_ratio=gr.cores / 100 if gr.cores else None,
-                        whole_gpu=False, source="annotation",
+                        whole_gpu=cname in pod.whole_gpus, source="annotation",
                     ))
 
     def _cgroup_slices(self, res: BuildResult, gpus: list[GpuSample], pods, hami_pids: set[int]) -> None:
