@@ -100,12 +100,12 @@ def test_broker_outage_every_tick_once_in_order(broker, tmp_path):
             exporter.tick_once(ts)
             assert time.monotonic() - t0 < 2.0           # spooling never waits for the broker
         text = urllib.request.urlopen(url, timeout=5).read().decode()   # /metrics still served
-        assert "slicemeter_spool_ticks 3.0" in text and 'pod="web"' in text
+        assert "slicemeter_spool_ticks 3\n" in text and 'pod="web"' in text
         assert publisher.published == 3
         # the outage lasts until the exporter has noticed it (a failed send, counted in /metrics)
         wait_for(lambda: stats.source_errors["kafka"] >= 1, 30, "a failed send")
         text = urllib.request.urlopen(url, timeout=5).read().decode()
-        assert 'slicemeter_source_errors_total{source="kafka"}' in text and "slicemeter_published_ticks_total 3.0" in text
+        assert 'slicemeter_source_errors_total{source="kafka"}' in text and "slicemeter_published_ticks_total 3\n" in text
         second = TansuBroker(port=port, log_path=tmp_path / "tansu2.log").start()   # a new broker, same port
         for ts in stamps[6:]:
             exporter.tick_once(ts)
@@ -137,3 +137,64 @@ def test_spool_bounded_oldest_dropped_and_replayed_in_order(tmp_path):
     assert reopened.oldest()[0] == 8                         # sequence continues, never reused
     with pytest.raises(ValueError):
         Spool(str(tmp_path / "t"), max_bytes=0)
+
+
+@pytest.mark.broker
+def test_cli_runs_serves_metrics_and_publishes(broker, tmp_path):
+    """The real command: `slicemeter exporter --simulate ...` as a process, scraped and consumed."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from slicemeter.broker import free_port
+
+    scen = tmp_path / "s.yaml"
+    scen.write_text(SCENARIO)
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "slicemeter.cli", "exporter", "--simulate", str(scen), "--node", "node-a",
+         "--hami-dir", str(tmp_path / "hami"), "--kafka", broker.bootstrap, "--port", str(port), "--listen", "127.0.0.1",
+         "--interval", "0.3", "--spool-dir", str(tmp_path / "spool")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=os.environ | {"PYTHONWARNINGS": "ignore"},
+    )
+    try:
+        def scrape():
+            try:
+                return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+            except OSError:
+                return ""
+
+        wait_for(lambda: 'pod="web"' in scrape(), 30, "/metrics with the simulated pod")
+        text = scrape()
+        assert 'slicemeter_slice_memory_limit_bytes{cluster="https://acme.example:6443",container="server"' in text
+        assert 'tenant="https://acme.example:6443"' in text
+        wait_for(lambda: _value(scrape(), "slicemeter_published_ticks_total") >= 2, 30, "2 Ticks published")
+        got = consume_at_least(broker.bootstrap, 2)
+        assert got == sorted(got) and len(set(got)) == len(got)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=20)[0].decode()
+    assert proc.returncode == 0, out[-2000:]
+
+
+def _value(text: str, name: str) -> float:
+    return next((float(line.split()[1]) for line in text.splitlines() if line.startswith(name + " ")), -1.0)
+
+
+def consume_at_least(bootstrap: str, n: int) -> list[int]:
+    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
+    try:
+        wait_for(lambda: c.partitions_for_topic(TOPIC), 30, "topic metadata")
+        tps = [TopicPartition(TOPIC, p) for p in sorted(c.partitions_for_topic(TOPIC))]
+        c.assign(tps)
+        c.seek_to_beginning(*tps)
+        out: list[int] = []
+        deadline = time.monotonic() + 30
+        while len(out) < n and time.monotonic() < deadline:
+            for records in c.poll(timeout_ms=500).values():
+                out += [t.ts_ms for r in records for t in batch_to_ticks(decode(r.value))]
+        assert len(out) >= n
+        return out
+    finally:
+        c.close()

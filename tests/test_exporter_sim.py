@@ -189,7 +189,7 @@ def test_corrupt_region_costs_one_container(scenario, tmp_path):
     stats = ExporterStats(tenant="acme")
     stats.record(res)
     text = _exposition(stats)
-    assert 'slicemeter_hami_region_errors_total{reason="bad_proc_num"} 1.0' in text
+    assert 'slicemeter_hami_region_errors_total{reason="bad_proc_num"} 1\n' in text
     assert 'container="encoder"' in text and "slicemeter_hami_region_ok{" in text
 
 
@@ -257,11 +257,29 @@ def _hami_pids(hami_dir):
 
 
 def _exposition(stats) -> str:
-    from prometheus_client import CollectorRegistry, generate_latest
+    from exporter.exposition import render
 
+    return render(ExporterCollector(stats).collect()).decode()
+
+
+def test_fast_rendering_equals_prometheus_client(scenario, tmp_path):
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    sim, tick = make(scenario, "node-v1", tmp_path)
+    stats = ExporterStats(tenant="acme")
+    stats.record(tick(T0))
+    stats.spool_stats = lambda: {"ticks": 1, "bytes": 10, "dropped": 0, "published": 3}
     reg = CollectorRegistry(auto_describe=False)
     reg.register(ExporterCollector(stats))
-    return generate_latest(reg).decode()
+
+    def parsed(text):
+        return sorted((s.name, tuple(sorted(s.labels.items())), s.value)
+                      for fam in text_string_to_metric_families(text) for s in fam.samples
+                      if s.name != "slicemeter_scrape_duration_seconds")
+
+    ours, theirs = parsed(_exposition(stats)), parsed(generate_latest(reg).decode())
+    assert ours == theirs and len(ours) > 100
 
 
 def test_metrics_pass_promtool_and_serve_over_http(scenario, tmp_path):
@@ -277,7 +295,7 @@ def test_metrics_pass_promtool_and_serve_over_http(scenario, tmp_path):
         server.shutdown()
     for name in ("slicemeter_gpu_memory_total_bytes", "slicemeter_slice_allocation_ratio", "slicemeter_gpu_energy_joules_total",
                  "hami_vgpu_memory_used_bytes", "hami_container_device_utilization_ratio", "hami_host_gpu_utilization_ratio",
-                 "slicemeter_spool_ticks 2.0", "slicemeter_published_ticks_total 5.0", "slicemeter_build_info{"):
+                 "slicemeter_spool_ticks 2\n", "slicemeter_published_ticks_total 5\n", "slicemeter_build_info{"):
         assert name in text, name
     alloc = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("slicemeter_gpu_allocated_ratio{")]
     assert len(alloc) == 2 and all(0 < a <= 1 for a in alloc)
