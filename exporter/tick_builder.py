@@ -131,6 +131,10 @@ class TickBuilder:
 
     def _hami_slices(self, res, files, root_fd, pods, gpus, devmem, snap, seen, hami_pids, ts_ms) -> None:
         slices = res.tick.slices
+        # every GPU process on the node, when NVML could list them all (else: unknown, keep slots)
+        nvml_pids = None
+        if snap.gpus and all(g.processes is not None for g in snap.gpus):
+            nvml_pids = {pid for g in snap.gpus for pid in g.processes}
         for f in files:
             pod = pods.pods.get(f.pod_uid)
             if pods.fetched and pod is None:
@@ -150,9 +154,11 @@ class TickBuilder:
             res.hami_ok[(f.pod_uid, f.container)] = True
             grants = _grants_for(pod, f.container)
             devices = region.devices
-            if self.pid_alive is not None:
-                # HAMi-core frees an exited process's slot lazily: drop it so memory is not stuck high.
-                live = [p for p in region.procs if not p.hostpid or self.pid_alive(p.hostpid)]
+            if nvml_pids is not None:
+                # HAMi-core frees an exited process's slot lazily, so its memory would stay at the
+                # high-water mark: drop a slot whose host pid NVML no longer lists and /proc lacks.
+                live = [p for p in region.procs
+                        if not p.hostpid or p.hostpid in nvml_pids or (self.pid_alive is not None and self.pid_alive(p.hostpid))]
                 if len(live) != len(region.procs):
                     devices = aggregate(region.devices, live)
             age = max(0.0, ts_ms / 1000 - region.last_kernel_time) if region.last_kernel_time else None

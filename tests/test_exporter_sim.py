@@ -321,3 +321,28 @@ def test_missing_nvml_is_a_clear_startup_error(tmp_path, capsys):
     rc = main(["exporter", "--hami-dir", str(tmp_path), "--once", "--cluster", "c"])
     err = capsys.readouterr().err
     assert rc == 2 and "NVML" in err and "--simulate" in err
+
+
+def test_exited_process_slot_does_not_keep_memory(scenario, tmp_path):
+    """HAMi-core leaves an exited process's slot behind; its memory must not be counted."""
+    sim, tick = make(scenario, "node-v0", tmp_path)
+    before = {s.container: s for s in tick(T0).tick.slices}
+    nb = before["nb"]
+    from exporter.hami import LAYOUT_V0 as L
+
+    cache = next((tmp_path / "containers" / f"{nb.pod_uid}_nb").glob("*.cache"))
+    with open(cache, "r+b") as f:
+        f.seek(L.tail_off)
+        n = struct.unpack("<i", f.read(4))[0]
+        f.seek(L.procs_off)
+        slot = bytearray(f.read(L.slot_size))
+        struct.pack_into("<i", slot, 4, 999_999)          # a host pid that no longer exists
+        f.seek(L.procs_off + n * L.slot_size)
+        f.write(slot)
+        f.seek(L.tail_off)
+        f.write(struct.pack("<i", n + 1))
+    builder = TickBuilder("node-v0", sim.cluster, NvmlReader(sim.nvml, initialised=True), str(tmp_path),
+                          _refreshed(PodCache(sim.pods)), proc_root=None)
+    after = {s.container: s for s in builder.build(T0).tick.slices}["nb"]
+    assert after.hami_memory_used_bytes == nb.hami_memory_used_bytes > 0
+    assert after.process_count == nb.process_count
