@@ -134,7 +134,6 @@ class Node:
 @dataclass
 class Scenario:
     source: str
-    seed: int
     tenants: list[dict[str, Any]]
     nodes: list[Node] = field(default_factory=list)
 
@@ -228,8 +227,7 @@ def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:
     top = doc.data
     if not isinstance(top, dict):
         raise doc.error("", "a scenario is a mapping with tenants: and nodes:")
-    _check_keys(doc, top, "", {"seed", "tenants", "nodes", "description"})
-    seed = _get(doc, top, "", "seed", int, 0)
+    _check_keys(doc, top, "", {"tenants", "nodes", "description"})
     tenants = _load_tenants(doc, _get(doc, top, "", "tenants", list))
     by_name = {t["name"]: t for t in tenants}
     nodes: list[Node] = []
@@ -242,7 +240,7 @@ def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:
             nodes.append(node)
     if not nodes:
         raise doc.error("nodes", "a scenario needs at least one node")
-    return Scenario(source=source, seed=seed, tenants=tenants, nodes=nodes)
+    return Scenario(source=source, tenants=tenants, nodes=nodes)
 
 
 def _load_tenants(doc: _Doc, raw: list) -> list[dict[str, Any]]:
