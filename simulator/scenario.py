@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import uuid as uuidlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,8 +64,12 @@ def stable_hash(*parts: object) -> int:
 
 
 def stable_uuid(*parts: object) -> str:
-    h = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=16).digest()
-    return str(uuidlib.UUID(bytes=h, version=4))
+    """A version-4-shaped UUID from names (what uuid.UUID(bytes=h, version=4) prints, faster)."""
+    h = bytearray(hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=16).digest())
+    h[6] = (h[6] & 0x0F) | 0x40
+    h[8] = (h[8] & 0x3F) | 0x80
+    x = h.hex()
+    return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
 
 
 @dataclass(frozen=True)

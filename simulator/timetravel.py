@@ -82,9 +82,9 @@ _D_HAMI = pa.array(["hami"], pa.string())
 
 
 def _node_cols(model: wl.FleetModel, ni: int, node: Node) -> _NodeCols:
-    idx = [i for i, s in enumerate(model.slices) if s.node == ni]
-    s0, s1 = (idx[0], idx[-1] + 1) if idx else (0, 0)
-    assert idx == list(range(s0, s1)), "slices of a node are contiguous (sorted by GPU)"
+    # slices are sorted by GPU and a node's GPUs are contiguous, so its slices are too
+    s0 = int(model.g_start[model.gpu_offset[ni]]) if len(node.gpus) else 0
+    s1 = int(model.g_end[model.gpu_offset[ni + 1] - 1]) if len(node.gpus) else 0
     sl = model.slices[s0:s1]
     pod_codes, pod_names = _codes([s.pod.name for s in sl])
     uid_codes, uids = _codes([s.pod.uid for s in sl])
@@ -166,13 +166,13 @@ def _slice_table(nc: _NodeCols, model: wl.FleetModel, st: wl.FleetState, interva
     uids, pods = list(nc.uids), list(nc.pod_names)
     for j in nc.batch_cols:                     # each batch run is its own pod
         ref = model.slices[nc.s0 + j]
-        runs = st.containers.run[:, ref.ci]
-        for run in np.unique(runs[present[:, j]]):
-            at = present[:, j] & (runs == run)
-            uid_idx[at, j] = len(uids)
-            pod_idx[at, j] = len(pods)
-            uids.append(wl.batch_run_uid(nc.node.cluster, ref.pod, int(run)))
-            pods.append(wl.batch_run_name(ref.pod, int(run)))
+        at = present[:, j]
+        runs, inverse = np.unique(st.containers.run[at, ref.ci], return_inverse=True)
+        uid_idx[at, j] = len(uids) + inverse
+        pod_idx[at, j] = len(pods) + inverse
+        names = [wl.batch_run_name(ref.pod, int(run)) for run in runs]
+        pods.extend(names)
+        uids.extend(wl.stable_uuid("pod", nc.node.cluster, ref.pod.namespace, name) for name in names)
     ts = np.repeat(st.t_ms, S)[mask]
     ctx, mod, data = st.ctx_mib[:, cols], st.mod_mib[:, cols], st.data_mib[:, cols]
     if nc.node.layout == "v1":

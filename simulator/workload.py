@@ -16,6 +16,7 @@ expected power with +-2 % noise; the counter integrates the expected power exact
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -374,10 +375,15 @@ class FleetModel:
 
 # ---------------------------------------------------------------- batch runs: pods that come and go
 
+@functools.lru_cache(maxsize=4096)
+def _day_label(day: int) -> str:
+    return f"{dt.datetime.fromtimestamp(ORIGIN_S + day * 86400, dt.timezone.utc):%Y%m%d}"
+
+
 def batch_run_name(pod: Pod, run: int) -> str:
+    """A batch run's pod name: <pod>-<UTC date>-<job of the day>."""
     day, job = divmod(int(run), 64)
-    date = dt.datetime.fromtimestamp(ORIGIN_S + day * 86400, dt.timezone.utc)
-    return f"{pod.name}-{date:%Y%m%d}-{job}"
+    return f"{pod.name}-{_day_label(day)}-{job}"
 
 
 def batch_run_uid(cluster: str, pod: Pod, run: int) -> str:
