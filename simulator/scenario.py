@@ -294,6 +294,9 @@ def _load_node(doc: _Doc, raw: Any, p: str, tenants: dict[str, dict]) -> list[No
     if count < 1:
         raise doc.error(f"{p}.count", "count must be >= 1")
     unsupported = frozenset(_get(doc, raw, p, "nvml_unsupported", list, []))
+    for fn in unsupported:
+        if not isinstance(fn, str) or not re.match(r"^nvml[A-Za-z_]+$", fn):
+            raise doc.error(f"{p}.nvml_unsupported", f"{fn!r} is not an NVML function name")
     gpu_specs = []
     for j, g in enumerate(_get(doc, raw, p, "gpus", list)):
         gp = f"{p}.gpus[{j}]"

@@ -91,7 +91,7 @@ def test_writer_recovers_a_wrong_sized_file(tmp_path):
 def test_simulate_cli_writes_the_regions_the_demo_scenario_implies(tmp_path):
     hami, pods_dir = tmp_path / "hami", tmp_path / "pods"
     res = subprocess.run(
-        [sys.executable, "-m", "slicemeter.cli", "simulate", "--scenario", str(REPO / "examples/demo.yaml"),
+        [str(Path(sys.executable).parent / "slicemeter"), "simulate", "--scenario", str(REPO / "examples/demo.yaml"),
          "--hami-dir", str(hami), "--pods-dir", str(pods_dir), "--ticks", "3", "--start", "2026-11-02T14:00:00Z"],
         capture_output=True, text=True, cwd=REPO, timeout=120)
     assert res.returncode == 0, res.stderr

@@ -1,6 +1,8 @@
 """Scenario loading: the examples load, and mistakes name the key path and the YAML line."""
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -111,3 +113,13 @@ def test_unknown_tenant_and_count_expansion():
     assert [n.pods[0].name for n in s.nodes] == ["p-0001", "p-0002", "p-0003"]
     assert s.nodes[0].pods[0].containers[0].mem_mib == (7680,)
     assert len({n.gpus[0].uuid for n in s.nodes}) == 3
+
+
+def test_simulate_cli_stops_on_a_bad_scenario_naming_the_key(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(HEAD + "    gpus: [{model: NVIDIA L4, count: 0}]\n")
+    res = subprocess.run([str(Path(sys.executable).parent / "slicemeter"), "simulate", "--scenario", str(bad),
+                          "--hami-dir", str(tmp_path / "h")], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert "configuration error" in res.stderr and "line 8: nodes[0].gpus[0].count" in res.stderr
+    assert not (tmp_path / "h").exists()
