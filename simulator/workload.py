@@ -381,7 +381,8 @@ class FleetModel:
         rel_ms = t_ms[:, None] - ORIGIN_S * 1000
         slot = (rel_ms % (WEEK_S * 1000)) // (SLOT_S * 1000)
         pw = self.w_power[slot, np.arange(G)[None, :]]
-        power_mw = np.rint(pw * 1000 * (1 + 0.02 * znoise(self.g_key[None, :], t_ms[:, None] // 1000, 7))).astype(np.int64)
+        noisy = pw * (1 + 0.02 * znoise(self.g_key[None, :], t_ms[:, None] // 1000, 7))
+        power_mw = np.rint(np.clip(noisy, self.g_idle, self.g_tdp) * 1000).astype(np.int64)   # within idle..TDP
         return FleetState(
             t_ms=t_ms, containers=cs, present=present, sm_pct=sm, used_mib=used, ctx_mib=ctx, mod_mib=mod,
             data_mib=data, gpu_sm_pct=gsm, gpu_mem_util_pct=gmu,
