@@ -35,7 +35,6 @@ PATTERNS = ["steady-training", "diurnal-inference", "bursty-notebook", "idle-res
 
 def scenario_yaml(gpus: int = 8, slices: int = 128) -> str:
     lines = [
-        "seed: 1",
         "tenants:",
         "  - {name: acme, display_name: ACME, kamaji: {namespace: t-acme, name: acme}, api_server: 'https://acme.example:6443', cost_center: C1}",
         "nodes:",

@@ -21,7 +21,6 @@ MiB = 1 << 20
 T0 = 1_795_000_000_000   # a fixed instant: runs are reproducible
 
 SCENARIO = """
-seed: 3
 tenants:
   - name: acme
     display_name: ACME
