@@ -110,6 +110,8 @@ def main() -> int:
         print(f"scrape + Tick build, median of {args.rounds}: {med * 1e3:.1f} ms wall (goal <= 25 ms); "
               f"of which /metrics render {statistics.median(scrape) * 1e3:.1f} ms and the simulator's fake NVML "
               f"~{nv * 1e3:.1f} ms; without the fake NVML {max(0.0, med - nv) * 1e3:.1f} ms")
+        print(f"same, CPU time (less sensitive to other processes on a shared machine): median "
+              f"{statistics.median(cpu) * 1e3:.1f} ms per tick incl. encode + spool")
         print(f"reading every region file whole (page cache), median: {ref * 1e3:.1f} ms ({total / 1e6:.0f} MB); "
               f"ratio whole-read / (build + scrape) = {ref / med:.2f}, whole-read / exporter without fake NVML = "
               f"{ref / max(1e-9, med - nv):.2f}")
