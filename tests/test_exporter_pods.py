@@ -156,3 +156,24 @@ def test_file_source(tmp_path):
     f.write_text(json.dumps({"items": [_pod("u9", "x")]}))
     cache = PodCache(file_source(str(f)))
     assert cache.refresh() and cache.get().pods["u9"].name == "x" and cache.get().fetched
+
+
+def test_pod_cache_refreshes_on_its_own_timer():
+    import time
+
+    calls = []
+
+    def source():
+        calls.append(1)
+        return {"items": [_pod(f"u{len(calls)}", "p")]}
+
+    cache = PodCache(source, refresh_s=0.05)
+    cache.start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(calls) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(calls) >= 3
+        assert next(iter(cache.get().pods)) != "u1"    # the index follows the newest list
+    finally:
+        cache.stop()

@@ -345,3 +345,21 @@ def test_exited_process_slot_does_not_keep_memory(scenario, tmp_path):
     after = {s.container: s for s in builder.build(T0).tick.slices}["nb"]
     assert after.hami_memory_used_bytes == nb.hami_memory_used_bytes > 0
     assert after.process_count == nb.process_count
+
+
+def test_failing_nvml_calls_cost_only_their_values(tmp_path):
+    """Unsupported NVML calls (as on some GPUs) leave the rest of the Tick intact and are counted."""
+    text = SCENARIO.replace("    hami_layout: v0\n", "    hami_layout: v0\n    nvml_unsupported: [nvmlDeviceGetPowerUsage, "
+                            "nvmlDeviceGetTotalEnergyConsumption, nvmlDeviceGetProcessUtilization]\n")
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    sim, tick = make(load_scenario(str(path)), "node-v0", tmp_path / "h")
+    res = tick(T0)
+    assert len(res.tick.gpus) == 2 and res.nvml_errors == 6          # 3 calls x 2 GPUs
+    for g in res.tick.gpus:
+        assert g.power_watts is None and g.energy_joules is None
+        assert g.memory_total_bytes > 0 and g.sm_util_ratio is not None
+    assert {s.pod for s in res.tick.slices} == {"vision", "notebook"}
+    stats = ExporterStats(tenant="acme")
+    stats.record(res)
+    assert 'slicemeter_source_errors_total{source="nvml"} 6\n' in _exposition(stats)
