@@ -19,12 +19,21 @@ from slicemeter.tick import SCHEMA_VERSION
 SOURCES = ("nvml", "hami", "pods", "kafka")
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("slicemeter")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 @dataclass
 class ExporterStats:
     """Counters that outlive a Tick; updated by the tick loop and the publisher."""
 
     tenant: str
-    version: str = "0.1.0"
+    version: str = field(default_factory=_version)
     lock: threading.Lock = field(default_factory=threading.Lock)
     last: BuildResult | None = None
     source_errors: dict[str, int] = field(default_factory=lambda: {s: 0 for s in SOURCES})
