@@ -68,6 +68,9 @@ def run(args: argparse.Namespace) -> int:
         ingestor.stopping = True
     signal.signal(signal.SIGTERM, stop)
     rc = ingestor.run()
-    log.info("stored %d samples", ingestor.samples_written)
+    secs = ingestor.active_seconds()
+    # one parseable line: bench/bench_ingest.py reads it
+    log.info("ingest done: samples=%d active_seconds=%.3f rate=%.0f", ingestor.samples_written, secs,
+             ingestor.samples_written / secs if secs else 0.0)
     con.close()
     return rc

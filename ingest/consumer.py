@@ -76,6 +76,8 @@ class Ingestor:
         self.batch_started = 0.0
         self.consumer: KafkaConsumer | None = None
         self.samples_written = 0
+        self.first_record_at: float | None = None
+        self.last_flush_at: float | None = None
         self.stopping = False
         self._next: dict[int, int] = {}  # partition -> next offset we will read
 
@@ -155,6 +157,7 @@ class Ingestor:
         self.metrics.samples.inc(b.samples)
         self.metrics.dead_letters.inc(len(b.dead))
         self.metrics.batch_seconds.observe(seconds)
+        self.last_flush_at = time.monotonic()
         if self.consumer is not None and self.cfg.group:
             offsets = {TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in b.next_offsets.items()}
             try:
@@ -179,6 +182,12 @@ class Ingestor:
             if hw is not None:
                 self.metrics.lag.labels(partition=str(tp.partition)).set(max(0, hw - self._next.get(tp.partition, 0)))
 
+    def active_seconds(self) -> float:
+        """From the first record received to the last batch committed (bench figure)."""
+        if self.first_record_at is None or self.last_flush_at is None:
+            return 0.0
+        return self.last_flush_at - self.first_record_at
+
     def run(self) -> int:
         cfg = self.cfg
         self.consumer = self._consumer()
@@ -196,6 +205,8 @@ class Ingestor:
                         self.add(tp.topic, tp.partition, r.offset, r.key, r.value)
                 if polled:
                     last_record = time.monotonic()
+                    if self.first_record_at is None:
+                        self.first_record_at = last_record
                 if self.batch_due() or (self.batch and not polled):
                     self.flush()
                 self._update_lag()

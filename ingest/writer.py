@@ -95,4 +95,13 @@ def stored_offsets(con: duckdb.DuckDBPyConnection, topic: str) -> dict[int, int]
 def apply_retention(con: duckdb.DuckDBPyConnection, days: float, now_ms: int | None = None) -> None:
     """Drop raw samples older than `days`; rollups are kept for ever."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    con.execute(sql_text("ingest/retention.sql"), {"cutoff": now_ms - int(days * 86_400_000)})
+    cutoff = now_ms - int(days * 86_400_000)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        # DuckDB binds parameters of one statement per execute
+        for statement in filter(str.strip, sql_text("ingest/retention.sql").split(";")):
+            con.execute(statement, {"cutoff": cutoff})
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
