@@ -1,4 +1,4 @@
--- Raw samples older than the retention horizon ($cutoff, epoch ms); rollups stay.
--- One statement per line group: ingest/writer.py runs them one by one with the parameter.
-DELETE FROM raw_gpu WHERE ts_ms < $cutoff;
-DELETE FROM raw_slice WHERE ts_ms < $cutoff;
+-- Raw samples older than the retention horizon (parameter cutoff, epoch ms); rollups stay.
+-- ingest/writer.py runs the statements one by one (DuckDB binds one statement per call).
+DELETE FROM raw_gpu_rows WHERE ts_ms < $cutoff;
+DELETE FROM raw_slice_rows WHERE ts_ms < $cutoff;
