@@ -168,7 +168,7 @@ class Ingestor:
     # ---- main loop --------------------------------------------------------------------
     def _caught_up(self) -> bool:
         assigned = self.consumer.assignment()
-        if not assigned:
+        if not assigned or self.first_record_at is None:  # an empty topic ends by the idle timeout
             return False
         for tp in assigned:
             hw = self.consumer.highwater(tp)
