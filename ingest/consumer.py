@@ -224,6 +224,8 @@ class Ingestor:
                     self.flush()
                     write_snapshot(self.con, cfg.db, cfg.snapshot)
                     last_snapshot = now
+                if not polled and not self.consumer.assignment():
+                    last_record = now  # still joining the group: not idle yet
                 if cfg.until_idle_s is not None and not self.batch and not polled:
                     if self._caught_up() or now - last_record >= cfg.until_idle_s:
                         break
