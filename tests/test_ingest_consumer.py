@@ -20,7 +20,7 @@ import pytest
 from ingest import store
 from ingest.consumer import IngestConfig, Ingestor
 from ingest.metrics import IngestMetrics
-from ingest_helpers import TOPIC, create_topic, produce_chunks, produce_raw
+from ingest_helpers import SLICEMETER, TOPIC, create_topic, produce_chunks, produce_raw
 from slicemeter.broker import free_port
 from slicemeter.tick import encode_tables
 from synth_ticks import SynthNode, fleet, messages, node_tables
@@ -54,7 +54,7 @@ def stored_checksum(db: Path) -> tuple[int, int]:
 
 
 def ingest_cmd(bootstrap: str, db: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "slicemeter.cli", "ingest", "--kafka", bootstrap, "--db", str(db), *extra]
+    return [*SLICEMETER, "ingest", "--kafka", bootstrap, "--db", str(db), *extra]
 
 
 def test_sigkill_at_random_moments_loses_and_duplicates_nothing(broker, tmp_path):
