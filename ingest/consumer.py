@@ -26,7 +26,7 @@ from ingest import store
 from ingest.metrics import IngestMetrics
 from ingest.snapshot import write_snapshot
 from ingest.strings import StringIds
-from ingest.writer import Batch, apply_retention, dead_letter, stored_offsets, write_batch
+from ingest.writer import Batch, BatchWriterThread, apply_retention, dead_letter, stored_offsets
 from slicemeter.tick import TickDecodeError, decode
 
 log = logging.getLogger("slicemeter.ingest")
@@ -41,8 +41,8 @@ class IngestConfig:
     batch_samples: int = 500_000                # flush when a batch holds this many samples
     batch_max_s: float = 1.0                    # ... or when its first message is this old
     max_poll_records: int = 200
-    max_partition_fetch_bytes: int = 8 << 20    # bounded fetch buffers: RSS bound (issue 4)
-    fetch_max_bytes: int = 32 << 20
+    max_partition_fetch_bytes: int = 4 << 20    # bounded fetch buffers: RSS bound (issue 4)
+    fetch_max_bytes: int = 16 << 20
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 3_000
     until_idle_s: float | None = None           # exit once caught up, or after this long without records
@@ -50,6 +50,8 @@ class IngestConfig:
     retention_every_s: float = 600.0
     snapshot: Path | None = None
     snapshot_interval_s: float = 60.0
+    overlap: bool = True                        # store batch N while fetching batch N+1
+    duckdb_memory: str = "256MB"                # DuckDB's buffer pool (part of the RSS bound)
     client_id: str = "slicemeter-ingest"
     extra: dict = field(default_factory=dict)   # more KafkaConsumer settings (tests)
 
@@ -72,6 +74,7 @@ class Ingestor:
         self.cfg = cfg
         self.metrics = metrics or IngestMetrics()
         self.con = con or store.connect(cfg.db)
+        self.con.execute("SET memory_limit = ?", [cfg.duckdb_memory])
         self.strings = StringIds(self.con)
         self.batch = Batch()
         self.batch_started = 0.0
@@ -82,6 +85,7 @@ class Ingestor:
         self.stopping = False
         self._next: dict[int, int] = {}  # partition -> next offset we will read
         self._lock = threading.RLock()
+        self.writer = BatchWriterThread(self.con)
 
     # ---- Kafka side -------------------------------------------------------------------
     def _consumer(self) -> KafkaConsumer:
@@ -148,27 +152,40 @@ class Ingestor:
                                      or time.monotonic() - self.batch_started >= self.cfg.batch_max_s)
 
     def flush(self) -> None:
-        # The rebalance listener flushes from kafka-python's IO thread.
-        with self._lock:
-            self._flush()
+        """Hand the current batch to the writer thread and wait until it is stored.
 
-    def _flush(self) -> None:
-        b = self.batch
-        if not b:
-            return
-        self.batch = Batch()
-        seconds = write_batch(self.con, b, self.strings)
-        self.samples_written += b.samples
-        self.metrics.samples.inc(b.samples)
-        self.metrics.dead_letters.inc(len(b.dead))
-        self.metrics.batch_seconds.observe(seconds)
-        self.last_flush_at = time.monotonic()
-        if self.consumer is not None and self.cfg.group:
-            offsets = {TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in b.next_offsets.items()}
-            try:
-                self.consumer.commit_async(offsets=offsets)
-            except Exception as exc:  # noqa: BLE001 - secondary: DuckDB holds the truth
-                log.warning("Kafka commit failed (offsets are safe in DuckDB): %s", exc)
+        Also called by the rebalance listener (on kafka-python's IO thread) before
+        partitions move to another worker."""
+        with self._lock:
+            self.submit()
+            self.writer.drain()
+
+    def submit(self) -> None:
+        """Queue the current batch for the writer; blocks while one batch is already queued."""
+        with self._lock:
+            b = self.batch
+            if not b:
+                return
+            self.batch = Batch()
+            b.strings = self.strings.take_pending()
+            self.writer.put(b)
+            if not self.cfg.overlap:
+                self.writer.drain()
+
+    def _finish(self) -> None:
+        """Main thread: account for stored batches and commit their offsets to Kafka."""
+        for b, seconds in self.writer.finished():
+            self.samples_written += b.samples
+            self.metrics.samples.inc(b.samples)
+            self.metrics.dead_letters.inc(len(b.dead))
+            self.metrics.batch_seconds.observe(seconds)
+            self.last_flush_at = time.monotonic()
+            if self.consumer is not None and self.cfg.group:
+                offsets = {TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in b.next_offsets.items()}
+                try:
+                    self.consumer.commit_async(offsets=offsets)
+                except Exception as exc:  # noqa: BLE001 - secondary: DuckDB holds the truth
+                    log.warning("Kafka commit failed (offsets are safe in DuckDB): %s", exc)
 
     # ---- main loop --------------------------------------------------------------------
     def _caught_up(self) -> bool:
@@ -209,29 +226,36 @@ class Ingestor:
                     for tp, records in polled.items():
                         for r in records:
                             self.add(tp.topic, tp.partition, r.offset, r.key, r.value)
+                            if self.batch.samples >= cfg.batch_samples:  # one fetch may hold many batches
+                                self.submit()
                 if polled:
                     last_record = time.monotonic()
                     if self.first_record_at is None:
                         self.first_record_at = last_record
-                if self.batch_due() or (self.batch and not polled):
-                    self.flush()
+                if self.batch_due() or (self.batch and not polled and self.writer.idle()):
+                    self.submit()  # the writer stores it while we fetch and decode the next one
+                self.writer.check()
+                self._finish()
                 self._update_lag()
                 now = time.monotonic()
                 if now - last_retention >= cfg.retention_every_s:
+                    self.flush()
                     apply_retention(self.con, cfg.raw_retention_days)
                     last_retention = now
                 if cfg.snapshot and now - last_snapshot >= cfg.snapshot_interval_s:
-                    self.flush()
+                    self.flush()  # the writer is idle after this: the file is ours to copy
                     write_snapshot(self.con, cfg.db, cfg.snapshot)
                     last_snapshot = now
                 if not polled and not self.consumer.assignment():
                     last_record = now  # still joining the group: not idle yet
-                if cfg.until_idle_s is not None and not self.batch and not polled:
+                if cfg.until_idle_s is not None and not self.batch and not polled and self.writer.idle():
                     if self._caught_up() or now - last_record >= cfg.until_idle_s:
                         break
             self.flush()
+            self._finish()
             if cfg.snapshot:
                 write_snapshot(self.con, cfg.db, cfg.snapshot)
         finally:
+            self.writer.stop()
             self.consumer.close(autocommit=False)
         return 0

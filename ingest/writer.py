@@ -7,14 +7,20 @@ last committed batch (ingest/consumer.py seeks to these offsets).
 from __future__ import annotations
 
 import datetime as dt
+import queue
+import threading
 import time
 from dataclasses import dataclass, field
+
+import logging
 
 import duckdb
 import pyarrow as pa
 
 from ingest.store import sql_text
 from ingest.strings import StringIds
+
+log = logging.getLogger("slicemeter.ingest")
 
 _DEAD_SCHEMA = pa.schema([
     ("received_at", pa.timestamp("us")), ("topic", pa.string()), ("partition", pa.int32()),
@@ -31,6 +37,7 @@ class Batch:
     slices: list[pa.Table] = field(default_factory=list)
     dead: list[dict] = field(default_factory=list)
     next_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    strings: pa.Table | None = None   # new string ids, taken when the batch is closed
     samples: int = 0
     messages: int = 0
     bytes: int = 0
@@ -53,7 +60,7 @@ def write_batch(con: duckdb.DuckDBPyConnection, batch: Batch, strings: StringIds
     started = time.perf_counter()
     batch_gpu = _concat(batch.gpus)
     batch_slice = _concat(batch.slices)
-    batch_strings = strings.take_pending()
+    batch_strings = batch.strings if batch.strings is not None else strings.take_pending()
     batch_offsets = pa.Table.from_pylist(
         [{"topic": t, "partition": p, "next_offset": o} for (t, p), o in batch.next_offsets.items()], _OFFSET_SCHEMA)
     batch_dead_letters = pa.Table.from_pylist(batch.dead, _DEAD_SCHEMA)
@@ -105,3 +112,81 @@ def apply_retention(con: duckdb.DuckDBPyConnection, days: float, now_ms: int | N
     except BaseException:
         con.execute("ROLLBACK")
         raise
+
+
+class BatchWriterThread:
+    """Stores batches on a thread of its own, so Kafka fetch and decode of the next batch
+    overlap the DuckDB transaction of this one (DuckDB releases the GIL while it works).
+
+    One batch may wait while one is written: with the one being filled, at most three
+    batches are in memory. Batches are written in order, each in its own transaction with
+    its offsets, so exactly-once is unchanged. A failed batch stops the thread; check()
+    re-raises its error in the caller (the process exits; restart replays from DuckDB).
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection):
+        from ingest.store import apply_views
+
+        self._con = con.cursor()          # its own connection to the same database
+        apply_views(self._con)            # TEMP macros and views are per connection
+        self._strings = _NoStrings()
+        self._queue: queue.Queue = queue.Queue(maxsize=1)
+        self._done: queue.Queue = queue.Queue()
+        self._error: BaseException | None = None
+        self._busy = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="duckdb-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            batch = self._queue.get()
+            try:
+                if batch is None:
+                    return
+                if self._error is None:
+                    seconds = write_batch(self._con, batch, self._strings)
+                    log.info("stored batch: %d samples, %d messages, %d dead letters, %.3f s",
+                             batch.samples, batch.messages, len(batch.dead), seconds)
+                    self._done.put((batch, seconds))
+            except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+                self._error = exc
+            finally:
+                self._queue.task_done()
+
+    def put(self, batch: Batch) -> None:
+        self.check()
+        self._queue.put(batch)
+
+    def drain(self) -> None:
+        self._queue.join()
+        self.check()
+
+    def idle(self) -> bool:
+        return self._queue.unfinished_tasks == 0
+
+    def check(self) -> None:
+        if self._error is not None:
+            raise RuntimeError(f"storing a batch failed: {self._error!r}") from self._error
+
+    def finished(self) -> list[tuple[Batch, float]]:
+        out = []
+        while True:
+            try:
+                out.append(self._done.get_nowait())
+            except queue.Empty:
+                return out
+
+    def stop(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=60)
+        self._con.close()
+
+
+class _NoStrings:
+    """The writer thread never owns the string cache: batches carry their new strings."""
+
+    def take_pending(self) -> pa.Table:
+        return pa.table({"id": pa.array([], pa.int32()), "value": pa.array([], pa.string())})
+
+    def reload(self) -> None:
+        pass

@@ -57,6 +57,19 @@ def ingest_cmd(bootstrap: str, db: Path, *extra: str) -> list[str]:
     return [*SLICEMETER, "ingest", "--kafka", bootstrap, "--db", str(db), *extra]
 
 
+def _wait_for_line(proc: subprocess.Popen, log: Path, text: str, count: int, deadline_s: float = 60) -> bool:
+    """Poll the child's log until `text` appeared `count` times; False if the child exited."""
+    deadline = time.monotonic() + deadline_s
+    while log.read_text().count(text) < count:
+        assert time.monotonic() < deadline, f"no {text!r} x{count} in {deadline_s} s:\n{log.read_text()[-2000:]}"
+        try:
+            proc.wait(timeout=0.05)
+            return False
+        except subprocess.TimeoutExpired:
+            pass
+    return True
+
+
 def test_sigkill_at_random_moments_loses_and_duplicates_nothing(broker, tmp_path):
     create_topic(broker.bootstrap, partitions=4)
     chunks = list(messages(fleet(40, ["https://acme:6443", "https://beta:6443"]), START, 1250, 125))
@@ -65,19 +78,24 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(broker, tmp_path
     want = expected_checksum(chunks)
     db = tmp_path / "crash.duckdb"
     cmd = ingest_cmd(broker.bootstrap, db, "--group", "", "--until-idle", "5",
-                     "--batch-samples", "100000", "--batch-max-seconds", "0.5")
+                     "--batch-samples", "25000", "--batch-max-seconds", "0.5")
     rng = random.Random(20261129)
-    partial = 0
-    for _ in range(10):
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            proc.wait(timeout=rng.uniform(1.5, 4.0))  # a random moment (or it finished first)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-        samples, _ = stored_checksum(db) if db.exists() else (0, 0)
-        partial += 0 < samples < produced
-    assert partial >= 3, "the kills should land while the backlog is partly stored"
+    kills, progress = 0, []
+    for i in range(10):
+        log = tmp_path / f"run{i}.log"
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+        # a random moment while batches are being stored: after 1-2 stored batches, plus
+        # up to 0.6 s (mid-fetch, mid-decode or mid-transaction)
+        if _wait_for_line(proc, log, "stored batch", rng.randint(1, 2)):
+            try:
+                proc.wait(timeout=rng.uniform(0.0, 0.6))
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+                kills += 1
+        progress.append(stored_checksum(db)[0])
+    assert kills >= 8, f"only {kills} runs were killed mid-ingest; progress {progress}"
+    assert 0 < progress[0] < produced and progress == sorted(progress)
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert stored_checksum(db) == want

@@ -4,19 +4,21 @@
 -- HAMi's memory figure is written from inside the tenant's container; NVML's is the
 -- driver's. They legitimately differ by a little (CUDA context bookkeeping), so only a gap
 -- beyond max(128 MiB, 5 % of NVML's figure) counts as disagreement, and then NVML wins.
+-- (Literals are typed DOUBLE on purpose: an untyped 0.05 is a DECIMAL in DuckDB, and
+-- decimal arithmetic on every sample measured 4x slower.)
 CREATE OR REPLACE TEMP MACRO memory_disagrees(hami, nvml) AS
-    coalesce(hami IS NOT NULL AND nvml IS NOT NULL
-             AND abs(hami - nvml) > greatest(134217728, 0.05 * nvml), false);
+    coalesce(abs(hami - nvml)::DOUBLE > greatest(134217728.0::DOUBLE, 0.05::DOUBLE * nvml), false);
 CREATE OR REPLACE TEMP MACRO trusted_memory(hami, nvml) AS
-    CASE WHEN hami IS NULL OR memory_disagrees(hami, nvml) THEN nvml ELSE hami END;
+    CASE WHEN hami IS NULL OR abs(hami - nvml)::DOUBLE > greatest(134217728.0::DOUBLE, 0.05::DOUBLE * nvml)
+         THEN nvml ELSE hami END;
 -- A share of the GPU in [0, 1]; whole-GPU slices count 1.
 CREATE OR REPLACE TEMP MACRO capped_share(whole, x) AS
-    CASE WHEN coalesce(whole, false) THEN 1.0 ELSE coalesce(least(1.0, greatest(0.0, x)), 0.0) END;
--- Energy of a GPU-hour: counter delta plus the first sample's own interval (power × dt);
--- power × dt throughout where the counter is missing or went backwards (driver reset).
+    CASE WHEN whole THEN 1.0::DOUBLE ELSE coalesce(least(1.0::DOUBLE, greatest(0.0::DOUBLE, x::DOUBLE)), 0.0::DOUBLE) END;
+-- Energy of a GPU-hour: counter delta plus the first sample's own interval (power x dt),
+-- power x dt throughout where the counter is missing or went backwards (driver reset).
 CREATE OR REPLACE TEMP MACRO hour_energy(first_e, last_e, first_p, power_j) AS
     CASE WHEN first_e IS NOT NULL AND last_e >= first_e
-         THEN last_e - first_e + coalesce(first_p, 0.0) ELSE power_j END;
+         THEN last_e - first_e + coalesce(first_p, 0.0::DOUBLE) ELSE power_j END;
 
 -- Raw samples with their strings back (the tables hold ids: 002_ingest_raw_rollups.sql).
 CREATE OR REPLACE TEMP VIEW raw_gpu AS
