@@ -69,7 +69,7 @@ def main() -> int:
     ap.add_argument("--backlog", action="store_true", help="50 M samples: the RSS bound check (slow)")
     ap.add_argument("--ticks-per-message", type=int, default=250, help="Ticks of a node per message (20 samples each)")
     ap.add_argument("--partitions", type=int, default=4)
-    ap.add_argument("--batch-samples", type=int, default=500_000)
+    ap.add_argument("--batch-samples", type=int, default=200_000)
     args = ap.parse_args()
     samples = 50_000_000 if args.backlog else args.samples
     nodes = fleet(40, ["https://acme.tenants.example:6443", "https://beta.tenants.example:6443"])

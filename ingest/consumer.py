@@ -38,7 +38,7 @@ class IngestConfig:
     db: Path
     topic: str = "slicemeter.ticks"
     group: str | None = "slicemeter-ingest"    # None: assign every partition, no group
-    batch_samples: int = 500_000                # flush when a batch holds this many samples
+    batch_samples: int = 200_000                # flush when a batch holds this many samples
     batch_max_s: float = 1.0                    # ... or when its first message is this old
     max_poll_records: int = 200
     max_partition_fetch_bytes: int = 4 << 20    # bounded fetch buffers: RSS bound (issue 4)
@@ -51,7 +51,7 @@ class IngestConfig:
     snapshot: Path | None = None
     snapshot_interval_s: float = 60.0
     overlap: bool = True                        # store batch N while fetching batch N+1
-    duckdb_memory: str = "256MB"                # DuckDB's buffer pool (part of the RSS bound)
+    duckdb_memory: str = "160MB"                # DuckDB's buffer pool (part of the RSS bound)
     client_id: str = "slicemeter-ingest"
     extra: dict = field(default_factory=dict)   # more KafkaConsumer settings (tests)
 
@@ -174,10 +174,10 @@ class Ingestor:
 
     def _finish(self) -> None:
         """Main thread: account for stored batches and commit their offsets to Kafka."""
-        for b, seconds in self.writer.finished():
+        for b, seconds, dead in self.writer.finished():
             self.samples_written += b.samples
             self.metrics.samples.inc(b.samples)
-            self.metrics.dead_letters.inc(len(b.dead))
+            self.metrics.dead_letters.inc(dead)
             self.metrics.batch_seconds.observe(seconds)
             self.last_flush_at = time.monotonic()
             if self.consumer is not None and self.cfg.group:

@@ -60,6 +60,7 @@ def write_batch(con: duckdb.DuckDBPyConnection, batch: Batch, strings: StringIds
     started = time.perf_counter()
     batch_gpu = _concat(batch.gpus)
     batch_slice = _concat(batch.slices)
+    batch.gpus, batch.slices = [], []  # the per-message tables (and their Kafka payloads) can go
     batch_strings = batch.strings if batch.strings is not None else strings.take_pending()
     batch_offsets = pa.Table.from_pylist(
         [{"topic": t, "partition": p, "next_offset": o} for (t, p), o in batch.next_offsets.items()], _OFFSET_SCHEMA)
@@ -145,9 +146,12 @@ class BatchWriterThread:
                     return
                 if self._error is None:
                     seconds = write_batch(self._con, batch, self._strings)
+                    dead = len(batch.dead)
                     log.info("stored batch: %d samples, %d messages, %d dead letters, %.3f s",
-                             batch.samples, batch.messages, len(batch.dead), seconds)
-                    self._done.put((batch, seconds))
+                             batch.samples, batch.messages, dead, seconds)
+                    # drop the rows now: the main thread only needs the counts and offsets
+                    batch.gpus, batch.slices, batch.dead, batch.strings = [], [], [], None
+                    self._done.put((batch, seconds, dead))
             except BaseException as exc:  # noqa: BLE001 - handed to the main thread
                 self._error = exc
             finally:
@@ -168,7 +172,7 @@ class BatchWriterThread:
         if self._error is not None:
             raise RuntimeError(f"storing a batch failed: {self._error!r}") from self._error
 
-    def finished(self) -> list[tuple[Batch, float]]:
+    def finished(self) -> list[tuple[Batch, float, int]]:
         out = []
         while True:
             try:

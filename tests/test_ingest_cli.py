@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 

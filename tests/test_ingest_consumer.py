@@ -2,26 +2,22 @@
 dead letters, consumer-group sharing, snapshot and metrics."""
 from __future__ import annotations
 
-import os
 import random
 import signal
 import struct
 import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
 from ingest import store
 from ingest.consumer import IngestConfig, Ingestor
-from ingest.metrics import IngestMetrics
-from ingest_helpers import SLICEMETER, TOPIC, create_topic, produce_chunks, produce_raw
-from slicemeter.broker import free_port
+from ingest_helpers import SLICEMETER, create_topic, produce_chunks, produce_raw
 from slicemeter.tick import encode_tables
 from synth_ticks import SynthNode, fleet, messages, node_tables
 
@@ -102,7 +98,7 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(broker, tmp_path
 
 
 def _msg(node: str, ticks: int = 3) -> bytes:
-    g, s = node_tables(SynthNode(node, "https://acme:6443", gpus=1, slices_per_gpu=2), START + 10_000 * __import__("numpy").arange(ticks))
+    g, s = node_tables(SynthNode(node, "https://acme:6443", gpus=1, slices_per_gpu=2), START + 10_000 * np.arange(ticks))
     return encode_tables(g, s)
 
 
