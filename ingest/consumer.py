@@ -146,6 +146,7 @@ class Ingestor:
         else:
             b.gpus.append(gpus)
             b.slices.append(slices)
+            b.sources.append((topic, partition, offset, key, value))
             b.samples += gpus.num_rows + slices.num_rows
         b.messages += 1
         b.next_offsets[(topic, partition)] = offset + 1

@@ -38,6 +38,9 @@ class Batch:
     dead: list[dict] = field(default_factory=list)
     next_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     strings: pa.Table | None = None   # new string ids, taken when the batch is closed
+    # (topic, partition, offset, key, payload) of each decoded message, in order: lets a
+    # batch that DuckDB rejects be retried message by message (ingest/writer.py _isolate)
+    sources: list[tuple] = field(default_factory=list)
     samples: int = 0
     messages: int = 0
     bytes: int = 0
@@ -145,17 +148,48 @@ class BatchWriterThread:
                 if batch is None:
                     return
                 if self._error is None:
-                    seconds = write_batch(self._con, batch, self._strings)
+                    try:
+                        seconds = write_batch(self._con, batch, self._strings)
+                    except duckdb.Error as exc:
+                        log.warning("batch rejected (%s); retrying its %d messages one by one", exc, len(batch.sources))
+                        seconds = self._isolate(batch)
                     dead = len(batch.dead)
                     log.info("stored batch: %d samples, %d messages, %d dead letters, %.3f s",
                              batch.samples, batch.messages, dead, seconds)
                     # drop the rows now: the main thread only needs the counts and offsets
-                    batch.gpus, batch.slices, batch.dead, batch.strings = [], [], [], None
+                    batch.gpus, batch.slices, batch.dead, batch.strings, batch.sources = [], [], [], None, []
                     self._done.put((batch, seconds, dead))
             except BaseException as exc:  # noqa: BLE001 - handed to the main thread
                 self._error = exc
             finally:
                 self._queue.task_done()
+
+    def _isolate(self, batch: Batch) -> float:
+        """Store a rejected batch message by message: a message DuckDB rejects (say, a
+        timestamp out of range) becomes a dead letter with DuckDB's error; the rest is stored.
+        Each step is its own transaction with its offsets, so exactly-once still holds."""
+        from slicemeter.tick import decode
+
+        started = time.perf_counter()
+        lookup = StringIds(self._con)            # committed ids ...
+        lookup.add_known(batch.strings)          # ... plus the ones this batch introduced
+        write_batch(self._con, Batch(dead=batch.dead, strings=batch.strings), self._strings)
+        samples = 0
+        for topic, partition, offset, key, payload in batch.sources:
+            tick = decode(payload)
+            one = Batch(gpus=[lookup.encode(tick.gpus)], slices=[lookup.encode(tick.slices)],
+                        next_offsets={(topic, partition): offset + 1}, strings=lookup.take_pending())
+            try:
+                write_batch(self._con, one, self._strings)
+                samples += tick.sample_count
+            except duckdb.Error as exc:
+                letter = dead_letter(topic, partition, offset, key, payload, f"rejected by the store: {exc}")
+                write_batch(self._con, Batch(dead=[letter], next_offsets={(topic, partition): offset + 1}),
+                            self._strings)
+                batch.dead.append(letter)
+        write_batch(self._con, Batch(next_offsets=batch.next_offsets), self._strings)
+        batch.samples = samples
+        return time.perf_counter() - started
 
     def put(self, batch: Batch) -> None:
         self.check()

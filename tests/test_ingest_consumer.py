@@ -97,8 +97,8 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(broker, tmp_path
     assert stored_checksum(db) == want
 
 
-def _msg(node: str, ticks: int = 3) -> bytes:
-    g, s = node_tables(SynthNode(node, "https://acme:6443", gpus=1, slices_per_gpu=2), START + 10_000 * np.arange(ticks))
+def _msg(node: str, ticks: int = 3, start: int = START) -> bytes:
+    g, s = node_tables(SynthNode(node, "https://acme:6443", gpus=1, slices_per_gpu=2), start + 10_000 * np.arange(ticks))
     return encode_tables(g, s)
 
 
@@ -109,18 +109,24 @@ def test_malformed_and_wrong_version_go_to_dead_letters(broker, tmp_path):
     produce_raw(broker.bootstrap, [
         (b"gpu-node-1", good), (b"x", b"not a tick at all"), (b"gpu-node-1", wrong_major),
         (b"gpu-node-1", good[:-10]), (b"gpu-node-1", None), (b"gpu-node-2", _msg("gpu-node-2")),
+        # decodes fine, but no store can bucket a timestamp 146 million years out
+        (b"gpu-node-3", _msg("gpu-node-3", start=2**62)), (b"gpu-node-4", _msg("gpu-node-4")),
     ])
     ing = Ingestor(IngestConfig(bootstrap=broker.bootstrap, db=tmp_path / "dl.duckdb", group=None, until_idle_s=5))
     ing.run()
     rows = ing.con.execute('SELECT "offset", error, payload IS NOT NULL FROM dead_letters ORDER BY "offset"').fetchall()
-    assert [r[0] for r in rows] == [1, 2, 3, 4]
+    assert [r[0] for r in rows] == [1, 2, 3, 4, 6]
     assert "bad magic" in rows[0][1]
     assert "major version 2" in rows[1][1]
     assert "truncated" in rows[2][1] or "malformed" in rows[2][1]
     assert "empty message" in rows[3][1]
-    assert ing.con.execute("SELECT count(DISTINCT node) FROM raw_slice").fetchone() == (2,)  # the rest flowed
-    assert ing.con.execute("SELECT next_offset FROM ingest_offsets").fetchall() == [(6,)]
-    assert ing.metrics.dead_letters._value.get() == 4
+    assert "rejected by the store" in rows[4][1]
+    nodes = ing.con.execute("SELECT DISTINCT node FROM raw_slice ORDER BY node").fetchall()
+    assert nodes == [("gpu-node-1",), ("gpu-node-2",), ("gpu-node-4",)]  # the rest flowed
+    assert ing.con.execute("SELECT count(*) FROM slice_hour WHERE node = 'gpu-node-3'").fetchone() == (0,)
+    assert ing.con.execute("SELECT next_offset FROM ingest_offsets").fetchall() == [(8,)]
+    assert ing.metrics.dead_letters._value.get() == 5
+    assert ing.samples_written == 3 * 3 * 3  # three good messages of 3 Ticks x (1 GPU + 2 slices)
 
 
 def _assigned(log: Path) -> list[int] | None:
