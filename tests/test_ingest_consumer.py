@@ -1,0 +1,171 @@
+"""The ingest consumer against the real Tansu broker: exactly once across SIGKILLs,
+dead letters, consumer-group sharing, snapshot and metrics."""
+from __future__ import annotations
+
+import random
+import signal
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from ingest import store
+from ingest.consumer import IngestConfig, Ingestor
+from ingest_helpers import SLICEMETER, create_topic, produce_chunks, produce_raw
+from slicemeter.tick import encode_tables
+from synth_ticks import SynthNode, fleet, messages, node_tables
+
+REPO = Path(__file__).resolve().parent.parent
+START = 1_800_000_000_000
+pytestmark = pytest.mark.broker
+
+
+def _plain(table: pa.Table) -> pa.Table:
+    return pa.table({n: pc.dictionary_decode(c) if pa.types.is_dictionary(c.type) else c
+                     for n, c in zip(table.column_names, table.columns)})
+
+
+def expected_checksum(chunks) -> tuple[int, int]:
+    """Count and checksum of the produced samples, by the same SQL the store is checked with."""
+    con = duckdb.connect()
+    raw_gpu = pa.concat_tables([_plain(g) for _, g, _ in chunks])  # noqa: F841 (scanned by DuckDB)
+    raw_slice = pa.concat_tables([_plain(s) for _, _, s in chunks])  # noqa: F841
+    con.execute("CREATE TABLE raw_gpu AS SELECT * FROM raw_gpu")
+    con.execute("CREATE TABLE raw_slice AS SELECT * FROM raw_slice")
+    return con.execute(store.sql_text("queries/sample_checksum.sql")).fetchone()
+
+
+def stored_checksum(db: Path) -> tuple[int, int]:
+    con = store.connect(db, read_only=True)
+    try:
+        return con.execute(store.sql_text("queries/sample_checksum.sql")).fetchone()
+    finally:
+        con.close()
+
+
+def ingest_cmd(bootstrap: str, db: Path, *extra: str) -> list[str]:
+    return [*SLICEMETER, "ingest", "--kafka", bootstrap, "--db", str(db), *extra]
+
+
+def _wait_for_line(proc: subprocess.Popen, log: Path, text: str, count: int, deadline_s: float = 60) -> bool:
+    """Poll the child's log until `text` appeared `count` times; False if the child exited."""
+    deadline = time.monotonic() + deadline_s
+    while log.read_text().count(text) < count:
+        assert time.monotonic() < deadline, f"no {text!r} x{count} in {deadline_s} s:\n{log.read_text()[-2000:]}"
+        try:
+            proc.wait(timeout=0.05)
+            return False
+        except subprocess.TimeoutExpired:
+            pass
+    return True
+
+
+def test_sigkill_at_random_moments_loses_and_duplicates_nothing(broker, tmp_path):
+    create_topic(broker.bootstrap, partitions=4)
+    chunks = list(messages(fleet(40, ["https://acme:6443", "https://beta:6443"]), START, 1250, 125))
+    _, produced = produce_chunks(broker.bootstrap, chunks)
+    assert produced == 1_000_000
+    want = expected_checksum(chunks)
+    db = tmp_path / "crash.duckdb"
+    cmd = ingest_cmd(broker.bootstrap, db, "--group", "", "--until-idle", "5",
+                     "--batch-samples", "25000", "--batch-max-seconds", "0.5")
+    rng = random.Random(20261129)
+    kills, progress = 0, []
+    for i in range(10):
+        log = tmp_path / f"run{i}.log"
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+        # a random moment while batches are being stored: after 1-2 stored batches, plus
+        # up to 0.6 s (mid-fetch, mid-decode or mid-transaction)
+        if _wait_for_line(proc, log, "stored batch", rng.randint(1, 2)):
+            try:
+                proc.wait(timeout=rng.uniform(0.0, 0.6))
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+                kills += 1
+        progress.append(stored_checksum(db)[0])
+    assert kills >= 8, f"only {kills} runs were killed mid-ingest; progress {progress}"
+    assert 0 < progress[0] < produced and progress == sorted(progress)
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert stored_checksum(db) == want
+
+
+def _msg(node: str, ticks: int = 3, start: int = START) -> bytes:
+    g, s = node_tables(SynthNode(node, "https://acme:6443", gpus=1, slices_per_gpu=2), start + 10_000 * np.arange(ticks))
+    return encode_tables(g, s)
+
+
+def test_malformed_and_wrong_version_go_to_dead_letters(broker, tmp_path):
+    create_topic(broker.bootstrap, partitions=1)
+    good = _msg("gpu-node-1")
+    wrong_major = good[:4] + struct.pack("<HH", 2, 0) + good[8:]
+    produce_raw(broker.bootstrap, [
+        (b"gpu-node-1", good), (b"x", b"not a tick at all"), (b"gpu-node-1", wrong_major),
+        (b"gpu-node-1", good[:-10]), (b"gpu-node-1", None), (b"gpu-node-2", _msg("gpu-node-2")),
+        # decodes fine, but no store can bucket a timestamp 146 million years out
+        (b"gpu-node-3", _msg("gpu-node-3", start=2**62)), (b"gpu-node-4", _msg("gpu-node-4")),
+    ])
+    ing = Ingestor(IngestConfig(bootstrap=broker.bootstrap, db=tmp_path / "dl.duckdb", group=None, until_idle_s=5))
+    ing.run()
+    rows = ing.con.execute('SELECT "offset", error, payload IS NOT NULL FROM dead_letters ORDER BY "offset"').fetchall()
+    assert [r[0] for r in rows] == [1, 2, 3, 4, 6]
+    assert "bad magic" in rows[0][1]
+    assert "major version 2" in rows[1][1]
+    assert "truncated" in rows[2][1] or "malformed" in rows[2][1]
+    assert "empty message" in rows[3][1]
+    assert "rejected by the store" in rows[4][1]
+    nodes = ing.con.execute("SELECT DISTINCT node FROM raw_slice ORDER BY node").fetchall()
+    assert nodes == [("gpu-node-1",), ("gpu-node-2",), ("gpu-node-4",)]  # the rest flowed
+    assert ing.con.execute("SELECT count(*) FROM slice_hour WHERE node = 'gpu-node-3'").fetchone() == (0,)
+    assert ing.con.execute("SELECT next_offset FROM ingest_offsets").fetchall() == [(8,)]
+    assert ing.metrics.dead_letters._value.get() == 5
+    assert ing.samples_written == 3 * 3 * 3  # three good messages of 3 Ticks x (1 GPU + 2 slices)
+
+
+def _assigned(log: Path) -> list[int] | None:
+    text = log.read_text() if log.exists() else ""
+    lines = [ln for ln in text.splitlines() if "assigned partitions" in ln]
+    if not lines:
+        return None
+    inside = lines[-1].split("assigned partitions [", 1)[1].split("]", 1)[0]
+    return [int(x) for x in inside.split(",") if x.strip()]
+
+
+def test_two_consumers_in_one_group_share_partitions(broker, tmp_path):
+    create_topic(broker.bootstrap, partitions=4)
+    procs, logs, dbs = [], [], []
+    for i in range(2):
+        dbs.append(tmp_path / f"worker{i}.duckdb")
+        logs.append(tmp_path / f"worker{i}.log")
+        procs.append(subprocess.Popen(
+            ingest_cmd(broker.bootstrap, dbs[i], "--group", "shared", "--until-idle", "20",
+                       "--session-timeout-ms", "6000"),
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(logs[i], "w")))
+    try:
+        deadline = time.monotonic() + 40
+        while True:  # both members joined and the group settled on a split
+            a, b = _assigned(logs[0]), _assigned(logs[1])
+            if a and b and sorted(a + b) == [0, 1, 2, 3]:
+                break
+            assert time.monotonic() < deadline, f"no split: {a} {b}"
+            procs[0].wait(timeout=0.2) if procs[0].poll() is None else None
+    except subprocess.TimeoutExpired:
+        pass
+    chunks = list(messages(fleet(16, ["https://acme:6443"]), START, 40, 20))
+    _, produced = produce_chunks(broker.bootstrap, chunks)
+    for p in procs:
+        assert p.wait(timeout=60) == 0
+    got = [stored_checksum(db) for db in dbs]
+    parts = [set(r[0] for r in duckdb.connect(str(db), read_only=True).execute(
+        'SELECT "partition" FROM ingest_offsets').fetchall()) for db in dbs]
+    assert parts[0] and parts[1] and not parts[0] & parts[1]
+    assert got[0][0] > 0 and got[1][0] > 0
+    want = expected_checksum(chunks)
+    assert (got[0][0] + got[1][0], got[0][1] + got[1][1]) == want
