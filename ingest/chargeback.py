@@ -132,12 +132,13 @@ def month_lines(con, month_start: date, src_asof: date | None, catalog: PriceCat
     and the per-GPU aggregates."""
     m_end = parse_month(month_str(month_start))[1]
     _register_prices(con, catalog, month_start, m_end, src_asof)
-    con.execute("DELETE FROM cb_calc_t")
-    con.execute("INSERT INTO cb_calc_t BY NAME SELECT * FROM cb_calc(?, ?, ?, ?, ?)",
+    con.execute("DELETE FROM cb_detail_t")
+    con.execute("INSERT INTO cb_detail_t BY NAME SELECT * FROM cb_detail(?, ?, ?, ?, ?)",
                 [month_start, m_end, src_asof, share, basis])
-    slices = _fetch_dicts(con.execute("SELECT * FROM cb_detail_agg()"))
+    slices = _fetch_dicts(con.execute(
+        "SELECT * EXCLUDE (slice_hours) FROM cb_detail_t ORDER BY tenant, namespace, pod, pod_uid, container, gpu_uuid"))
     gpus = _fetch_dicts(con.execute("SELECT * FROM cb_gpu_agg(?, ?, ?)", [month_start, m_end, src_asof]))
-    con.execute("DELETE FROM cb_calc_t")
+    con.execute("DELETE FROM cb_detail_t")
     for s in slices:
         s["idle_u"] = 0
         for c in ("alloc_u", "used_u", "billed_u", "charge_raw", "waste_raw", "energy_mj"):
@@ -167,7 +168,7 @@ def next_open_month(after: date, closed: set[date]) -> date:
     return d
 
 
-def _latest_asof(con, data_month: date, before: date) -> date | None:
+def _latest_asof_before(con, data_month: date, before: date) -> date | None:
     row = con.execute(
         "SELECT max(as_of) FROM frozen_gpu_hour WHERE data_month = ? AND as_of < ?", [data_month, before]
     ).fetchone()
@@ -282,7 +283,7 @@ def compute_bill(con, month: str, basis: str = "allocation", idle: str = "platfo
             if next_open_month(c_month, set(closed)) != m_start:
                 continue
             new_src = None
-        old_src = _latest_asof(con, c_month, m_start)
+        old_src = _latest_asof_before(con, c_month, m_start)
         c_catalog = parse_prices_text(closed[c_month], f"closed month {month_str(c_month)} prices")
         new, _ = month_lines(con, c_month, new_src, c_catalog, basis, idle, share)
         old, _ = month_lines(con, c_month, old_src, c_catalog, basis, idle, share)

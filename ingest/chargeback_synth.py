@@ -6,14 +6,10 @@ and exports can be exercised at any fleet size without the simulator or Kafka.
 from __future__ import annotations
 
 from ingest.chargeback import parse_month
-from ingest.store import sql_text
+from ingest.sql_script import execute_script
 
 
 def synthesize_month(con, month: str, gpus: int, tenants: int = 4, seed: int = 0) -> None:
     m_start, m_end = parse_month(month)
-    params = {"m_start": m_start, "m_end": m_end, "gpus": int(gpus), "tenants": int(tenants), "seed": int(seed)}
-    for stmt in sql_text("queries/100_synth_month.sql").split(";\n"):
-        body = "\n".join(ln for ln in stmt.splitlines() if not ln.lstrip().startswith("--")).strip()
-        if body:
-            used = {k: v for k, v in params.items() if f"${k}" in body}
-            con.execute(body, used)
+    execute_script(con, "queries/100_synth_month.sql",
+                   {"m_start": m_start, "m_end": m_end, "gpus": int(gpus), "tenants": int(tenants), "seed": int(seed)})

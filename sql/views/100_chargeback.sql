@@ -12,11 +12,11 @@
 -- Working tables the caller fills per computation (TEMP: per connection, also on
 -- read-only connections). Declared here because macros bind their tables when created.
 CREATE TEMP TABLE IF NOT EXISTS cb_price (cluster VARCHAR, node VARCHAR, model VARCHAR, price_micro BIGINT);
-CREATE TEMP TABLE IF NOT EXISTS cb_calc_t (
+CREATE TEMP TABLE IF NOT EXISTS cb_detail_t (
     tenant VARCHAR, namespace VARCHAR, pod VARCHAR, pod_uid VARCHAR, container VARCHAR,
-    hami_nvml_disagree_s DOUBLE, hour TIMESTAMP, cluster VARCHAR, node VARCHAR, gpu_uuid VARCHAR,
-    model VARCHAR, price_micro BIGINT, cap_u BIGINT, energy_mj BIGINT, a_u BIGINT, u_u BIGINT,
-    b_u BIGINT, busy DOUBLE, charge_raw HUGEINT, waste_raw HUGEINT, energy_mj_slice BIGINT
+    cluster VARCHAR, node VARCHAR, gpu_uuid VARCHAR, model VARCHAR, price_micro BIGINT,
+    alloc_u HUGEINT, used_u HUGEINT, billed_u HUGEINT, charge_raw HUGEINT, waste_raw HUGEINT,
+    energy_mj HUGEINT, slice_hours BIGINT
 );
 
 -- GPU-hours of the month, live or frozen.
@@ -94,19 +94,18 @@ SELECT *,
             ELSE 0 END::BIGINT AS energy_mj_slice
 FROM scaled;
 
--- Per slice and month (reads TEMP TABLE cb_calc_t = cb_calc(...) materialised by the caller).
-CREATE OR REPLACE TEMP MACRO cb_detail_agg() AS TABLE
+-- Per slice and month: the bill's detail lines before the idle policy.
+CREATE OR REPLACE TEMP MACRO cb_detail(m_start, m_end, src_asof, share_kind, basis) AS TABLE
 SELECT tenant, coalesce(namespace, '') AS namespace, coalesce(pod, '') AS pod, pod_uid, container,
        cluster, node, gpu_uuid, coalesce(model, '') AS model, any_value(price_micro) AS price_micro,
        sum(a_u)::HUGEINT AS alloc_u, sum(u_u)::HUGEINT AS used_u, sum(b_u)::HUGEINT AS billed_u,
        sum(charge_raw)::HUGEINT AS charge_raw, sum(waste_raw)::HUGEINT AS waste_raw,
-       sum(energy_mj_slice)::HUGEINT AS energy_mj, 
-       count(*) AS slice_hours
-FROM cb_calc_t
-GROUP BY ALL
-ORDER BY tenant, namespace, pod, pod_uid, container, gpu_uuid;
+       sum(energy_mj_slice)::HUGEINT AS energy_mj, count(*) AS slice_hours
+FROM cb_calc(m_start, m_end, src_asof, share_kind, basis)
+GROUP BY ALL;
 
 -- Per GPU and month: capacity, cost, what the slices paid, idle (capacity nobody paid for).
+-- Reads TEMP TABLE cb_detail_t, which the caller fills from cb_detail(...) first.
 CREATE OR REPLACE TEMP MACRO cb_gpu_agg(m_start, m_end, src_asof) AS TABLE
 WITH g AS (
     SELECT cluster, node, gpu_uuid, coalesce(model, '') AS model, any_value(price_micro) AS price_micro,
@@ -115,9 +114,9 @@ WITH g AS (
     FROM cb_gpu_calc(m_start, m_end, src_asof)
     GROUP BY ALL
 ), c AS (
-    SELECT gpu_uuid, sum(charge_raw)::HUGEINT AS charged_raw, sum(b_u)::HUGEINT AS billed_u,
-           sum(energy_mj_slice)::HUGEINT AS energy_mj_slices
-    FROM cb_calc_t GROUP BY gpu_uuid
+    SELECT gpu_uuid, sum(charge_raw)::HUGEINT AS charged_raw, sum(billed_u)::HUGEINT AS billed_u,
+           sum(energy_mj)::HUGEINT AS energy_mj_slices
+    FROM cb_detail_t GROUP BY gpu_uuid
 )
 SELECT g.*, coalesce(c.charged_raw, 0)::HUGEINT AS charged_raw,
        (g.cost_raw - coalesce(c.charged_raw, 0))::HUGEINT AS idle_raw,
@@ -136,3 +135,15 @@ SELECT cluster, node, gpu_uuid, coalesce(any_value(model), '') AS model,
 FROM cb_gpu_src(m_start, m_end, src_asof)
 GROUP BY cluster, node, gpu_uuid
 ORDER BY cluster, node, gpu_uuid;
+
+-- Fingerprint of a month's billing inputs (live when src_asof is NULL, else a frozen
+-- copy): equal fingerprints = nothing new to correct. Order-independent (a sum of hashes).
+CREATE OR REPLACE TEMP MACRO cb_fingerprint(m_start, m_end, src_asof) AS TABLE
+SELECT (SELECT count(*) FROM cb_gpu_src(m_start, m_end, src_asof)) AS gpu_rows,
+       (SELECT coalesce(sum(hash(hour, cluster, node, gpu_uuid, model, metered_s, energy_joules)::HUGEINT), 0)
+          FROM cb_gpu_src(m_start, m_end, src_asof)) AS gpu_hash,
+       (SELECT count(*) FROM cb_slice_src(m_start, m_end, src_asof)) AS slice_rows,
+       (SELECT coalesce(sum(hash(tenant, hour, cluster, node, gpu_uuid, namespace, pod, pod_uid, container,
+                                 whole_gpu, metered_s, alloc_mem_share_s, alloc_cores_share_s,
+                                 alloc_dominant_share_s, usage_share_s, hami_nvml_disagree_s)::HUGEINT), 0)
+          FROM cb_slice_src(m_start, m_end, src_asof)) AS slice_hash;
