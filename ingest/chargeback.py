@@ -210,8 +210,9 @@ _DETAIL_ORDER = ["charge_class", "charge_period", "kind", "tenant", "namespace",
 
 def _finish(lines: list[dict], catalog: PriceCatalog, group: list[str] | None) -> pd.DataFrame:
     """Round raw lines (optionally grouped) into a DataFrame with Decimal money columns.
-    Every money column is rounded by largest remainder over all rows, so each column adds
-    up to its rounded total; idle_share is cost - charge so each row is consistent."""
+    cost, idle_share and waste are each rounded by largest remainder over all rows, so each
+    column adds up to its rounded total; charge = cost - idle_share keeps every row consistent
+    (for idle lines charge is the idle kept by the platform)."""
     if group is not None:
         acc: dict[tuple, dict] = {}
         for ln in lines:
@@ -222,10 +223,11 @@ def _finish(lines: list[dict], catalog: PriceCatalog, group: list[str] | None) -
         lines = list(acc.values())
     lines = sorted(lines, key=lambda ln: tuple(ln.get(c, "") for c in _DETAIL_ORDER if c in ln))
     cost = money.raw_to_cents([ln["cost_raw"] for ln in lines])
-    charge = money.raw_to_cents([ln["charge_raw"] for ln in lines])
+    # idle lines carry idle in cost_raw but no charge: their idle_share is theirs, not shared
+    shared = money.raw_to_cents([ln["cost_raw"] - ln["charge_raw"] if ln["kind"] == "usage" else 0 for ln in lines])
     waste = money.raw_to_cents([ln["waste_raw"] for ln in lines])
     rows = []
-    for ln, c, ch, w in zip(lines, cost, charge, waste):
+    for ln, c, sh, w in zip(lines, cost, shared, waste):
         kwh = _kwh(ln["energy_mj"])
         row = {k: ln[k] for k in (group or _DETAIL_ORDER) if k in ln}
         if group is None and "price_micro" in ln:
@@ -235,7 +237,7 @@ def _finish(lines: list[dict], catalog: PriceCatalog, group: list[str] | None) -
             "gpu_hours_used": money.micro_share_to_hours(ln["used_u"]),
             "gpu_hours_billed": money.micro_share_to_hours(ln["billed_u"]),
             "gpu_hours_idle": money.micro_share_to_hours(ln["idle_u"]),
-            "charge": ch, "idle_share": c - ch, "cost": c, "waste": w,
+            "charge": c - sh, "idle_share": sh, "cost": c, "waste": w,
             "kwh": kwh,
             "energy_cost": (kwh * catalog.price_per_kwh).quantize(money.CENT, rounding=ROUND_HALF_UP),
             "gco2e": (kwh * catalog.carbon_g_per_kwh).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP),
