@@ -58,34 +58,41 @@ JOIN cb_price p ON p.cluster = g.cluster AND p.node = g.node AND p.model IS NOT 
 -- Shares become integer micro-GPU-seconds first, so totals and the scaling (integer floor
 -- division) are exact and independent of the order DuckDB sums in: the same database
 -- always gives the same bill, and the shares on a GPU-hour never add above its capacity.
+-- GPU-hours are joined on one integer key (hour number x 2^22 + a dense GPU id): string
+-- keys made the big joins several times slower at fleet scale (bench/bench_export.py).
 CREATE OR REPLACE TEMP MACRO cb_calc(m_start, m_end, src_asof, share_kind, basis) AS TABLE
-WITH s AS (
-    SELECT tenant, hour, gpu_uuid, namespace, pod, pod_uid, container, hami_nvml_disagree_s,
-           round(greatest(CASE share_kind WHEN 'memory' THEN alloc_mem_share_s
-                                          WHEN 'cores'  THEN alloc_cores_share_s
-                                          ELSE alloc_dominant_share_s END, 0) * 1e6)::BIGINT AS a_i,
-           round(greatest(usage_share_s, 0) * 1e6)::BIGINT AS u_i
-    FROM cb_slice_src(m_start, m_end, src_asof)
+WITH ids AS (
+    SELECT gpu_uuid, row_number() OVER (ORDER BY gpu_uuid)::BIGINT AS gid
+    FROM (SELECT DISTINCT gpu_uuid FROM cb_gpu_src(m_start, m_end, src_asof))
+), g AS (
+    SELECT (epoch_ms(c.hour) // 3600000) * 4194304 + ids.gid AS k, ids.gid, c.price_micro, c.cap_u, c.energy_mj
+    FROM cb_gpu_calc(m_start, m_end, src_asof) c JOIN ids USING (gpu_uuid)
+), s AS (
+    SELECT (epoch_ms(x.hour) // 3600000) * 4194304 + ids.gid AS k, ids.gid,
+           x.tenant, x.namespace, x.pod, x.pod_uid, x.container,
+           round(greatest(CASE share_kind WHEN 'memory' THEN x.alloc_mem_share_s
+                                          WHEN 'cores'  THEN x.alloc_cores_share_s
+                                          ELSE x.alloc_dominant_share_s END, 0) * 1e6)::BIGINT AS a_i,
+           round(greatest(x.usage_share_s, 0) * 1e6)::BIGINT AS u_i
+    FROM cb_slice_src(m_start, m_end, src_asof) x JOIN ids USING (gpu_uuid)
 ), b AS (
     SELECT *, CASE basis WHEN 'usage' THEN u_i WHEN 'max' THEN greatest(a_i, u_i) ELSE a_i END AS b_i
     FROM s
 ), tot AS (
-    SELECT hour, gpu_uuid, sum(a_i)::HUGEINT AS a_tot, sum(u_i)::HUGEINT AS u_tot, sum(b_i)::HUGEINT AS b_tot
-    FROM b GROUP BY hour, gpu_uuid
+    SELECT k, sum(a_i)::HUGEINT AS a_tot, sum(u_i)::HUGEINT AS u_tot, sum(b_i)::HUGEINT AS b_tot
+    FROM b GROUP BY k
+), gt AS (
+    SELECT g.*, tot.a_tot, tot.u_tot, tot.b_tot FROM g JOIN tot USING (k)
 ), scaled AS (
-    SELECT b.tenant, b.namespace, b.pod, b.pod_uid, b.container, b.hami_nvml_disagree_s,
-           g.hour, g.cluster, g.node, g.gpu_uuid, g.model, g.price_micro, g.cap_u, g.energy_mj,
-           (CASE WHEN t.a_tot > g.cap_u THEN (b.a_i::HUGEINT * g.cap_u) // t.a_tot ELSE b.a_i END)::BIGINT AS a_u,
-           (CASE WHEN t.u_tot > g.cap_u THEN (b.u_i::HUGEINT * g.cap_u) // t.u_tot ELSE b.u_i END)::BIGINT AS u_u,
-           (CASE WHEN t.b_tot > g.cap_u THEN (b.b_i::HUGEINT * g.cap_u) // t.b_tot ELSE b.b_i END)::BIGINT AS b_u,
-           CASE WHEN g.cap_u > 0 THEN least(1.0, t.u_tot::DOUBLE / g.cap_u) ELSE 0 END AS busy
-    FROM b
-    JOIN tot t ON t.hour = b.hour AND t.gpu_uuid = b.gpu_uuid
-    JOIN cb_gpu_calc(m_start, m_end, src_asof) g ON g.hour = b.hour AND g.gpu_uuid = b.gpu_uuid
+    SELECT b.gid, b.tenant, b.namespace, b.pod, b.pod_uid, b.container, gt.price_micro, gt.cap_u, gt.energy_mj,
+           (CASE WHEN gt.a_tot > gt.cap_u THEN (b.a_i::HUGEINT * gt.cap_u) // gt.a_tot ELSE b.a_i END)::BIGINT AS a_u,
+           (CASE WHEN gt.u_tot > gt.cap_u THEN (b.u_i::HUGEINT * gt.cap_u) // gt.u_tot ELSE b.u_i END)::BIGINT AS u_u,
+           (CASE WHEN gt.b_tot > gt.cap_u THEN (b.b_i::HUGEINT * gt.cap_u) // gt.b_tot ELSE b.b_i END)::BIGINT AS b_u,
+           CASE WHEN gt.cap_u > 0 THEN least(1.0, gt.u_tot::DOUBLE / gt.cap_u) ELSE 0 END AS busy
+    FROM b JOIN gt USING (k)
 )
 SELECT *,
-       price_micro::HUGEINT * b_u AS charge_raw,
-       price_micro::HUGEINT * greatest(a_u - u_u, 0) AS waste_raw,
+       greatest(a_u - u_u, 0) AS waste_u,
        -- energy: the busy part of the hour's energy by usage share, the idle part by
        -- allocation share; what no slice holds stays with the platform. Integer mJ per
        -- row so that sums are exact.
@@ -94,15 +101,35 @@ SELECT *,
             ELSE 0 END::BIGINT AS energy_mj_slice
 FROM scaled;
 
--- Per slice and month: the bill's detail lines before the idle policy.
+-- Per slice and month: the bill's detail lines before the idle policy. A GPU's cluster,
+-- node and model come from its GPU-hours (the smallest if it moved; charges are per hour
+-- at that hour's price either way).
 CREATE OR REPLACE TEMP MACRO cb_detail(m_start, m_end, src_asof, share_kind, basis) AS TABLE
-SELECT tenant, coalesce(namespace, '') AS namespace, coalesce(pod, '') AS pod, pod_uid, container,
-       cluster, node, gpu_uuid, coalesce(model, '') AS model, any_value(price_micro) AS price_micro,
-       sum(a_u)::HUGEINT AS alloc_u, sum(u_u)::HUGEINT AS used_u, sum(b_u)::HUGEINT AS billed_u,
-       sum(charge_raw)::HUGEINT AS charge_raw, sum(waste_raw)::HUGEINT AS waste_raw,
-       sum(energy_mj_slice)::HUGEINT AS energy_mj, count(*) AS slice_hours
-FROM cb_calc(m_start, m_end, src_asof, share_kind, basis)
-GROUP BY ALL;
+WITH d1 AS (
+    -- integer sums per price first; charges (price x share) are multiplied out on the
+    -- aggregated rows, not on every slice-hour
+    SELECT gid, tenant, namespace, pod, pod_uid, container, price_micro,
+           sum(a_u) AS alloc_u, sum(u_u) AS used_u, sum(b_u) AS billed_u, sum(waste_u) AS waste_u,
+           sum(energy_mj_slice) AS energy_mj, count(*) AS slice_hours
+    FROM cb_calc(m_start, m_end, src_asof, share_kind, basis)
+    GROUP BY gid, tenant, namespace, pod, pod_uid, container, price_micro
+), d AS (
+    SELECT gid, tenant, namespace, pod, pod_uid, container, max(price_micro) AS price_micro,
+           sum(alloc_u)::HUGEINT AS alloc_u, sum(used_u)::HUGEINT AS used_u, sum(billed_u)::HUGEINT AS billed_u,
+           sum(price_micro::HUGEINT * billed_u)::HUGEINT AS charge_raw,
+           sum(price_micro::HUGEINT * waste_u)::HUGEINT AS waste_raw,
+           sum(energy_mj)::HUGEINT AS energy_mj, sum(slice_hours)::BIGINT AS slice_hours
+    FROM d1
+    GROUP BY gid, tenant, namespace, pod, pod_uid, container
+), ids AS (
+    SELECT row_number() OVER (ORDER BY gpu_uuid)::BIGINT AS gid, gpu_uuid, cluster, node, model
+    FROM (SELECT gpu_uuid, min(cluster) AS cluster, min(node) AS node, min(model) AS model
+          FROM cb_gpu_src(m_start, m_end, src_asof) GROUP BY gpu_uuid)
+)
+SELECT d.tenant, coalesce(d.namespace, '') AS namespace, coalesce(d.pod, '') AS pod, d.pod_uid, d.container,
+       ids.cluster, ids.node, ids.gpu_uuid, coalesce(ids.model, '') AS model, d.price_micro,
+       d.alloc_u, d.used_u, d.billed_u, d.charge_raw, d.waste_raw, d.energy_mj, d.slice_hours
+FROM d JOIN ids USING (gid);
 
 -- Per GPU and month: capacity, cost, what the slices paid, idle (capacity nobody paid for).
 -- Reads TEMP TABLE cb_detail_t, which the caller fills from cb_detail(...) first.
