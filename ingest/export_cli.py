@@ -5,6 +5,8 @@ import argparse
 import sys
 from pathlib import Path
 
+import duckdb
+
 from ingest.chargeback import BASES, IDLE_POLICIES, SHARES, check_options, compute_bill, parse_month
 from ingest.exports import check_tenant, write_exports
 from ingest.prices import DEFAULT_PRICES, load_prices
@@ -23,6 +25,19 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prices", default=str(DEFAULT_PRICES), help="price catalog YAML (default examples/prices.yaml)")
 
 
+def _open(db: str):
+    """Read-only (a snapshot, or a file ingest is writing); read-write only for a file that
+    predates chargeback's migrations. The export itself writes only TEMP tables."""
+    try:
+        con = connect(db, read_only=True)
+    except duckdb.CatalogException:
+        return connect(db)
+    if con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'closed_months'").fetchone()[0]:
+        return con
+    con.close()
+    return connect(db)
+
+
 def run(args: argparse.Namespace) -> int:
     parse_month(args.month)
     check_options(args.basis, args.idle, args.share)
@@ -30,9 +45,7 @@ def run(args: argparse.Namespace) -> int:
     catalog = load_prices(args.prices)
     if not Path(args.db).exists():
         raise ConfigError(f"--db: no such database file: {args.db}")
-    # Read-write so that chargeback's migrations exist on an older file; the export
-    # itself writes only TEMP tables.
-    con = connect(args.db)
+    con = _open(args.db)
     try:
         bill = compute_bill(con, args.month, args.basis, args.idle, args.share, catalog, args.tenant)
         paths = write_exports(con, bill, args.out, args.tenant)
