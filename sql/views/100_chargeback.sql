@@ -67,7 +67,7 @@ WITH ids AS (
 ), g AS (
     SELECT (epoch_ms(c.hour) // 3600000) * 4194304 + ids.gid AS k, ids.gid, c.price_micro, c.cap_u, c.energy_mj
     FROM cb_gpu_calc(m_start, m_end, src_asof) c JOIN ids USING (gpu_uuid)
-), s AS (
+), s AS NOT MATERIALIZED (
     SELECT (epoch_ms(x.hour) // 3600000) * 4194304 + ids.gid AS k, ids.gid,
            x.tenant, x.namespace, x.pod, x.pod_uid, x.container,
            round(greatest(CASE share_kind WHEN 'memory' THEN x.alloc_mem_share_s
@@ -75,7 +75,7 @@ WITH ids AS (
                                           ELSE x.alloc_dominant_share_s END, 0) * 1e6)::BIGINT AS a_i,
            round(greatest(x.usage_share_s, 0) * 1e6)::BIGINT AS u_i
     FROM cb_slice_src(m_start, m_end, src_asof) x JOIN ids USING (gpu_uuid)
-), b AS (
+), b AS NOT MATERIALIZED (
     SELECT *, CASE basis WHEN 'usage' THEN u_i WHEN 'max' THEN greatest(a_i, u_i) ELSE a_i END AS b_i
     FROM s
 ), tot AS (
