@@ -67,13 +67,11 @@ def apply_idle(slice_lines: list[dict], gpu_lines: list[dict], idle: str) -> lis
     no charges at all it stays on the platform lines."""
     lines = [dict(s, kind="usage", cost_raw=s["charge_raw"], idle_u=0) for s in slice_lines]
     idle_total = sum(g["idle_raw"] for g in gpu_lines)
-    parts = split_idle = []
+    parts = []
     if idle == "shared" and idle_total:
-        split_idle = money.split_proportional(idle_total, [ln["charge_raw"] for ln in lines])
-    if split_idle:
-        for ln, part in zip(lines, split_idle):
+        parts = money.split_proportional(idle_total, [ln["charge_raw"] for ln in lines])
+        for ln, part in zip(lines, parts):
             ln["cost_raw"] += part
-        parts = split_idle
     for g in gpu_lines:
         lines.append({
             "kind": "idle", "tenant": PLATFORM_TENANT, "namespace": IDLE_NAMESPACE, "pod": "",
