@@ -152,13 +152,6 @@ def closed_months(con) -> dict[date, str]:
     return {r[0]: r[1] for r in con.execute("SELECT month, prices_yaml FROM closed_months ORDER BY month").fetchall()}
 
 
-def _months_with_data(con) -> list[date]:
-    rows = con.execute(
-        "SELECT DISTINCT date_trunc('month', hour)::DATE FROM gpu_hour ORDER BY 1"
-    ).fetchall()
-    return [r[0] for r in rows]
-
-
 def next_open_month(after: date, closed: set[date]) -> date:
     d = parse_month(month_str(after))[1]
     while d in closed:
