@@ -199,3 +199,18 @@ def test_focus_files_pass_the_focus_validator(tmp_path):
         proc = subprocess.run([str(FOCUS_VALIDATE), str(out / name)], capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert " 0 failed" in proc.stdout
+
+
+def test_catalog_change_after_close_moves_money_by_correction_only(tmp_path):
+    db = tmp_path / "c.duckdb"
+    hand_month(db)
+    assert main(["close", "--db", str(db), "--month", "2026-10"]) == 0
+    assert export(db, tmp_path / "oct1", "2026-10") == 0
+    con = connect(db)   # acme's namespace "ml" is now billed to globex
+    con.execute("INSERT INTO tenant_namespace_overrides VALUES (?, 'ml', 'globex')", [ACME])
+    con.close()
+    assert export(db, tmp_path / "oct2", "2026-10") == 0
+    assert files(tmp_path / "oct2") == files(tmp_path / "oct1")
+    inv = read_csv(tmp_path / "nov" / "invoice-2026-11.csv") if export(db, tmp_path / "nov", "2026-11") == 0 else []
+    corr = {r["tenant"]: Decimal(r["cost"]) for r in inv if r["charge_class"] == "Correction"}
+    assert corr == {"acme": Decimal("-3.60"), "globex": Decimal("3.60")}
