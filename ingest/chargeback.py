@@ -1,0 +1,304 @@
+"""Chargeback: a month's GPU cost split into tenant charges, idle and corrections.
+
+Definitions (ARCHITECTURE.md "Chargeback semantics", docs/chargeback.md): per GPU-hour,
+each slice pays price x its share-hours on the chosen basis, shares scaled so that a
+GPU-hour is never billed above its metered time; what nobody paid for is idle, kept on a
+platform line or shared to tenants in proportion to their charges. The SQL macros in
+sql/views/100_chargeback.sql produce exact integer raw amounts (ingest/money.py); this
+module applies the idle policy, closed-month corrections and the cent rounding.
+
+`chargeback(con, month, ...)` is the API the exports and the dashboard use.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import date
+from decimal import ROUND_HALF_UP, Decimal
+
+import pandas as pd
+import pyarrow as pa
+
+from ingest import money
+from ingest.prices import DEFAULT_PRICES, PriceCatalog, load_prices, parse_prices_text
+from slicemeter.cli import ConfigError
+
+BASES = ("allocation", "usage", "max")
+IDLE_POLICIES = ("platform", "shared")
+SHARES = ("dominant", "memory", "cores")
+PLATFORM_TENANT = "platform"
+IDLE_NAMESPACE = "(idle)"        # not a valid Kubernetes namespace, so never a real one
+_MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
+
+# Raw line fields that are summed and differenced (all exact ints).
+_SUMS = ("cost_raw", "charge_raw", "waste_raw", "alloc_u", "used_u", "billed_u", "idle_u", "energy_mj")
+# A line's identity inside a month.
+_KEY = ("kind", "tenant", "namespace", "pod", "pod_uid", "container", "cluster", "node", "gpu_uuid", "model")
+
+
+def parse_month(month: str) -> tuple[date, date]:
+    """'2026-11' -> (2026-11-01, 2026-12-01); ConfigError naming --month otherwise."""
+    m = _MONTH.match(str(month))
+    if not m:
+        raise ConfigError(f"--month: expected YYYY-MM, got {month!r}")
+    y, mo = int(m.group(1)), int(m.group(2))
+    return date(y, mo, 1), date(y + (mo == 12), mo % 12 + 1, 1)
+
+
+def month_str(d: date) -> str:
+    return f"{d.year:04d}-{d.month:02d}"
+
+
+def check_options(basis: str, idle: str, share: str) -> None:
+    if basis not in BASES:
+        raise ConfigError(f"--basis: expected one of {', '.join(BASES)}, got {basis!r}")
+    if idle not in IDLE_POLICIES:
+        raise ConfigError(f"--idle: expected one of {', '.join(IDLE_POLICIES)}, got {idle!r}")
+    if share not in SHARES:
+        raise ConfigError(f"--share: expected one of {', '.join(SHARES)}, got {share!r}")
+
+
+# ---------------------------------------------------------------- pure money steps
+
+def apply_idle(slice_lines: list[dict], gpu_lines: list[dict], idle: str) -> list[dict]:
+    """Raw month lines from slice and GPU aggregates under an idle policy (pure).
+    platform: each GPU's idle is a platform line. shared: the month's idle is split over
+    the slice lines in proportion to their charges (exactly, by largest remainder); with
+    no charges at all it stays on the platform lines."""
+    lines = [dict(s, kind="usage", cost_raw=s["charge_raw"], idle_u=0) for s in slice_lines]
+    idle_total = sum(g["idle_raw"] for g in gpu_lines)
+    parts = []
+    if idle == "shared" and idle_total:
+        parts = money.split_proportional(idle_total, [ln["charge_raw"] for ln in lines])
+        for ln, part in zip(lines, parts):
+            ln["cost_raw"] += part
+    for g in gpu_lines:
+        lines.append({
+            "kind": "idle", "tenant": PLATFORM_TENANT, "namespace": IDLE_NAMESPACE, "pod": "",
+            "pod_uid": "", "container": "", "cluster": g["cluster"], "node": g["node"],
+            "gpu_uuid": g["gpu_uuid"], "model": g["model"], "price_micro": g["price_micro"],
+            "cost_raw": 0 if parts else g["idle_raw"], "charge_raw": 0, "waste_raw": 0,
+            "alloc_u": 0, "used_u": 0, "billed_u": 0, "idle_u": g["idle_u"],
+            "energy_mj": g["idle_energy_mj"],
+        })
+    return lines
+
+
+def diff_lines(new: list[dict], old: list[dict]) -> list[dict]:
+    """Correction lines: new - old per line identity, non-zero ones only (pure)."""
+    index: dict[tuple, dict] = {}
+    for ln in old:
+        k = tuple(ln[c] for c in _KEY)
+        index[k] = {c: -ln[c] for c in _SUMS} | {c: ln[c] for c in _KEY} | {"price_micro": ln["price_micro"]}
+    for ln in new:
+        k = tuple(ln[c] for c in _KEY)
+        cur = index.setdefault(k, {c: 0 for c in _SUMS} | {c: ln[c] for c in _KEY} | {"price_micro": ln["price_micro"]})
+        for c in _SUMS:
+            cur[c] += ln[c]
+        cur["price_micro"] = ln["price_micro"]
+    out = [v for v in index.values() if any(v[c] for c in _SUMS)]
+    return sorted(out, key=lambda v: tuple(v[c] for c in _KEY))
+
+
+# ---------------------------------------------------------------- database steps
+
+def _register_prices(con, catalog: PriceCatalog, m_start: date, m_end: date, src_asof: date | None) -> None:
+    combos = con.execute(
+        "SELECT DISTINCT cluster, node, model FROM cb_gpu_src(?, ?, ?) ORDER BY ALL", [m_start, m_end, src_asof]
+    ).fetchall()
+    rows = [(c, n, m, money.price_to_micro(catalog.price(m, n, c))) for c, n, m in combos]
+    table = pa.table({
+        "cluster": pa.array([r[0] for r in rows], pa.string()),
+        "node": pa.array([r[1] for r in rows], pa.string()),
+        "model": pa.array([r[2] for r in rows], pa.string()),
+        "price_micro": pa.array([r[3] for r in rows], pa.int64()),
+    })
+    con.register("cb_price_arrow", table)
+    con.execute("DELETE FROM cb_price")
+    con.execute("INSERT INTO cb_price BY NAME SELECT * FROM cb_price_arrow")
+    con.unregister("cb_price_arrow")
+
+
+def _fetch_dicts(cur) -> list[dict]:
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, row)) for row in cur.fetchall()]
+
+
+def month_lines(con, month_start: date, src_asof: date | None, catalog: PriceCatalog,
+                basis: str, idle: str, share: str) -> tuple[list[dict], list[dict]]:
+    """Raw lines of one month's data (live rollups, or a frozen copy when src_asof is set),
+    and the per-GPU aggregates."""
+    m_end = parse_month(month_str(month_start))[1]
+    _register_prices(con, catalog, month_start, m_end, src_asof)
+    con.execute("DELETE FROM cb_detail_t")
+    con.execute("INSERT INTO cb_detail_t BY NAME SELECT * FROM cb_detail(?, ?, ?, ?, ?)",
+                [month_start, m_end, src_asof, share, basis])
+    slices = _fetch_dicts(con.execute(
+        "SELECT * EXCLUDE (slice_hours) FROM cb_detail_t ORDER BY tenant, namespace, pod, pod_uid, container, gpu_uuid"))
+    gpus = _fetch_dicts(con.execute("SELECT * FROM cb_gpu_agg(?, ?, ?)", [month_start, m_end, src_asof]))
+    con.execute("DELETE FROM cb_detail_t")
+    for s in slices:
+        s["idle_u"] = 0
+        for c in ("alloc_u", "used_u", "billed_u", "charge_raw", "waste_raw", "energy_mj"):
+            s[c] = int(s[c])
+    for g in gpus:
+        for c in ("metered_u", "cost_raw", "charged_raw", "idle_raw", "idle_u", "energy_mj", "idle_energy_mj"):
+            g[c] = int(g[c])
+    return apply_idle(slices, gpus, idle), gpus
+
+
+def closed_months(con) -> dict[date, str]:
+    """Closed month -> the price catalog text it was closed with."""
+    return {r[0]: r[1] for r in con.execute("SELECT month, prices_yaml FROM closed_months ORDER BY month").fetchall()}
+
+
+def next_open_month(after: date, closed: set[date]) -> date:
+    d = parse_month(month_str(after))[1]
+    while d in closed:
+        d = parse_month(month_str(d))[1]
+    return d
+
+
+def _latest_asof_before(con, data_month: date, before: date) -> date | None:
+    row = con.execute(
+        "SELECT max(as_of) FROM frozen_gpu_hour WHERE data_month = ? AND as_of < ?", [data_month, before]
+    ).fetchone()
+    return row[0] if row else None
+
+
+def _has_frozen(con, data_month: date, as_of: date) -> bool:
+    row = con.execute(
+        "SELECT count(*) FROM frozen_gpu_hour WHERE data_month = ? AND as_of = ?", [data_month, as_of]
+    ).fetchone()
+    return bool(row[0])
+
+
+@dataclass
+class Bill:
+    """A month's bill: detail lines (per slice / per GPU idle), the invoice (per tenant,
+    namespace, model), unmetered GPU time, totals. Money columns are Decimal."""
+    month: str
+    currency: str
+    basis: str
+    idle: str
+    share: str
+    detail: pd.DataFrame
+    invoice: pd.DataFrame
+    unmetered: pd.DataFrame
+    gpu_cost: Decimal            # Σ price x metered hours of the month's own GPU-hours
+    total: Decimal               # invoice total (gpu_cost + corrections), = Σ detail = Σ invoice
+    closed: bool
+    catalog: PriceCatalog = field(repr=False, default=None)
+
+
+def _kwh(mj: int) -> Decimal:
+    return (Decimal(mj) / Decimal(3_600_000_000)).quantize(Decimal("0.000001"), rounding=ROUND_HALF_UP)
+
+
+_DETAIL_ORDER = ["charge_class", "charge_period", "kind", "tenant", "namespace", "model", "cluster", "node",
+                 "gpu_uuid", "pod", "pod_uid", "container"]
+
+
+def _finish(lines: list[dict], catalog: PriceCatalog, group: list[str] | None) -> pd.DataFrame:
+    """Round raw lines (optionally grouped) into a DataFrame with Decimal money columns.
+    cost, idle_share and waste are each rounded by largest remainder over all rows, so each
+    column adds up to its rounded total; charge = cost - idle_share keeps every row consistent
+    (for idle lines charge is the idle kept by the platform)."""
+    if group is not None:
+        acc: dict[tuple, dict] = {}
+        for ln in lines:
+            k = tuple(ln[c] for c in group)
+            cur = acc.setdefault(k, {c: ln[c] for c in group} | {c: 0 for c in _SUMS})
+            for c in _SUMS:
+                cur[c] += ln[c]
+        lines = list(acc.values())
+    lines = sorted(lines, key=lambda ln: tuple(ln.get(c, "") for c in _DETAIL_ORDER if c in ln))
+    cost = money.raw_to_cents([ln["cost_raw"] for ln in lines])
+    # idle lines carry idle in cost_raw but no charge: their idle_share is theirs, not shared
+    shared = money.raw_to_cents([ln["cost_raw"] - ln["charge_raw"] if ln["kind"] == "usage" else 0 for ln in lines])
+    waste = money.raw_to_cents([ln["waste_raw"] for ln in lines])
+    rows = []
+    for ln, c, sh, w in zip(lines, cost, shared, waste):
+        kwh = _kwh(ln["energy_mj"])
+        row = {k: ln[k] for k in (group or _DETAIL_ORDER) if k in ln}
+        if group is None and "price_micro" in ln:
+            row["gpu_hour_price"] = Decimal(ln["price_micro"]) / money.PRICE_SCALE
+        row.update({
+            "gpu_hours_allocated": money.micro_share_to_hours(ln["alloc_u"]),
+            "gpu_hours_used": money.micro_share_to_hours(ln["used_u"]),
+            "gpu_hours_billed": money.micro_share_to_hours(ln["billed_u"]),
+            "gpu_hours_idle": money.micro_share_to_hours(ln["idle_u"]),
+            "charge": c - sh, "idle_share": sh, "cost": c, "waste": w,
+            "kwh": kwh,
+            "energy_cost": (kwh * catalog.price_per_kwh).quantize(money.CENT, rounding=ROUND_HALF_UP),
+            "gco2e": (kwh * catalog.carbon_g_per_kwh).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP),
+            "currency": catalog.currency,
+            "cost_raw": ln["cost_raw"],
+        })
+        rows.append(row)
+    cols = list(rows[0]) if rows else (group or _DETAIL_ORDER) + ["cost", "cost_raw"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+INVOICE_GROUP = ["charge_class", "charge_period", "kind", "tenant", "namespace", "model"]
+
+
+def compute_bill(con, month: str, basis: str = "allocation", idle: str = "platform",
+                 share: str = "dominant", prices: PriceCatalog | str | None = None,
+                 tenant: str | None = None) -> Bill:
+    """The whole bill of an invoice month: its own data (Regular lines) plus corrections
+    for closed months whose next open month it is. A closed month is computed from its
+    frozen copy with the catalog it was closed with, so it never changes."""
+    check_options(basis, idle, share)
+    m_start, m_end = parse_month(month)
+    closed = closed_months(con)
+    if m_start in closed:
+        catalog = parse_prices_text(closed[m_start], f"closed month {month} prices")
+        src = m_start
+    else:
+        catalog = prices if isinstance(prices, PriceCatalog) else load_prices(prices or DEFAULT_PRICES)
+        src = None
+    lines, gpus = month_lines(con, m_start, src, catalog, basis, idle, share)
+    for ln in lines:
+        ln["charge_class"], ln["charge_period"] = "Regular", month
+    gpu_cost_raw = sum(g["cost_raw"] for g in gpus)
+    unmet = con.execute("SELECT * FROM cb_unmetered(?, ?, ?)", [m_start, m_end, src]).df()
+
+    # corrections: closed months C < M whose late data this invoice carries
+    for c_month in sorted(closed):
+        if c_month >= m_start:
+            continue
+        if m_start in closed:
+            if not _has_frozen(con, c_month, m_start):
+                continue
+            new_src = m_start
+        else:
+            if next_open_month(c_month, set(closed)) != m_start:
+                continue
+            new_src = None
+        old_src = _latest_asof_before(con, c_month, m_start)
+        c_catalog = parse_prices_text(closed[c_month], f"closed month {month_str(c_month)} prices")
+        new, _ = month_lines(con, c_month, new_src, c_catalog, basis, idle, share)
+        old, _ = month_lines(con, c_month, old_src, c_catalog, basis, idle, share)
+        for ln in diff_lines(new, old):
+            ln["charge_class"], ln["charge_period"] = "Correction", month_str(c_month)
+            lines.append(ln)
+
+    detail = _finish(lines, catalog, None)
+    invoice = _finish(lines, catalog, INVOICE_GROUP)
+    total = Decimal(money.round_half_up_div(sum(ln["cost_raw"] for ln in lines), money.RAW_PER_CENT)) * money.CENT
+    if tenant is not None:
+        detail = detail[detail["tenant"] == tenant].reset_index(drop=True)
+        invoice = invoice[invoice["tenant"] == tenant].reset_index(drop=True)
+    return Bill(month, catalog.currency, basis, idle, share, detail, invoice, unmet,
+                Decimal(money.round_half_up_div(gpu_cost_raw, money.RAW_PER_CENT)) * money.CENT,
+                total, m_start in closed, catalog)
+
+
+def chargeback(con, month: str, basis: str = "allocation", idle: str = "platform",
+               share: str = "dominant", tenant: str | None = None,
+               prices: PriceCatalog | str | None = None) -> pd.DataFrame:
+    """One row per (charge class, period, line kind, tenant, namespace, GPU model) with
+    Decimal money columns (charge, idle_share, cost, waste, energy_cost) and GPU-hours,
+    kWh and gCO2e. The platform's idle is tenant 'platform', namespace '(idle)'."""
+    return compute_bill(con, month, basis, idle, share, prices, tenant).invoice

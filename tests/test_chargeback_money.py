@@ -1,0 +1,81 @@
+"""Pure money functions and the price catalog loader."""
+from decimal import Decimal
+
+import pytest
+
+from ingest import money
+from ingest.prices import DEFAULT_PRICES, load_prices, parse_prices_text
+from slicemeter.cli import ConfigError
+
+
+def test_largest_remainder_adds_up_to_rounded_total():
+    # three thirds of a cent-denominated 1.00: floors 33+33+33, the extra cent to the first
+    raws = [money.RAW_PER_CENT * 100 // 3] * 3
+    cents = money.largest_remainder(raws, money.RAW_PER_CENT)
+    assert sum(cents) == 100 and sorted(cents) == [33, 33, 34]
+    # the row with the largest remainder gets the extra unit, not the first one
+    assert money.largest_remainder([10, 14, 16], 10) == [1, 1, 2]
+    assert sum(money.largest_remainder([10, 14, 16], 10)) == 4
+
+
+def test_largest_remainder_with_negative_corrections():
+    rows = [-15, 27, -4]
+    out = money.largest_remainder(rows, 10)
+    assert sum(out) == money.round_half_up_div(sum(rows), 10) == 1
+
+
+def test_split_proportional_is_exact():
+    parts = money.split_proportional(1001, [1, 1, 1])
+    assert sum(parts) == 1001 and max(parts) - min(parts) == 1
+    assert money.split_proportional(5, [0, 0]) == []
+
+
+def test_price_to_micro_refuses_lost_digits():
+    assert money.price_to_micro(Decimal("2.40")) == 2_400_000
+    with pytest.raises(ValueError):
+        money.price_to_micro(Decimal("0.0000001"))
+
+
+def test_example_catalog_loads_with_decimals_and_overrides():
+    cat = load_prices(DEFAULT_PRICES)
+    assert cat.currency == "USD"
+    assert cat.price("NVIDIA A100-SXM4-80GB", "n1", "c") == Decimal("2.40")
+    assert cat.price("NVIDIA L4", "gpu-node-7", "c") == Decimal("0.60")       # node override
+    assert cat.price("NVIDIA L4", "gpu-node-8", "c") == Decimal("0.80")
+    assert cat.price_per_kwh == Decimal("0.14") and cat.carbon_g_per_kwh == 320
+
+
+def test_pool_override_and_specificity():
+    cat = parse_prices_text("""
+currency: EUR
+gpu_hour: {"Tesla T4": "0.35"}
+overrides:
+  - {pool: "https://a:6443", gpu_hour: "0.30"}
+  - {pool: "https://a:6443", node: n9, gpu_hour: "0.10"}
+""")
+    assert cat.price("Tesla T4", "n1", "https://a:6443") == Decimal("0.30")
+    assert cat.price("Tesla T4", "n9", "https://a:6443") == Decimal("0.10")
+    assert cat.price("Tesla T4", "n1", "https://b:6443") == Decimal("0.35")
+
+
+@pytest.mark.parametrize("text, key", [
+    ('currency: USD\ngpu_hour: {"NVIDIA L4": 0.8}', 'gpu_hour[\'NVIDIA L4\']'),          # float: inexact
+    ('currency: USD\ngpu_hour: {"NVIDIA L4": "abc"}', "gpu_hour['NVIDIA L4']"),
+    ('currency: USD\ngpu_hour: {"NVIDIA L4": "-1"}', "gpu_hour['NVIDIA L4']"),
+    ('currency: USD\ngpu_hour: {"NVIDIA L4": "0.1234567"}', "gpu_hour['NVIDIA L4']"),
+    ('currency: dollars\ngpu_hour: {"NVIDIA L4": "1"}', "currency"),
+    ('currency: USD\ngpu_hour: {"NVIDIA L4": "1"}\nelectricity: {price_per_kwh: x}', "electricity.price_per_kwh"),
+    ('currency: USD\ngpu_hour: {"NVIDIA L4": "1"}\noverrides: [{node: n, gpu_hour: "1", zone: z}]', "overrides[0].zone"),
+    ('currency: USD\ngpu_hour: {"NVIDIA L4": "1"}\ncolour: red', "colour"),
+    ('currency: USD\n', "gpu_hour"),
+])
+def test_bad_catalog_names_the_key(text, key):
+    with pytest.raises(ConfigError) as exc:
+        parse_prices_text(text)
+    assert str(exc.value).startswith(key)
+
+
+def test_unknown_model_names_the_key():
+    cat = load_prices(DEFAULT_PRICES)
+    with pytest.raises(ConfigError, match=r"gpu_hour\['NVIDIA B200'\]"):
+        cat.price("NVIDIA B200", "n1", "c")
