@@ -15,7 +15,8 @@ def add_tenants(con) -> None:
 
 def add_gpu(con, hour="2026-11-01 00:00:00", gpu="GPU-1", node="gpu-node-1", cluster=ACME, model=A100,
             metered_s=3600.0, energy_j=720000.0) -> None:
-    con.execute("INSERT INTO gpu_hour VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, 0, ?)",
+    con.execute("INSERT INTO gpu_hour (hour, cluster, node, gpu_uuid, model, memory_total_bytes, metered_s,"
+                " sample_count, sm_util_s, memory_used_byte_s, energy_joules) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, 0, ?)",
                 [hour, cluster, node, gpu, model, A100_BYTES, metered_s, int(metered_s // 10), energy_j])
 
 

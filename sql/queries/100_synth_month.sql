@@ -6,7 +6,8 @@ INSERT OR REPLACE INTO tenants
 SELECT 't' || k, 'Tenant ' || k, 'tenant-t' || k, 't' || k, 'https://t' || k || '.tenants.example:6443', 'CC-' || (1000 + k)
 FROM range($tenants) r(k);
 
-INSERT INTO gpu_hour
+INSERT INTO gpu_hour (hour, cluster, node, gpu_uuid, model, memory_total_bytes, metered_s, sample_count,
+                      sm_util_s, memory_used_byte_s, energy_joules)
 WITH g AS (
     SELECT i AS gpu, i // 8 AS node_i, (i // 8) % $tenants AS k, (hash(i, $seed) % 4)::BIGINT AS m
     FROM range($gpus) r(i)
