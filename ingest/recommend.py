@@ -1,0 +1,321 @@
+"""Right-sizing and consolidation: what each slice should ask for, and how many GPUs the
+fleet could give back.
+
+`build_plan(con, month, headroom, prices)` reads the stored hourly rollups (slice_hour,
+gpu_hour) through sql/queries/recommend_*.sql and returns a `Plan`:
+- `.slices`: per slice, percentiles of memory and SM use over the month's hourly values,
+  the recommended `nvidia.com/gpumem` (MiB) and `nvidia.com/gpucores` (percent), flags,
+  and where the consolidation plan would put it;
+- `.placement`: per GPU, today's slices and needs beside the planned ones;
+- `.groups`: per (tenant cluster, GPU model), GPUs today, FFD, the plan, the lower bound;
+- `.summary`: the headline figures (see `summarize`).
+The recommendation and packing steps are pure functions of DataFrames; only `build_plan`
+touches the database.
+"""
+from __future__ import annotations
+
+import calendar
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from ingest import packing
+from ingest.store import sql_text
+
+MIB = 1024 * 1024
+_MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When a slice is flagged. Defaults follow the issue: over-requested when the grant is
+    more than twice the p99 need; OOM risk when p99 memory is above 90 % of the limit; idle
+    when no kernel ran for a day (or ever) at the latest sample, or p99 SM use is below 1 %."""
+    over_request_factor: float = 2.0
+    oom_ratio: float = 0.9
+    idle_after_s: float = 24 * 3600.0
+    idle_sm_ratio: float = 0.01
+
+
+@dataclass
+class Plan:
+    month: str
+    headroom: float
+    slices: pd.DataFrame
+    placement: pd.DataFrame
+    groups: pd.DataFrame
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def month_window(month: str) -> tuple[datetime, datetime, int]:
+    """'2026-11' -> (start, end, hours in the month). ValueError names the bad value."""
+    m = _MONTH.match(str(month))
+    if not m:
+        raise ValueError(f"month must be YYYY-MM, got {month!r}")
+    year, mon = int(m.group(1)), int(m.group(2))
+    days = calendar.monthrange(year, mon)[1]
+    start = datetime(year, mon, 1)
+    end = datetime(year + (mon == 12), mon % 12 + 1, 1)
+    return start, end, days * 24
+
+
+def _price_table(prices) -> tuple[dict[str, Decimal], str | None]:
+    """Accept {model: Decimal per GPU-hour}, or a catalog object with `.gpu_hour` and
+    `.currency` (the chargeback branch's loader)."""
+    if prices is None:
+        return {}, None
+    currency = getattr(prices, "currency", None)
+    table = getattr(prices, "gpu_hour", prices)
+    out = {}
+    for model, price in dict(table).items():
+        if isinstance(price, float):
+            raise TypeError(f"price for {model!r} must be Decimal or str, not float")
+        out[str(model)] = Decimal(str(price))
+    return out, currency
+
+
+# ---------------------------------------------------------------- right-sizing (pure)
+
+def recommend_slices(stats: pd.DataFrame, headroom: float = 0.2,
+                     thresholds: Thresholds = Thresholds()) -> pd.DataFrame:
+    """Add recommendations and flags to the per-slice statistics (recommend_slices.sql).
+
+    gpumem (MiB) = ceil(p99 memory peak x (1 + headroom)), at least 1, at most the GPU;
+    gpucores (%) = ceil(p99 hourly SM share x (1 + headroom) x 100), in [1, 100].
+    A whole-GPU pod's grant is the whole GPU (memory total, 100 % cores)."""
+    if headroom < 0 or not math.isfinite(headroom):
+        raise ValueError(f"headroom must be >= 0, got {headroom!r}")
+    t = thresholds
+    df = stats.copy()
+    total = df["memory_total_bytes"].astype("float64")
+    whole = df["whole_gpu"].astype(bool)
+    grant_mem = df["alloc_memory_bytes"].astype("float64")
+    grant_mem = grant_mem.where(~(whole & grant_mem.isna()), total)
+    grant_cores = df["alloc_cores_ratio"].astype("float64")
+    grant_cores = grant_cores.where(~(whole & grant_cores.isna()), 1.0)
+    df["grant_memory_mib"] = np.ceil(grant_mem / MIB)
+    df["grant_cores_pct"] = np.round(grant_cores * 100.0, 1)
+
+    mem_p99 = df["mem_p99"].astype("float64").fillna(0.0)
+    sm_p99 = df["sm_p99"].astype("float64").fillna(0.0)
+    rec_mem = np.maximum(np.ceil(mem_p99 * (1.0 + headroom) / MIB - 1e-9), 1.0)
+    rec_mem = np.where(total.notna(), np.minimum(rec_mem, np.floor(total / MIB)), rec_mem)
+    df["recommended_gpumem_mib"] = rec_mem.astype("int64")
+    rec_cores = np.clip(np.ceil(sm_p99 * (1.0 + headroom) * 100.0 - 1e-9), 1.0, 100.0)
+    df["recommended_gpucores_pct"] = rec_cores.astype("int64")
+
+    # HAMi treats gpucores 0 as "no limit": no cores grant, nothing over-requested there.
+    over_mem = grant_mem.notna() & (grant_mem > t.over_request_factor * mem_p99)
+    over_cores = (grant_cores > 0) & (grant_cores > t.over_request_factor * sm_p99)
+    df["over_requested"] = (over_mem | over_cores.fillna(False)).astype(bool)
+    df["oom_risk"] = (grant_mem.notna() & (grant_mem > 0)
+                      & (mem_p99 > t.oom_ratio * grant_mem)).astype(bool)
+    age = df["last_kernel_age_s"].astype("float64")
+    df["hours_since_kernel"] = age / 3600.0
+    df["idle"] = (age.isna() | (age >= t.idle_after_s) | (sm_p99 < t.idle_sm_ratio)).astype(bool)
+    df["memory_saving_mib"] = (df["grant_memory_mib"] - df["recommended_gpumem_mib"]).clip(lower=0)
+    return df
+
+
+# ---------------------------------------------------------------- consolidation (pure)
+
+def slice_demands(slices: pd.DataFrame, headroom: float) -> np.ndarray:
+    """Needs as fractions of the slice's GPU: p95 memory peak and p95 SM share, plus the
+    headroom; whole-GPU pods stay whole (1, 1)."""
+    total = slices["memory_total_bytes"].astype("float64")
+    mem = slices["mem_p95"].astype("float64").fillna(0.0) * (1.0 + headroom) / total
+    sm = slices["sm_p95"].astype("float64").fillna(0.0) * (1.0 + headroom)
+    d = np.column_stack([mem.fillna(1.0).to_numpy(), sm.to_numpy()])
+    d = np.clip(d, 0.0, 1.0)
+    d[slices["whole_gpu"].astype(bool).to_numpy()] = 1.0
+    return d
+
+
+def _assign_gpus(bins: list[list[int]], item_gpu: list[str], gpus: pd.DataFrame) -> list[str | None]:
+    """Map planned bins onto the group's real GPUs, keeping each bin where most of its
+    items already are (fewest moves); leftover bins go to GPUs on nodes already kept, so
+    whole nodes empty out. Returns the GPU uuid per bin (None: the group needs a GPU more
+    than it has)."""
+    pairs = {}
+    for b, items in enumerate(bins):
+        for i in items:
+            pairs[(b, item_gpu[i])] = pairs.get((b, item_gpu[i]), 0) + 1
+    chosen: dict[int, str] = {}
+    taken: set[str] = set()
+    for (b, g), _ in sorted(pairs.items(), key=lambda kv: (-kv[1], kv[0][0], kv[0][1])):
+        if b not in chosen and g not in taken:
+            chosen[b] = g
+            taken.add(g)
+    node_of = dict(zip(gpus["gpu_uuid"], gpus["node"]))
+    kept_nodes = {node_of.get(g) for g in taken}
+    free = sorted((g for g in gpus["gpu_uuid"] if g not in taken),
+                  key=lambda g: (node_of.get(g) not in kept_nodes, node_of.get(g) or "", g))
+    out: list[str | None] = []
+    for b in range(len(bins)):
+        if b in chosen:
+            out.append(chosen[b])
+        elif free:
+            g = free.pop(0)
+            out.append(g)
+        else:
+            out.append(None)
+    return out
+
+
+def consolidate(slices: pd.DataFrame, gpus: pd.DataFrame, headroom: float,
+                budget_s: float = 3.0):
+    """Pack each (cluster, model) group's slices onto that group's GPUs.
+    Returns (slices with planned_gpu_uuid, placement per GPU, groups)."""
+    slices = slices.reset_index(drop=True).copy()
+    d = slice_demands(slices, headroom)
+    slices["need_mem_ratio"] = d[:, 0]
+    slices["need_sm_ratio"] = d[:, 1]
+    planned_gpu = np.full(len(slices), None, dtype=object)
+    model_s = slices["model"].fillna("unknown")
+    model_g = gpus["model"].fillna("unknown")
+    keys = sorted(set(zip(slices["cluster"], model_s)) | set(zip(gpus["cluster"], model_g)))
+    n_items = max(len(slices), 1)
+    group_rows = []
+    planned_of: dict[str, tuple[int, float, float]] = {}
+    for cluster, model in keys:
+        idx = np.flatnonzero(((slices["cluster"] == cluster) & (model_s == model)).to_numpy())
+        g = gpus[(gpus["cluster"] == cluster) & (model_g == model)]
+        item_gpu = slices["gpu_uuid"].to_numpy()[idx].tolist()
+        today: dict[str, list[int]] = {}
+        for k, u in enumerate(item_gpu):
+            today.setdefault(u, []).append(k)
+        res = packing.pack(d[idx], initial=list(today.values()),
+                           budget_s=budget_s * max(len(idx), 1) / n_items)
+        targets = _assign_gpus(res.bins, item_gpu, g)
+        for b, items in enumerate(res.bins):
+            planned_gpu[idx[items]] = targets[b]
+            if targets[b] is not None:
+                load = d[idx[items]].sum(axis=0)
+                planned_of[targets[b]] = (len(items), float(load[0]), float(load[1]))
+        group_rows.append({
+            "cluster": cluster, "model": model,
+            "tenant": (g["tenant"].iloc[0] if len(g) else
+                       slices["tenant"].iloc[int(idx[0])] if len(idx) else None),
+            "gpus_today": len(g), "gpus_with_slices_today": len(today), "slices": len(idx),
+            "gpus_ffd": res.ffd_bins, "gpus_planned": res.n_bins,
+            "lower_bound": res.lower_bound, "proven_optimal": res.proven_optimal,
+            "method": res.method,
+        })
+    groups = pd.DataFrame(group_rows)
+    slices["planned_gpu_uuid"] = planned_gpu
+
+    today_load = (slices.assign(n=1).groupby("gpu_uuid")
+                  .agg(slices_today=("n", "sum"), need_mem_today=("need_mem_ratio", "sum"),
+                       need_sm_today=("need_sm_ratio", "sum")))
+    placement = gpus.merge(today_load, left_on="gpu_uuid", right_index=True, how="left")
+    for c in ("slices_today", "need_mem_today", "need_sm_today"):
+        placement[c] = placement[c].fillna(0)
+    placement["slices_today"] = placement["slices_today"].astype("int64")
+    planned = pd.DataFrame(
+        [(u, *v) for u, v in planned_of.items()],
+        columns=["gpu_uuid", "slices_planned", "need_mem_planned", "need_sm_planned"])
+    placement = placement.merge(planned, on="gpu_uuid", how="left")
+    for c in ("slices_planned", "need_mem_planned", "need_sm_planned"):
+        placement[c] = placement[c].fillna(0)
+    placement["slices_planned"] = placement["slices_planned"].astype("int64")
+    placement["freed"] = placement["slices_planned"] == 0
+    moved_in = slices[slices["planned_gpu_uuid"] != slices["gpu_uuid"]].groupby("planned_gpu_uuid").size()
+    placement["moves_in"] = placement["gpu_uuid"].map(moved_in).fillna(0).astype("int64")
+    node_of = dict(zip(gpus["gpu_uuid"], gpus["node"]))
+    slices["planned_node"] = slices["planned_gpu_uuid"].map(node_of)
+    slices["moves"] = slices["planned_gpu_uuid"] != slices["gpu_uuid"]
+    return slices, placement, groups
+
+
+# ---------------------------------------------------------------- summary and entry point
+
+def _money(x: Decimal) -> Decimal:
+    return x.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+
+
+def summarize(slices, placement, groups, month_hours, price_table, currency) -> dict[str, Any]:
+    gpus_total = len(placement)
+    extra = int((groups["gpus_planned"] - groups["gpus_today"]).clip(lower=0).sum()) if len(groups) else 0
+    gpus_planned = int(groups["gpus_planned"].sum()) if len(groups) else 0
+    freed = placement[placement["freed"]]
+    nodes = placement.groupby("node")["freed"].all()
+    saving = Decimal(0)
+    unpriced = sorted({str(m) for m in freed["model"].fillna("unknown") if str(m) not in price_table})
+    if price_table:
+        for model, n in freed["model"].fillna("unknown").value_counts().items():
+            if model in price_table:
+                saving += price_table[model] * int(n) * month_hours
+    metered = float(placement["metered_s"].sum())
+    kept_metered = float(placement.loc[~placement["freed"], "metered_s"].sum())
+    used = float(slices["usage_share_s"].sum()) if len(slices) else 0.0
+    lb = int(groups["lower_bound"].sum()) if len(groups) else 0
+    return {
+        "gpus_total": gpus_total,
+        "gpus_with_slices_today": int((placement["slices_today"] > 0).sum()),
+        "gpus_planned": gpus_planned,
+        "gpus_freeable": int(len(freed)),
+        "gpus_short": extra,   # groups whose p95 needs exceed their GPUs today
+        "nodes_total": int(len(nodes)),
+        "nodes_freeable": int(nodes.sum()),
+        "gpus_ffd": int(groups["gpus_ffd"].sum()) if len(groups) else 0,
+        "lower_bound_gpus": lb,
+        "optimality_gap": gpus_planned - lb,   # GPUs; 0 = proven optimal
+        "proven_optimal": bool(groups["proven_optimal"].all()) if len(groups) else True,
+        "utilization_today": used / metered if metered else 0.0,
+        "projected_utilization": used / kept_metered if kept_metered else 0.0,
+        "monthly_saving": _money(saving),
+        "currency": currency if price_table else None,
+        "unpriced_models": unpriced if price_table else [],
+        "month_hours": month_hours,
+        "slices": int(len(slices)),
+        "over_requested": int(slices["over_requested"].sum()) if len(slices) else 0,
+        "oom_risk": int(slices["oom_risk"].sum()) if len(slices) else 0,
+        "idle": int(slices["idle"].sum()) if len(slices) else 0,
+    }
+
+
+def build_plan(con, month: str, headroom: float = 0.2, prices=None, *, currency: str = "USD",
+               thresholds: Thresholds = Thresholds(), budget_s: float = 3.0) -> Plan:
+    """The plan for `month` ('YYYY-MM'). `prices`: {model: Decimal per GPU-hour} (then
+    `currency` names the currency) or a catalog object with .gpu_hour and .currency.
+    `budget_s` bounds the local search across all groups (greedy packing always runs)."""
+    start, end, month_hours = month_window(month)
+    price_table, cat_currency = _price_table(prices)
+    params = {"start": start, "end": end}
+    stats = con.execute(sql_text("queries/recommend_slices.sql"), params).df()
+    gpus = con.execute(sql_text("queries/recommend_gpus.sql"), params).df()
+    # Slices on a GPU without a gpu_hour row still get the GPU's place from slice_hour;
+    # their capacity is unknown, so fall back to the largest memory seen for that GPU.
+    if len(stats) and stats["memory_total_bytes"].isna().any():
+        fallback = stats.groupby("gpu_uuid")[["alloc_memory_bytes", "mem_max"]].max().max(axis=1)
+        stats["memory_total_bytes"] = stats["memory_total_bytes"].fillna(stats["gpu_uuid"].map(fallback))
+    t0 = time.perf_counter()
+    slices = recommend_slices(stats, headroom, thresholds)
+    slices, placement, groups = consolidate(slices, gpus, headroom, budget_s)
+    summary = summarize(slices, placement, groups, month_hours, price_table,
+                        cat_currency or currency)
+    summary["plan_seconds"] = time.perf_counter() - t0
+    if price_table:
+        placement["price_gpu_hour"] = placement["model"].map(price_table)
+    return Plan(month, headroom, slices, placement, groups, summary)
+
+
+def headline_metrics(plan: Plan) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Prometheus samples for the lead's collector: metric name -> [(labels, value)].
+    Floats are fine here: a gauge on a dashboard, never summed into a bill."""
+    s = plan.summary
+    out: dict[str, list[tuple[dict[str, str], float]]] = {
+        "slicemeter_recommend_freeable_gpus": [({}, float(s["gpus_freeable"]))],
+        "slicemeter_recommend_monthly_saving": [],
+    }
+    if s.get("currency"):
+        out["slicemeter_recommend_monthly_saving"].append(
+            ({"currency": s["currency"]}, float(s["monthly_saving"])))
+    return out
