@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from datetime import timedelta
 
 import pytest
 
@@ -55,6 +56,7 @@ def _fill(con, seed=7):
     """Eight slices with random hourly use; the last hour's grant and kernel age decide
     the flags. Returns {pod_uid: (grant_mem, grant_cores, last_age)}."""
     rng = random.Random(seed)
+    con.execute("BEGIN TRANSACTION")   # one commit: row-by-row commits to a file are slow
     add_tenant(con, "acme", CLUSTER)
     total = A100[1]
     grants = {}
@@ -80,7 +82,8 @@ def _fill(con, seed=7):
     # Outside the window: must not count.
     add_slice_hour(con, 0, CLUSTER, "node-0", "GPU-0", "uid-0", total=total,
                    mem_peak=79 * GIB, sm_mean=1.0, alloc_mem=20 * GIB, alloc_cores=0.5,
-                   when=hour(0) - __import__("datetime").timedelta(hours=1))
+                   when=hour(0) - timedelta(hours=1))
+    con.execute("COMMIT")
     return grants
 
 

@@ -1,0 +1,180 @@
+"""The consolidation plan end to end on a real DuckDB file: a small fleet whose optimum
+is known by construction, tenant-cluster and GPU-model constraints, money, the CLI."""
+from __future__ import annotations
+
+import csv
+import shutil
+from decimal import Decimal
+
+import pytest
+
+from ingest.recommend import build_plan, headline_metrics
+from ingest.store import connect
+from recommend_rows import A100, L4, add_gpu_hours, add_slice_hour, add_tenant
+from slicemeter.cli import main
+
+A, B = "https://acme.example:6443", "https://beta.example:6443"
+PRICES = {"NVIDIA A100-SXM4-80GB": Decimal("2.40"), "NVIDIA L4": Decimal("0.80")}
+HOURS = range(24)
+
+# (cluster, node, gpu, model)
+GPUS = [(A, "a-0", "a0-0", A100), (A, "a-0", "a0-1", A100), (A, "a-1", "a1-0", A100),
+        (A, "a-1", "a1-1", A100), (A, "a-2", "l4-0", L4),
+        (B, "b-0", "b0-0", A100), (B, "b-0", "b0-1", A100), (B, "b-0", "b0-2", A100)]
+# (pod_uid, gpu, share of memory and SM, whole GPU)
+SLICES = [("s1", "a0-0", 0.2, False), ("s2", "a0-1", 0.2, False), ("s3", "a1-0", 0.2, False),
+          ("s4", "a1-0", 0.2, False), ("w", "a1-1", 0.05, True), ("l", "l4-0", 0.1, False),
+          ("b1", "b0-0", 0.3, False), ("b2", "b0-1", 0.3, False)]
+
+
+def build_fleet(con):
+    con.execute("BEGIN TRANSACTION")   # one commit: row-by-row commits to a file are slow
+    add_tenant(con, "acme", A)
+    add_tenant(con, "beta", B)
+    where = {g: (c, n, m) for c, n, g, m in GPUS}
+    for c, n, g, m in GPUS:
+        add_gpu_hours(con, c, n, g, m, HOURS)
+    for uid, g, share, whole in SLICES:
+        c, n, (_, total) = where[g]
+        for h in HOURS:
+            add_slice_hour(con, h, c, n, g, uid, total=total, mem_peak=share * total,
+                           sm_mean=share, alloc_mem=int(0.5 * total), alloc_cores=0.5,
+                           whole=whole)
+    con.execute("COMMIT")
+
+
+@pytest.fixture(scope="module")
+def fleet_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("fleet") / "fleet.duckdb"
+    con = connect(path)
+    build_fleet(con)
+    con.close()
+    return path
+
+
+@pytest.fixture
+def fleet(fleet_file, tmp_path):
+    """A private copy of the fleet database per test."""
+    path = tmp_path / "fleet.duckdb"
+    shutil.copyfile(fleet_file, path)
+    con = connect(path)
+    yield con, path
+    con.close()
+
+
+def test_plan_reaches_known_optimum(fleet):
+    con, _ = fleet
+    plan = build_plan(con, "2026-11", headroom=0.2, prices=PRICES)
+    s = plan.summary
+    # acme A100: four 0.24 slices on one GPU + the whole-GPU pod = 2; acme L4: 1; beta: 1.
+    assert s["gpus_total"] == 8 and s["gpus_planned"] == 4 and s["gpus_freeable"] == 4
+    assert s["lower_bound_gpus"] == 4 and s["optimality_gap"] == 0 and s["proven_optimal"]
+    assert s["nodes_freeable"] == 1            # a-0 empties completely
+    freed = set(plan.placement.loc[plan.placement["freed"], "gpu_uuid"])
+    assert freed >= {"a0-0", "a0-1", "b0-2"} and len(freed & {"b0-0", "b0-1"}) == 1
+    # the plan keeps slices where most already are (fewest moves)
+    planned = plan.slices.set_index("pod_uid")["planned_gpu_uuid"].to_dict()
+    assert planned["s3"] == planned["s4"] == planned["s1"] == planned["s2"] == "a1-0"
+    assert planned["w"] == "a1-1" and planned["l"] == "l4-0"
+    # 4 A100s freed for the whole of November at 2.40/h
+    assert s["monthly_saving"] == Decimal("4") * Decimal("2.40") * 720
+    assert s["currency"] == "USD" and isinstance(s["monthly_saving"], Decimal)
+    assert s["projected_utilization"] == pytest.approx(s["utilization_today"] * 8 / 4)
+    assert headline_metrics(plan) == {
+        "slicemeter_recommend_freeable_gpus": [({}, 4.0)],
+        "slicemeter_recommend_monthly_saving": [({"currency": "USD"}, 6912.0)],
+    }
+
+
+def test_constraints_cluster_model_whole(fleet):
+    con, _ = fleet
+    plan = build_plan(con, "2026-11", headroom=0.2, prices=PRICES)
+    gpus = plan.placement.set_index("gpu_uuid")
+    for _, row in plan.slices.iterrows():
+        target = gpus.loc[row["planned_gpu_uuid"]]
+        assert target["cluster"] == row["cluster"]       # Kamaji: stays in its tenant cluster
+        assert target["model"] == row["model"]           # same GPU model
+    whole_gpu = plan.slices.set_index("pod_uid").loc["w", "planned_gpu_uuid"]
+    assert (plan.slices["planned_gpu_uuid"] == whole_gpu).sum() == 1   # whole stays whole
+    # today vs planned side by side
+    a10 = gpus.loc["a1-0"]
+    assert (a10["slices_today"], a10["slices_planned"]) == (2, 4)
+    assert a10["need_mem_planned"] == pytest.approx(4 * 0.24)
+
+
+def test_headroom_changes_the_plan(fleet):
+    con, _ = fleet
+    # at 40 % headroom four 0.2 slices need 1.12 of a GPU: acme A100 needs one more
+    plan = build_plan(con, "2026-11", headroom=0.4, prices=PRICES)
+    assert plan.summary["gpus_planned"] == 5 and plan.summary["optimality_gap"] == 0
+
+
+def test_without_prices_no_money(fleet):
+    con, _ = fleet
+    plan = build_plan(con, "2026-11")
+    assert plan.summary["monthly_saving"] == Decimal("0") and plan.summary["currency"] is None
+    assert headline_metrics(plan)["slicemeter_recommend_monthly_saving"] == []
+
+
+def test_unpriced_model_is_reported(fleet):
+    con, _ = fleet
+    plan = build_plan(con, "2026-11", prices={"NVIDIA L4": Decimal("0.80")}, currency="EUR")
+    assert plan.summary["unpriced_models"] == ["NVIDIA A100-SXM4-80GB"]
+    assert plan.summary["monthly_saving"] == Decimal("0.00")
+
+
+def test_empty_month(fleet):
+    con, _ = fleet
+    plan = build_plan(con, "2026-10", prices=PRICES)
+    assert plan.summary["gpus_total"] == 0 and plan.summary["gpus_freeable"] == 0
+    assert len(plan.slices) == 0
+
+
+def test_cli_prints_and_writes_csv(fleet, tmp_path, capsys):
+    con, path = fleet
+    con.close()
+    prices = tmp_path / "prices.yaml"
+    prices.write_text('currency: USD\ngpu_hour: {"NVIDIA A100-SXM4-80GB": "2.40", '
+                      '"NVIDIA L4": "0.80"}\n')
+    out = tmp_path / "out"
+    rc = main(["recommend", "--db", str(path), "--month", "2026-11", "--prices", str(prices),
+               "--out", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0
+    assert "freeable: 4 GPUs, 1 whole nodes; saving 6912.00 USD/month" in text
+    assert "plan: 4 GPUs" in text and "proven optimal" in text
+    with open(out / "slices.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == len(SLICES)
+    assert {r["pod_uid"]: r["planned_gpu_uuid"] for r in rows}["b1"] in {"b0-0", "b0-1"}
+    with open(out / "placement.csv") as fh:
+        placement = list(csv.DictReader(fh))
+    assert sum(r["freed"] == "True" for r in placement) == 4
+    with open(out / "summary.csv") as fh:
+        summary = dict(csv.reader(fh))
+    assert summary["monthly_saving"] == "6912.00"
+
+
+@pytest.mark.parametrize("content, key", [
+    ('currency: USD\ngpu_hour: {"NVIDIA L4": "cheap"}\n', "prices.gpu_hour['NVIDIA L4']"),
+    ('currency: 12\ngpu_hour: {"NVIDIA L4": "1"}\n', "prices.currency"),
+    ("currency: USD\n", "prices.gpu_hour"),
+    ("[1, 2", "not valid YAML"),
+])
+def test_cli_bad_prices_named(fleet, tmp_path, capsys, content, key):
+    con, path = fleet
+    con.close()
+    prices = tmp_path / "prices.yaml"
+    prices.write_text(content)
+    rc = main(["recommend", "--db", str(path), "--month", "2026-11", "--prices", str(prices)])
+    assert rc == 2
+    assert key in capsys.readouterr().err
+
+
+def test_cli_bad_month_and_db(fleet, tmp_path, capsys):
+    con, path = fleet
+    con.close()
+    assert main(["recommend", "--db", str(path), "--month", "11/2026"]) == 2
+    assert "--month" in capsys.readouterr().err
+    assert main(["recommend", "--db", str(tmp_path / "nope.duckdb"), "--month", "2026-11"]) == 2
+    assert "--db" in capsys.readouterr().err
