@@ -7,8 +7,8 @@ model) the GPUs are interchangeable, so a plan is a partition of the items into 
 `pack` runs a small portfolio and keeps the best:
 - first-fit decreasing (FFD) on the dominant dimension: the reference every plan is
   compared with;
-- best-fit decreasing (BFD) under two orderings (dominant dimension, sum of dimensions):
-  placing an item where it leaves the least slack keeps big holes open for big items;
+- best-fit decreasing (BFD), items by decreasing sum of needs: placing an item where it
+  leaves the least slack keeps big holes open for big items;
 - an optional caller-supplied feasible solution (today's placement), so the plan is never
   worse than doing nothing;
 - bin elimination (local search): try to empty the least-loaded bin by moving each of its
@@ -76,17 +76,20 @@ def _greedy(d: np.ndarray, key: str, best_fit: bool) -> list[list[int]]:
     n = len(d)
     res = np.ones((n, 2))
     bins: list[list[int]] = []
+    inf = np.inf
     for i in _order(d, key):
         nb = len(bins)
-        fits = np.flatnonzero((res[:nb, 0] >= d[i, 0] - EPS) & (res[:nb, 1] >= d[i, 1] - EPS))
-        if len(fits) == 0:
+        dm, ds = d[i, 0] - EPS, d[i, 1] - EPS
+        r = res[:nb]
+        ok = (r[:, 0] >= dm) & (r[:, 1] >= ds)
+        if nb == 0 or not ok.any():
             b = nb
             bins.append([])
         elif best_fit:
-            slack = (res[fits] - d[i]).sum(axis=1)
-            b = int(fits[np.argmin(slack)])
+            # least slack left after placing the item (sum over both dimensions)
+            b = int(np.where(ok, r[:, 0] + r[:, 1], inf).argmin())
         else:
-            b = int(fits[0])
+            b = int(ok.argmax())
         bins[b].append(int(i))
         res[b] -= d[i]
     return bins
@@ -238,7 +241,6 @@ def pack(demands, *, initial: list[list[int]] | None = None, exact_max_items: in
     ffd = _greedy(d, "max", best_fit=False)
     candidates = [
         ("ffd", ffd),
-        ("bfd-max", _greedy(d, "max", best_fit=True)),
         ("bfd-sum", _greedy(d, "sum", best_fit=True)),
     ]
     if initial is not None:

@@ -170,7 +170,7 @@ def _assign_gpus(bins: list[list[int]], item_gpu: list[str], gpus: pd.DataFrame)
 
 
 def consolidate(slices: pd.DataFrame, gpus: pd.DataFrame, headroom: float,
-                budget_s: float = 3.0):
+                budget_s: float = 1.0):
     """Pack each (cluster, model) group's slices onto that group's GPUs.
     Returns (slices with planned_gpu_uuid, placement per GPU, groups)."""
     slices = slices.reset_index(drop=True).copy()
@@ -282,7 +282,7 @@ def summarize(slices, placement, groups, month_hours, price_table, currency) -> 
 
 
 def build_plan(con, month: str, headroom: float = 0.2, prices=None, *, currency: str = "USD",
-               thresholds: Thresholds = Thresholds(), budget_s: float = 3.0) -> Plan:
+               thresholds: Thresholds = Thresholds(), budget_s: float = 1.0) -> Plan:
     """The plan for `month` ('YYYY-MM'). `prices`: {model: Decimal per GPU-hour} (then
     `currency` names the currency) or a catalog object with .gpu_hour and .currency.
     `budget_s` bounds the local search across all groups (greedy packing always runs)."""
