@@ -3,6 +3,7 @@ real DuckDB store (the ingest contract), so the tests do not depend on the inges
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 GIB = 1024 ** 3
 A100 = ("NVIDIA A100-SXM4-80GB", 81920 * 1024 * 1024)
@@ -50,3 +51,34 @@ def add_slice_hour(con, h, cluster, node, gpu_uuid, pod_uid, *, total, mem_peak,
          ac * metered_s, max(am, ac) * metered_s, um * metered_s, sm_mean * metered_s,
          max(um, sm_mean) * metered_s, mem_mean * metered_s,
          None if mem_peak is None else int(mem_peak), sm_max, age])
+
+
+# A small fleet whose optimum is known by construction (test_recommend_plan explains it).
+A, B = "https://acme.example:6443", "https://beta.example:6443"
+PRICES = {"NVIDIA A100-SXM4-80GB": Decimal("2.40"), "NVIDIA L4": Decimal("0.80")}
+HOURS = range(24)
+
+# (cluster, node, gpu, model)
+GPUS = [(A, "a-0", "a0-0", A100), (A, "a-0", "a0-1", A100), (A, "a-1", "a1-0", A100),
+        (A, "a-1", "a1-1", A100), (A, "a-2", "l4-0", L4),
+        (B, "b-0", "b0-0", A100), (B, "b-0", "b0-1", A100), (B, "b-0", "b0-2", A100)]
+# (pod_uid, gpu, share of memory and SM, whole GPU)
+SLICES = [("s1", "a0-0", 0.2, False), ("s2", "a0-1", 0.2, False), ("s3", "a1-0", 0.2, False),
+          ("s4", "a1-0", 0.2, False), ("w", "a1-1", 0.05, True), ("l", "l4-0", 0.1, False),
+          ("b1", "b0-0", 0.3, False), ("b2", "b0-1", 0.3, False)]
+
+
+def build_fleet(con):
+    con.execute("BEGIN TRANSACTION")   # one commit: row-by-row commits to a file are slow
+    add_tenant(con, "acme", A)
+    add_tenant(con, "beta", B)
+    where = {g: (c, n, m) for c, n, g, m in GPUS}
+    for c, n, g, m in GPUS:
+        add_gpu_hours(con, c, n, g, m, HOURS)
+    for uid, g, share, whole in SLICES:
+        c, n, (_, total) = where[g]
+        for h in HOURS:
+            add_slice_hour(con, h, c, n, g, uid, total=total, mem_peak=share * total,
+                           sm_mean=share, alloc_mem=int(0.5 * total), alloc_cores=0.5,
+                           whole=whole)
+    con.execute("COMMIT")

@@ -10,38 +10,8 @@ import pytest
 
 from ingest.recommend import build_plan, headline_metrics
 from ingest.store import connect
-from recommend_rows import A100, L4, add_gpu_hours, add_slice_hour, add_tenant
+from recommend_rows import PRICES, SLICES, build_fleet
 from slicemeter.cli import main
-
-A, B = "https://acme.example:6443", "https://beta.example:6443"
-PRICES = {"NVIDIA A100-SXM4-80GB": Decimal("2.40"), "NVIDIA L4": Decimal("0.80")}
-HOURS = range(24)
-
-# (cluster, node, gpu, model)
-GPUS = [(A, "a-0", "a0-0", A100), (A, "a-0", "a0-1", A100), (A, "a-1", "a1-0", A100),
-        (A, "a-1", "a1-1", A100), (A, "a-2", "l4-0", L4),
-        (B, "b-0", "b0-0", A100), (B, "b-0", "b0-1", A100), (B, "b-0", "b0-2", A100)]
-# (pod_uid, gpu, share of memory and SM, whole GPU)
-SLICES = [("s1", "a0-0", 0.2, False), ("s2", "a0-1", 0.2, False), ("s3", "a1-0", 0.2, False),
-          ("s4", "a1-0", 0.2, False), ("w", "a1-1", 0.05, True), ("l", "l4-0", 0.1, False),
-          ("b1", "b0-0", 0.3, False), ("b2", "b0-1", 0.3, False)]
-
-
-def build_fleet(con):
-    con.execute("BEGIN TRANSACTION")   # one commit: row-by-row commits to a file are slow
-    add_tenant(con, "acme", A)
-    add_tenant(con, "beta", B)
-    where = {g: (c, n, m) for c, n, g, m in GPUS}
-    for c, n, g, m in GPUS:
-        add_gpu_hours(con, c, n, g, m, HOURS)
-    for uid, g, share, whole in SLICES:
-        c, n, (_, total) = where[g]
-        for h in HOURS:
-            add_slice_hour(con, h, c, n, g, uid, total=total, mem_peak=share * total,
-                           sm_mean=share, alloc_mem=int(0.5 * total), alloc_cores=0.5,
-                           whole=whole)
-    con.execute("COMMIT")
-
 
 @pytest.fixture(scope="module")
 def fleet_file(tmp_path_factory):
