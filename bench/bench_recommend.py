@@ -55,7 +55,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--gpus-per-node", type=int, default=8)
-    ap.add_argument("--clusters", type=int, default=20)
+    ap.add_argument("--clusters", type=int, default=4,
+                    help="tenant clusters (examples/large.yaml has 4)")
     ap.add_argument("--hours", type=int, default=720)
     ap.add_argument("--db", default=None, help="keep/reuse the synthesized database here")
     args = ap.parse_args()
@@ -79,15 +80,18 @@ def main() -> int:
           f"{'reused ' + str(path) if reuse else f'built in {build_s:.1f} s'}")
 
     con = connect(path, read_only=True)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     plan = build_plan(con, "2026-11", headroom=0.2, prices=PRICES)
-    total_s = time.perf_counter() - t0
+    total_s, cpu_s = time.perf_counter() - t0, time.process_time() - c0
     con.close()
     s = plan.summary
     ffd_gpus, ffd_s = ffd_only(plan)
     print(f"plan: {total_s:.2f} s total ({total_s - s['plan_seconds']:.2f} s SQL over the month, "
           f"{s['plan_seconds']:.2f} s right-sizing + packing + placement); target <= {TARGET_S:.0f} s: "
           f"{'met' if total_s <= TARGET_S else 'MISSED'}")
+    # On a shared machine wall time is mostly waiting for a core; CPU time (all threads
+    # of this process) is what the plan costs. On an idle machine wall <= CPU time.
+    print(f"plan CPU time: {cpu_s:.2f} s (DuckDB uses every core; packing is one thread)")
     print(f"slices: {s['slices']:,}; GPUs: {s['gpus_total']:,} metered, "
           f"{s['gpus_with_slices_today']:,} holding slices today")
     print(f"GPUs needed: first-fit decreasing {ffd_gpus:,} (packed in {ffd_s:.2f} s), "

@@ -149,8 +149,9 @@ def _try_empty(d, bins, res, src):
     return new
 
 
-def _swap_in(d, bins, res, src, i) -> bool:
-    for t in np.argsort(res.sum(axis=1))[::-1]:
+def _swap_in(d, bins, res, src, i, max_targets: int = 50) -> bool:
+    # only the bins with the most room are worth a swap: bounds the cost on big groups
+    for t in np.argsort(res.sum(axis=1))[::-1][:max_targets]:
         t = int(t)
         if t == src:
             continue
