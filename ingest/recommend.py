@@ -138,40 +138,65 @@ def slice_demands(slices: pd.DataFrame, headroom: float) -> np.ndarray:
     return d
 
 
-def _assign_gpus(bins: list[list[int]], item_gpu: list[str], gpus: pd.DataFrame) -> list[str | None]:
-    """Map planned bins onto the group's real GPUs, keeping each bin where most of its
-    items already are (fewest moves); leftover bins go to GPUs on nodes already kept, so
-    whole nodes empty out. Returns the GPU uuid per bin (None: the group needs a GPU more
-    than it has)."""
-    pairs = {}
+def _assign_gpus(bins: list[list[int]], item_gpu: list[str], item_whole: list[bool],
+                 gpus: pd.DataFrame, keep: str = "nodes") -> list[str | None]:
+    """Map planned bins onto the group's real GPUs. Returns the GPU uuid per bin (None:
+    the group needs a GPU more than it has).
+
+    keep="nodes": keep the GPUs of as few nodes as possible, so whole nodes go back (a
+    cloud or a lease returns nodes, not GPUs): nodes holding whole-GPU pods first (those
+    pods, multi-GPU ones included, then never move), then the busiest nodes.
+    keep="gpus": keep the GPUs that most of each bin's slices are already on (fewest moves).
+    Either way each bin then goes to the kept GPU holding most of its slices."""
+    node_of = dict(zip(gpus["gpu_uuid"], gpus["node"]))
+    per_gpu: dict[str, int] = {}
+    whole_nodes: set = set()
+    for u, w in zip(item_gpu, item_whole):
+        per_gpu[u] = per_gpu.get(u, 0) + 1
+        if w:
+            whole_nodes.add(node_of.get(u))
+    all_gpus = list(gpus["gpu_uuid"])
+    if keep == "nodes":
+        per_node: dict = {}
+        for u in all_gpus:
+            per_node[node_of[u]] = per_node.get(node_of[u], 0) + per_gpu.get(u, 0)
+        rank = sorted(all_gpus, key=lambda u: (node_of[u] not in whole_nodes,
+                                               -per_node[node_of[u]], str(node_of[u]),
+                                               -per_gpu.get(u, 0), u))
+        allowed = set(rank[:len(bins)])
+    else:
+        allowed = set(all_gpus)
+    pairs: dict[tuple[int, str], int] = {}
     for b, items in enumerate(bins):
         for i in items:
-            pairs[(b, item_gpu[i])] = pairs.get((b, item_gpu[i]), 0) + 1
+            if item_gpu[i] in allowed:
+                pairs[(b, item_gpu[i])] = pairs.get((b, item_gpu[i]), 0) + 1
     chosen: dict[int, str] = {}
     taken: set[str] = set()
     for (b, g), _ in sorted(pairs.items(), key=lambda kv: (-kv[1], kv[0][0], kv[0][1])):
         if b not in chosen and g not in taken:
             chosen[b] = g
             taken.add(g)
-    node_of = dict(zip(gpus["gpu_uuid"], gpus["node"]))
     kept_nodes = {node_of.get(g) for g in taken}
-    free = sorted((g for g in gpus["gpu_uuid"] if g not in taken),
-                  key=lambda g: (node_of.get(g) not in kept_nodes, node_of.get(g) or "", g))
+    free = sorted((g for g in allowed if g not in taken),
+                  key=lambda g: (node_of.get(g) not in kept_nodes, str(node_of.get(g)), g))
+    if keep != "nodes":
+        free = free[: max(len(bins) - len(chosen), 0)]
     out: list[str | None] = []
     for b in range(len(bins)):
         if b in chosen:
             out.append(chosen[b])
         elif free:
-            g = free.pop(0)
-            out.append(g)
+            out.append(free.pop(0))
         else:
             out.append(None)
     return out
 
 
 def consolidate(slices: pd.DataFrame, gpus: pd.DataFrame, headroom: float,
-                budget_s: float = 1.0):
-    """Pack each (cluster, model) group's slices onto that group's GPUs.
+                budget_s: float = 1.0, keep: str = "nodes"):
+    """Pack each (cluster, model) group's slices onto that group's GPUs (see
+    _assign_gpus for `keep`).
     Returns (slices with planned_gpu_uuid, placement per GPU, groups)."""
     slices = slices.reset_index(drop=True).copy()
     d = slice_demands(slices, headroom)
@@ -193,7 +218,8 @@ def consolidate(slices: pd.DataFrame, gpus: pd.DataFrame, headroom: float,
             today.setdefault(u, []).append(k)
         res = packing.pack(d[idx], initial=list(today.values()),
                            budget_s=budget_s * max(len(idx), 1) / n_items)
-        targets = _assign_gpus(res.bins, item_gpu, g)
+        item_whole = slices["whole_gpu"].to_numpy()[idx].astype(bool).tolist()
+        targets = _assign_gpus(res.bins, item_gpu, item_whole, g, keep)
         for b, items in enumerate(res.bins):
             planned_gpu[idx[items]] = targets[b]
             if targets[b] is not None:
@@ -275,6 +301,7 @@ def summarize(slices, placement, groups, month_hours, price_table, currency) -> 
         "unpriced_models": unpriced if price_table else [],
         "month_hours": month_hours,
         "slices": int(len(slices)),
+        "slices_moved": int(slices["moves"].sum()) if len(slices) else 0,
         "over_requested": int(slices["over_requested"].sum()) if len(slices) else 0,
         "oom_risk": int(slices["oom_risk"].sum()) if len(slices) else 0,
         "idle": int(slices["idle"].sum()) if len(slices) else 0,
@@ -282,10 +309,14 @@ def summarize(slices, placement, groups, month_hours, price_table, currency) -> 
 
 
 def build_plan(con, month: str, headroom: float = 0.2, prices=None, *, currency: str = "USD",
-               thresholds: Thresholds = Thresholds(), budget_s: float = 1.0) -> Plan:
+               thresholds: Thresholds = Thresholds(), budget_s: float = 1.0,
+               keep: str = "nodes") -> Plan:
     """The plan for `month` ('YYYY-MM'). `prices`: {model: Decimal per GPU-hour} (then
     `currency` names the currency) or a catalog object with .gpu_hour and .currency.
-    `budget_s` bounds the local search across all groups (greedy packing always runs)."""
+    `budget_s` bounds the local search across all groups (greedy packing always runs).
+    `keep`: "nodes" (free whole nodes) or "gpus" (fewest moves), see _assign_gpus."""
+    if keep not in ("nodes", "gpus"):
+        raise ValueError(f"keep must be 'nodes' or 'gpus', got {keep!r}")
     start, end, month_hours = month_window(month)
     price_table, cat_currency = _price_table(prices)
     params = {"start": start, "end": end}
@@ -298,7 +329,7 @@ def build_plan(con, month: str, headroom: float = 0.2, prices=None, *, currency:
         stats["memory_total_bytes"] = stats["memory_total_bytes"].fillna(stats["gpu_uuid"].map(fallback))
     t0 = time.perf_counter()
     slices = recommend_slices(stats, headroom, thresholds)
-    slices, placement, groups = consolidate(slices, gpus, headroom, budget_s)
+    slices, placement, groups = consolidate(slices, gpus, headroom, budget_s, keep)
     summary = summarize(slices, placement, groups, month_hours, price_table,
                         cat_currency or currency)
     summary["plan_seconds"] = time.perf_counter() - t0

@@ -31,6 +31,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prices", default=None,
                         help=f"price catalog YAML (default {DEFAULT_PRICES.name} when present)")
     parser.add_argument("--out", default=None, help="directory for the CSV files")
+    parser.add_argument("--keep", choices=["nodes", "gpus"], default="nodes",
+                        help="nodes: free whole nodes (default); gpus: fewest slice moves")
     parser.add_argument("--top", type=int, default=20, help="slices to print")
 
 
@@ -76,6 +78,7 @@ def format_summary(s: dict) -> str:
         f"lower bound: {s['lower_bound_gpus']}, gap: {s['optimality_gap']}"
         f"{', proven optimal' if s['proven_optimal'] else ''})",
         f"freeable: {s['gpus_freeable']} GPUs, {s['nodes_freeable']} whole nodes; saving {saving}",
+        f"moves: {s['slices_moved']} slices change GPU",
         f"utilization: {s['utilization_today']:.1%} today -> {s['projected_utilization']:.1%} planned",
         f"slices: {s['slices']} ({s['over_requested']} over-requested, {s['oom_risk']} OOM risk, "
         f"{s['idle']} idle)",
@@ -105,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
 
     con = connect(db, read_only=True)
     try:
-        plan = build_plan(con, args.month, args.headroom, table, currency=currency)
+        plan = build_plan(con, args.month, args.headroom, table, currency=currency,
+                          keep=args.keep)
     finally:
         con.close()
 

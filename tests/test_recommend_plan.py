@@ -10,7 +10,7 @@ import pytest
 
 from ingest.recommend import build_plan, headline_metrics
 from ingest.store import connect
-from recommend_rows import PRICES, SLICES, build_fleet
+from recommend_rows import A100, PRICES, SLICES, add_gpu_hours, add_slice_hour, build_fleet
 from slicemeter.cli import main
 
 @pytest.fixture(scope="module")
@@ -148,3 +148,59 @@ def test_cli_bad_month_and_db(fleet, tmp_path, capsys):
     assert "--month" in capsys.readouterr().err
     assert main(["recommend", "--db", str(tmp_path / "nope.duckdb"), "--month", "2026-11"]) == 2
     assert "--db" in capsys.readouterr().err
+
+
+def test_overcommitted_gpu_and_missing_gpu_rows(tmp_path):
+    """Two slices whose p95 needs add up to more than their one GPU: the plan needs a GPU
+    more than the group has and says so; a GPU with slice rows but no gpu_hour rows still
+    counts, under model 'unknown', sized by what was seen on it."""
+    con = connect(tmp_path / "x.duckdb")
+    con.execute("BEGIN TRANSACTION")
+    total = A100[1]
+    add_gpu_hours(con, "c", "n0", "g0", A100, range(4))
+    for uid in ("x", "y"):
+        for h in range(4):
+            add_slice_hour(con, h, "c", "n0", "g0", uid, total=total, mem_peak=0.6 * total,
+                           sm_mean=0.1, alloc_mem=int(0.7 * total), alloc_cores=0.3)
+    for h in range(4):  # GPU "ghost": slice rows only
+        add_slice_hour(con, h, "c", "n1", "ghost", "z", total=total, mem_peak=0.1 * total,
+                       sm_mean=0.1, alloc_mem=int(0.5 * total), alloc_cores=0.3)
+    con.execute("COMMIT")
+    plan = build_plan(con, "2026-11", headroom=0.0, prices=PRICES)
+    s = plan.summary
+    assert s["gpus_total"] == 2 and s["gpus_short"] == 1 and s["gpus_planned"] == 3
+    assert s["gpus_freeable"] == 0
+    by_uid = plan.slices.set_index("pod_uid")
+    assert by_uid.loc["z", "model"] is None or by_uid.loc["z", "model"] != by_uid.loc["x", "model"]
+    assert by_uid.loc["z", "planned_gpu_uuid"] == "ghost"
+    # one of x, y has no GPU to go to in its group: no planned GPU, not silently placed
+    assert sorted(by_uid.loc[["x", "y"], "planned_gpu_uuid"].isna()) == [False, True]
+    con.close()
+
+
+def test_keep_nodes_frees_whole_nodes(tmp_path):
+    """Six equal slices (0.3 of a GPU) need two GPUs. keep='nodes' keeps the busiest
+    node's two GPUs and frees the other two nodes; keep='gpus' moves fewer slices but
+    leaves a GPU kept on a second node."""
+    con = connect(tmp_path / "n.duckdb")
+    con.execute("BEGIN TRANSACTION")
+    total = A100[1]
+    layout = {"g0": "n0", "g1": "n0", "g2": "n1", "g3": "n1", "g4": "n2", "g5": "n2"}
+    for g, n in layout.items():
+        add_gpu_hours(con, "c", n, g, A100, range(4))
+    for uid, g in [("a", "g0"), ("b", "g0"), ("c", "g0"), ("d", "g2"), ("e", "g3"), ("f", "g4")]:
+        for h in range(4):
+            add_slice_hour(con, h, "c", layout[g], g, uid, total=total, mem_peak=0.3 * total,
+                           sm_mean=0.3, alloc_mem=int(0.5 * total), alloc_cores=0.5)
+    con.execute("COMMIT")
+    by_nodes = build_plan(con, "2026-11", headroom=0.0)
+    by_gpus = build_plan(con, "2026-11", headroom=0.0, keep="gpus")
+    for plan in (by_nodes, by_gpus):
+        assert plan.summary["gpus_planned"] == 2 and plan.summary["gpus_freeable"] == 4
+    assert by_nodes.summary["nodes_freeable"] == 2
+    assert set(by_nodes.slices["planned_node"]) == {"n0"}
+    assert by_gpus.summary["nodes_freeable"] == 1
+    assert by_gpus.slices["moves"].sum() < by_nodes.slices["moves"].sum()
+    with pytest.raises(ValueError, match="keep"):
+        build_plan(con, "2026-11", keep="racks")
+    con.close()
