@@ -169,3 +169,16 @@ def test_month_window_hours():
     assert month_window("2026-11")[2] == 720
     assert month_window("2026-12")[1].year == 2027
     assert month_window("2028-02")[2] == 29 * 24
+
+
+def test_grant_falls_back_to_stored_share(store):
+    """No annotation grant (alloc_* NULL): the grant is the allocation share ingest stored
+    (from HAMi's own limit) times the GPU's memory, so the flags still work."""
+    add_gpu_hours(store, CLUSTER, "n", "GPU-0", A100, range(3))
+    for h in range(3):
+        add_slice_hour(store, h, CLUSTER, "n", "GPU-0", "u", total=A100[1], mem_peak=GIB,
+                       sm_mean=0.05, alloc_mem=8 * GIB, alloc_cores=0.4)
+    store.execute("UPDATE slice_hour SET alloc_memory_bytes = NULL, alloc_cores_ratio = NULL")
+    row = build_plan(store, "2026-11").slices.iloc[0]
+    assert row["grant_memory_mib"] == 8 * 1024 and row["grant_cores_pct"] == pytest.approx(40.0)
+    assert bool(row["over_requested"])

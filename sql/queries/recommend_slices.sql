@@ -35,7 +35,9 @@ WITH per_slice AS MATERIALIZED (
 ),
 latest AS (
     SELECT l.gpu_uuid, l.pod_uid, l.container, l.cluster, l.node, l.namespace, l.pod,
-           l.alloc_memory_bytes, l.alloc_cores_ratio, l.last_kernel_age_s
+           l.alloc_memory_bytes, l.alloc_cores_ratio, l.last_kernel_age_s,
+           l.alloc_mem_share_s / l.metered_s AS alloc_mem_share,
+           l.alloc_cores_share_s / l.metered_s AS alloc_cores_share
     FROM slice_hour l
     JOIN per_slice p ON l.gpu_uuid = p.gpu_uuid AND l.pod_uid = p.pod_uid
                     AND l.container = p.container AND l.hour = p.last_hour
@@ -52,8 +54,11 @@ SELECT
     g.model, g.memory_total_bytes,
     l.namespace AS namespace, l.pod AS pod, s.pod_uid, s.container, s.whole_gpu,
     s.hours, s.first_hour, s.last_hour, s.metered_s, s.usage_share_s, s.alloc_dominant_share_s,
-    l.alloc_memory_bytes AS alloc_memory_bytes,
-    l.alloc_cores_ratio::DOUBLE AS alloc_cores_ratio,
+    -- the grant: the annotation's figure, else the share ingest derived (HAMi's own limit;
+    -- whole GPU = 1) times the GPU's memory
+    coalesce(l.alloc_memory_bytes,
+             round(l.alloc_mem_share * g.memory_total_bytes)::BIGINT) AS alloc_memory_bytes,
+    coalesce(l.alloc_cores_ratio::DOUBLE, l.alloc_cores_share) AS alloc_cores_ratio,
     l.last_kernel_age_s::DOUBLE AS last_kernel_age_s,   -- NULL: never ran a kernel
     s.mem_q[1] AS mem_p50, s.mem_q[2] AS mem_p95, s.mem_q[3] AS mem_p99, s.mem_max,
     s.sm_q[1] AS sm_p50, s.sm_q[2] AS sm_p95, s.sm_q[3] AS sm_p99, s.sm_max
