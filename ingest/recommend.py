@@ -193,70 +193,134 @@ def _assign_gpus(bins: list[list[int]], item_gpu: list[str], item_whole: list[bo
     return out
 
 
+def mark_current(slices: pd.DataFrame, tolerance_h: float = 1.0) -> pd.Series:
+    """A slice is current when it was metered in the window's last hour with data (within
+    `tolerance_h`, for a late Tick); the others ended before the window's end."""
+    if slices.empty:
+        return pd.Series([], dtype=bool)
+    latest = slices["last_hour"].max()
+    return slices["last_hour"] >= latest - pd.Timedelta(hours=tolerance_h)
+
+
+def _p95_with_zeros(df: pd.DataFrame, value: str) -> pd.Series:
+    """Per GPU, nearest-rank p95 of `value` over the GPU's `n_hours` metered hours, the
+    hours missing from df counting as 0 (vectorised: rank ceil(0.95 n) among n values of
+    which n - m are zeros)."""
+    d = df.sort_values(["gpu_uuid", value], kind="stable")
+    pos = d.groupby("gpu_uuid").cumcount() + 1
+    m = d.groupby("gpu_uuid")[value].transform("size")
+    n = np.maximum(d["n_hours"], m)
+    k = np.ceil(0.95 * n - 1e-9) - (n - m)           # rank among the m non-zero hours
+    hit = d[pos == k]
+    out = pd.Series(0.0, index=pd.Index(df["gpu_uuid"].unique(), name="gpu_uuid"))
+    out.loc[hit["gpu_uuid"].to_numpy()] = hit[value].to_numpy()
+    return out
+
+
+def recurring_demands(hourly: pd.DataFrame, gpus: pd.DataFrame, headroom: float) -> pd.DataFrame:
+    """Per GPU, the need of the slices that ended before the window's end (batch jobs and
+    the like, recommend_ephemeral.sql), as one unit the plan moves whole: the p95 over the
+    GPU's metered hours of their hourly summed need, plus the headroom. Jobs that ran one
+    after another on a GPU are not added up as if they ran together."""
+    cols = ["gpu_uuid", "need_mem_ratio", "need_sm_ratio"]
+    if hourly.empty:
+        return pd.DataFrame(columns=cols)
+    info = gpus.set_index("gpu_uuid")
+    h = hourly.copy()
+    total = h["gpu_uuid"].map(info["memory_total_bytes"]).astype("float64")
+    h["n_hours"] = h["gpu_uuid"].map(info["hours"]).fillna(0).astype("int64")
+    h["mem"] = (h["mem_bytes"] / total).fillna(1.0) + h["whole_n"]
+    h["sm"] = h["sm_share"] + h["whole_n"]
+    mem, sm = _p95_with_zeros(h, "mem"), _p95_with_zeros(h, "sm")
+    out = pd.DataFrame({"gpu_uuid": mem.index,
+                        "need_mem_ratio": np.clip(mem.to_numpy() * (1 + headroom), 0, 1),
+                        "need_sm_ratio": np.clip(sm.reindex(mem.index).to_numpy() * (1 + headroom), 0, 1)})
+    return out[(out["need_mem_ratio"] > 0) | (out["need_sm_ratio"] > 0)].reset_index(drop=True)
+
+
 def consolidate(slices: pd.DataFrame, gpus: pd.DataFrame, headroom: float,
-                budget_s: float = 1.0, keep: str = "nodes"):
-    """Pack each (cluster, model) group's slices onto that group's GPUs (see
-    _assign_gpus for `keep`).
+                budget_s: float = 1.0, keep: str = "nodes",
+                recurring: pd.DataFrame | None = None):
+    """Pack each (cluster, model) group's current slices, and the per-GPU recurring need
+    of the slices that ended (`recurring`, see recurring_demands), onto that group's GPUs
+    (see _assign_gpus for `keep`). Slices with current == False are not placed.
     Returns (slices with planned_gpu_uuid, placement per GPU, groups)."""
     slices = slices.reset_index(drop=True).copy()
     d = slice_demands(slices, headroom)
     slices["need_mem_ratio"] = d[:, 0]
     slices["need_sm_ratio"] = d[:, 1]
-    planned_gpu = np.full(len(slices), None, dtype=object)
-    model_s = slices["model"].fillna("unknown")
+    if "current" not in slices.columns:
+        slices["current"] = True
+    cur = np.flatnonzero(slices["current"].to_numpy(dtype=bool))
+    items = pd.DataFrame({
+        "slice_row": cur, "gpu_uuid": slices["gpu_uuid"].to_numpy()[cur],
+        "cluster": slices["cluster"].to_numpy()[cur],
+        "model": slices["model"].fillna("unknown").to_numpy()[cur],
+        "whole": slices["whole_gpu"].to_numpy(dtype=bool)[cur],
+        "mem": d[cur, 0], "sm": d[cur, 1]})
+    if recurring is not None and len(recurring):
+        rec = recurring.merge(gpus[["gpu_uuid", "cluster", "model"]], on="gpu_uuid")
+        items = pd.concat([items, pd.DataFrame({
+            "slice_row": -1, "gpu_uuid": rec["gpu_uuid"], "cluster": rec["cluster"],
+            "model": rec["model"].fillna("unknown"), "whole": False,
+            "mem": rec["need_mem_ratio"].astype(float), "sm": rec["need_sm_ratio"].astype(float)})],
+            ignore_index=True)
+    demand = items[["mem", "sm"]].to_numpy(dtype=float)
+    target = np.full(len(items), None, dtype=object)
     model_g = gpus["model"].fillna("unknown")
-    keys = sorted(set(zip(slices["cluster"], model_s)) | set(zip(gpus["cluster"], model_g)))
-    n_items = max(len(slices), 1)
+    keys = sorted(set(zip(items["cluster"], items["model"])) | set(zip(gpus["cluster"], model_g)))
+    n_items = max(len(items), 1)
     group_rows = []
-    planned_of: dict[str, tuple[int, float, float]] = {}
     for cluster, model in keys:
-        idx = np.flatnonzero(((slices["cluster"] == cluster) & (model_s == model)).to_numpy())
+        idx = np.flatnonzero(((items["cluster"] == cluster) & (items["model"] == model)).to_numpy())
         g = gpus[(gpus["cluster"] == cluster) & (model_g == model)]
-        item_gpu = slices["gpu_uuid"].to_numpy()[idx].tolist()
+        item_gpu = items["gpu_uuid"].to_numpy()[idx].tolist()
         today: dict[str, list[int]] = {}
         for k, u in enumerate(item_gpu):
             today.setdefault(u, []).append(k)
-        res = packing.pack(d[idx], initial=list(today.values()),
+        res = packing.pack(demand[idx], initial=list(today.values()),
                            budget_s=budget_s * max(len(idx), 1) / n_items)
-        item_whole = slices["whole_gpu"].to_numpy()[idx].astype(bool).tolist()
-        targets = _assign_gpus(res.bins, item_gpu, item_whole, g, keep)
-        for b, items in enumerate(res.bins):
-            planned_gpu[idx[items]] = targets[b]
-            if targets[b] is not None:
-                load = d[idx[items]].sum(axis=0)
-                planned_of[targets[b]] = (len(items), float(load[0]), float(load[1]))
+        targets = _assign_gpus(res.bins, item_gpu, items["whole"].to_numpy()[idx].tolist(), g, keep)
+        for b, members in enumerate(res.bins):
+            target[idx[members]] = targets[b]
+        is_slice = items["slice_row"].to_numpy()[idx] >= 0
         group_rows.append({
             "cluster": cluster, "model": model,
-            "tenant": (g["tenant"].iloc[0] if len(g) else
-                       slices["tenant"].iloc[int(idx[0])] if len(idx) else None),
-            "gpus_today": len(g), "gpus_with_slices_today": len(today), "slices": len(idx),
+            "tenant": g["tenant"].iloc[0] if len(g) else None,
+            "gpus_today": len(g), "gpus_with_slices_today": len(today),
+            "slices": int(is_slice.sum()), "recurring_units": int((~is_slice).sum()),
             "gpus_ffd": res.ffd_bins, "gpus_planned": res.n_bins,
             "lower_bound": res.lower_bound, "proven_optimal": res.proven_optimal,
             "method": res.method,
         })
     groups = pd.DataFrame(group_rows)
+    items["target"] = target
+
+    planned_gpu = np.full(len(slices), None, dtype=object)
+    srow = items["slice_row"].to_numpy()
+    planned_gpu[srow[srow >= 0]] = target[srow >= 0]
     slices["planned_gpu_uuid"] = planned_gpu
 
-    today_load = (slices.assign(n=1).groupby("gpu_uuid")
-                  .agg(slices_today=("n", "sum"), need_mem_today=("need_mem_ratio", "sum"),
-                       need_sm_today=("need_sm_ratio", "sum")))
+    items["is_slice"] = items["slice_row"] >= 0
+    today_load = items.groupby("gpu_uuid").agg(
+        slices_today=("is_slice", "sum"), need_mem_today=("mem", "sum"), need_sm_today=("sm", "sum"))
+    planned = items[items["target"].notna()].groupby("target").agg(
+        slices_planned=("is_slice", "sum"), units_planned=("mem", "size"),
+        need_mem_planned=("mem", "sum"), need_sm_planned=("sm", "sum"))
     placement = gpus.merge(today_load, left_on="gpu_uuid", right_index=True, how="left")
-    for c in ("slices_today", "need_mem_today", "need_sm_today"):
+    placement = placement.merge(planned, left_on="gpu_uuid", right_index=True, how="left")
+    for c in ("slices_today", "need_mem_today", "need_sm_today", "slices_planned",
+              "units_planned", "need_mem_planned", "need_sm_planned"):
         placement[c] = placement[c].fillna(0)
-    placement["slices_today"] = placement["slices_today"].astype("int64")
-    planned = pd.DataFrame(
-        [(u, *v) for u, v in planned_of.items()],
-        columns=["gpu_uuid", "slices_planned", "need_mem_planned", "need_sm_planned"])
-    placement = placement.merge(planned, on="gpu_uuid", how="left")
-    for c in ("slices_planned", "need_mem_planned", "need_sm_planned"):
-        placement[c] = placement[c].fillna(0)
-    placement["slices_planned"] = placement["slices_planned"].astype("int64")
-    placement["freed"] = placement["slices_planned"] == 0
-    moved_in = slices[slices["planned_gpu_uuid"] != slices["gpu_uuid"]].groupby("planned_gpu_uuid").size()
-    placement["moves_in"] = placement["gpu_uuid"].map(moved_in).fillna(0).astype("int64")
+    for c in ("slices_today", "slices_planned", "units_planned"):
+        placement[c] = placement[c].astype("int64")
+    placement["freed"] = placement["units_planned"] == 0
+    placement = placement.drop(columns=["units_planned"])
+    moved = items[items["target"].notna() & (items["target"] != items["gpu_uuid"])]
+    placement["moves_in"] = placement["gpu_uuid"].map(moved.groupby("target").size()).fillna(0).astype("int64")
     node_of = dict(zip(gpus["gpu_uuid"], gpus["node"]))
     slices["planned_node"] = slices["planned_gpu_uuid"].map(node_of)
-    slices["moves"] = slices["planned_gpu_uuid"] != slices["gpu_uuid"]
+    slices["moves"] = slices["current"].astype(bool) & (slices["planned_gpu_uuid"] != slices["gpu_uuid"])
     return slices, placement, groups
 
 
@@ -302,6 +366,7 @@ def summarize(slices, placement, groups, month_hours, price_table, currency) -> 
         "month_hours": month_hours,
         "slices": int(len(slices)),
         "slices_moved": int(slices["moves"].sum()) if len(slices) else 0,
+        "slices_ended": int((~slices["current"].astype(bool)).sum()) if len(slices) else 0,
         "over_requested": int(slices["over_requested"].sum()) if len(slices) else 0,
         "oom_risk": int(slices["oom_risk"].sum()) if len(slices) else 0,
         "idle": int(slices["idle"].sum()) if len(slices) else 0,
@@ -327,9 +392,22 @@ def build_plan(con, month: str, headroom: float = 0.2, prices=None, *, currency:
     if len(stats) and stats["memory_total_bytes"].isna().any():
         fallback = stats.groupby("gpu_uuid")[["alloc_memory_bytes", "mem_max"]].max().max(axis=1)
         stats["memory_total_bytes"] = stats["memory_total_bytes"].fillna(stats["gpu_uuid"].map(fallback))
-    t0 = time.perf_counter()
+    fallback_total = stats.groupby("gpu_uuid")["memory_total_bytes"].max() if len(stats) else None
+    if fallback_total is not None:
+        gpus["memory_total_bytes"] = gpus["memory_total_bytes"].fillna(gpus["gpu_uuid"].map(fallback_total))
     slices = recommend_slices(stats, headroom, thresholds)
-    slices, placement, groups = consolidate(slices, gpus, headroom, budget_s, keep)
+    slices["current"] = mark_current(slices).to_numpy(dtype=bool)
+    hourly = pd.DataFrame()
+    if len(slices) and not slices["current"].all():
+        keys = slices.loc[~slices["current"], ["gpu_uuid", "pod_uid", "container"]]
+        con.register("recommend_ephemeral_keys", keys)
+        try:
+            hourly = con.execute(sql_text("queries/recommend_ephemeral.sql"), params).df()
+        finally:
+            con.unregister("recommend_ephemeral_keys")
+    t0 = time.perf_counter()
+    recurring = recurring_demands(hourly, gpus, headroom)
+    slices, placement, groups = consolidate(slices, gpus, headroom, budget_s, keep, recurring)
     summary = summarize(slices, placement, groups, month_hours, price_table,
                         cat_currency or currency)
     summary["plan_seconds"] = time.perf_counter() - t0

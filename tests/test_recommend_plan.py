@@ -204,3 +204,58 @@ def test_keep_nodes_frees_whole_nodes(tmp_path):
     with pytest.raises(ValueError, match="keep"):
         build_plan(con, "2026-11", keep="racks")
     con.close()
+
+
+def test_jobs_that_ran_one_after_another_are_not_added_up(tmp_path):
+    """Six batch jobs ran one after another on g0 (0.4 of the GPU each, 4 hours each);
+    a service runs on g1 (0.3) to the end of the window. The jobs are over: they are not
+    placed, and their GPU's recurring need (p95 over g0's hours: 0.4) moves as one unit.
+    Added up as if concurrent they would need 2.4 GPUs."""
+    con = connect(tmp_path / "j.duckdb")
+    con.execute("BEGIN TRANSACTION")
+    total = A100[1]
+    for g in ("g0", "g1"):
+        add_gpu_hours(con, "c", "n0", g, A100, range(30))
+    for k in range(6):
+        for h in range(4 * k, 4 * k + 4):
+            add_slice_hour(con, h, "c", "n0", "g0", f"job-{k}", total=total,
+                           mem_peak=0.4 * total, sm_mean=0.4, alloc_mem=int(0.5 * total),
+                           alloc_cores=0.5)
+    for h in range(30):
+        add_slice_hour(con, h, "c", "n0", "g1", "svc", total=total, mem_peak=0.3 * total,
+                       sm_mean=0.3, alloc_mem=int(0.5 * total), alloc_cores=0.5)
+    con.execute("COMMIT")
+    plan = build_plan(con, "2026-11", headroom=0.0)
+    s = plan.summary
+    assert s["slices_ended"] == 6 and s["gpus_planned"] == 1 and s["gpus_freeable"] == 1
+    by_uid = plan.slices.set_index("pod_uid")
+    assert by_uid.loc[[f"job-{k}" for k in range(6)], "planned_gpu_uuid"].isna().all()
+    kept = plan.placement[~plan.placement["freed"]].iloc[0]
+    assert kept["need_mem_planned"] == pytest.approx(0.7)
+    assert kept["slices_planned"] == 1          # the service; the jobs' unit is not a slice
+    con.close()
+
+
+def test_recurring_p95_counts_idle_hours_as_zero():
+    import numpy as np
+    import pandas as pd
+
+    from ingest.recommend import recurring_demands
+
+    rng = np.random.default_rng(5)
+    rows, gpus = [], []
+    for gi, (n_hours, busy) in enumerate([(100, 100), (100, 10), (100, 3), (40, 40)]):
+        vals = rng.uniform(0.05, 0.5, busy)
+        for h, v in enumerate(vals):
+            rows.append({"gpu_uuid": f"g{gi}", "hour": h, "mem_bytes": v * 1000.0,
+                         "sm_share": v / 2, "whole_n": 0})
+        gpus.append({"gpu_uuid": f"g{gi}", "memory_total_bytes": 1000.0, "hours": n_hours})
+        # independent: nearest rank over all hours, idle hours as zeros
+        padded = np.concatenate([np.zeros(n_hours - busy), vals])
+        gpus[-1]["want"] = float(np.percentile(padded, 95, method="inverted_cdf"))
+    out = recurring_demands(pd.DataFrame(rows), pd.DataFrame(gpus), headroom=0.0).set_index("gpu_uuid")
+    for g in gpus:
+        got = out["need_mem_ratio"].get(g["gpu_uuid"], 0.0)
+        assert got == pytest.approx(g["want"]), g
+    assert "g2" not in out.index        # busy 3 of 100 hours: p95 is an idle hour
+    assert out.loc["g1", "need_mem_ratio"] > 0
