@@ -81,7 +81,7 @@ def format_summary(s: dict) -> str:
         f"moves: {s['slices_moved']} slices change GPU",
         f"utilization: {s['utilization_today']:.1%} today -> {s['projected_utilization']:.1%} planned",
         f"slices: {s['slices']} ({s['over_requested']} over-requested, {s['oom_risk']} OOM risk, "
-        f"{s['idle']} idle)",
+        f"{s['idle']} idle; {s['slices_ended']} ended before the month's end, not placed)",
     ]
     if s.get("gpus_short"):
         lines.append(f"warning: {s['gpus_short']} more GPUs needed where p95 needs exceed today's GPUs")

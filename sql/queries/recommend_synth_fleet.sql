@@ -1,7 +1,7 @@
 -- Synthetic month of a large fleet for bench/bench_recommend.py (never used by the product).
 -- Parameters: nodes, gpn (GPUs per node), clusters (tenant clusters, a node belongs to
 -- one), hours, start. 0-4 slices per GPU (about 2 on average, ~5 % of GPUs hold one
--- whole-GPU pod), one row per slice per hour. Values are deterministic (hash of ids).
+-- whole-GPU pod, one slice in ten ended half-way), one row per slice per hour. Values are deterministic (hash of ids).
 CREATE OR REPLACE TEMP TABLE synth_gpu AS
 SELECT
     n * $gpn + g AS gid,
@@ -26,7 +26,9 @@ SELECT
          ELSE 0.03 + (hash(gp.gid, j, 'm') % 1000) / 1000.0 * 0.42 END AS mem_base,
     CASE WHEN gp.has_whole THEN 0.2 + (hash(gp.gid, j, 's') % 1000) / 1000.0 * 0.7
          ELSE 0.01 + (hash(gp.gid, j, 's') % 1000) / 1000.0 * 0.40 END AS sm_base,
-    1.2 + (hash(gp.gid, j, 'a') % 1000) / 1000.0 * 1.8 AS over
+    1.2 + (hash(gp.gid, j, 'a') % 1000) / 1000.0 * 1.8 AS over,
+    -- one slice in ten is a job that ended half-way through the window
+    CASE WHEN hash(gp.gid, j, 'end') % 10 = 0 THEN $hours // 2 ELSE $hours END AS end_h
 FROM synth_gpu gp, range(4) s(j)
 WHERE (gp.has_whole AND j = 0) OR (NOT gp.has_whole AND j < gp.k);
 
@@ -59,4 +61,5 @@ FROM (
         mem_base * (0.70 + (hash(pod_uid, h, 'mp') % 1000) / 1000.0 * 0.30) * memory_total_bytes AS mp,
         sm_base * (0.50 + (hash(pod_uid, h, 'sm') % 1000) / 1000.0 * 0.50) AS sm
     FROM synth_slice, range($hours) r(h)
+    WHERE h < end_h
 ) x;
