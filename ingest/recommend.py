@@ -202,39 +202,27 @@ def mark_current(slices: pd.DataFrame, tolerance_h: float = 1.0) -> pd.Series:
     return slices["last_hour"] >= latest - pd.Timedelta(hours=tolerance_h)
 
 
-def _p95_with_zeros(df: pd.DataFrame, value: str) -> pd.Series:
-    """Per GPU, nearest-rank p95 of `value` over the GPU's `n_hours` metered hours, the
-    hours missing from df counting as 0 (vectorised: rank ceil(0.95 n) among n values of
-    which n - m are zeros)."""
-    d = df.sort_values(["gpu_uuid", value], kind="stable")
-    pos = d.groupby("gpu_uuid").cumcount() + 1
-    m = d.groupby("gpu_uuid")[value].transform("size")
-    n = np.maximum(d["n_hours"], m)
-    k = np.ceil(0.95 * n - 1e-9) - (n - m)           # rank among the m non-zero hours
-    hit = d[pos == k]
-    out = pd.Series(0.0, index=pd.Index(df["gpu_uuid"].unique(), name="gpu_uuid"))
-    out.loc[hit["gpu_uuid"].to_numpy()] = hit[value].to_numpy()
-    return out
-
-
-def recurring_demands(hourly: pd.DataFrame, gpus: pd.DataFrame, headroom: float) -> pd.DataFrame:
+def recurring_demands(con, slices: pd.DataFrame, gpus: pd.DataFrame, params: dict,
+                      headroom: float) -> pd.DataFrame:
     """Per GPU, the need of the slices that ended before the window's end (batch jobs and
-    the like, recommend_ephemeral.sql), as one unit the plan moves whole: the p95 over the
-    GPU's metered hours of their hourly summed need, plus the headroom. Jobs that ran one
-    after another on a GPU are not added up as if they ran together."""
+    the like) as one unit the plan moves whole: the p95 over the GPU's metered hours of
+    their hourly summed need (recommend_ephemeral.sql), plus the headroom. Jobs that ran
+    one after another on a GPU are not added up as if they ran together."""
     cols = ["gpu_uuid", "need_mem_ratio", "need_sm_ratio"]
-    if hourly.empty:
+    ended = slices.loc[~slices["current"].astype(bool), ["gpu_uuid", "pod_uid", "container"]]
+    if ended.empty:
         return pd.DataFrame(columns=cols)
-    info = gpus.set_index("gpu_uuid")
-    h = hourly.copy()
-    total = h["gpu_uuid"].map(info["memory_total_bytes"]).astype("float64")
-    h["n_hours"] = h["gpu_uuid"].map(info["hours"]).fillna(0).astype("int64")
-    h["mem"] = (h["mem_bytes"] / total).fillna(1.0) + h["whole_n"]
-    h["sm"] = h["sm_share"] + h["whole_n"]
-    mem, sm = _p95_with_zeros(h, "mem"), _p95_with_zeros(h, "sm")
-    out = pd.DataFrame({"gpu_uuid": mem.index,
-                        "need_mem_ratio": np.clip(mem.to_numpy() * (1 + headroom), 0, 1),
-                        "need_sm_ratio": np.clip(sm.reindex(mem.index).to_numpy() * (1 + headroom), 0, 1)})
+    con.register("recommend_ephemeral_keys", ended)
+    con.register("recommend_gpu_info", gpus[["gpu_uuid", "memory_total_bytes", "hours"]])
+    try:
+        p95 = con.execute(sql_text("queries/recommend_ephemeral.sql"), params).df()
+    finally:
+        con.unregister("recommend_ephemeral_keys")
+        con.unregister("recommend_gpu_info")
+    out = pd.DataFrame({
+        "gpu_uuid": p95["gpu_uuid"],
+        "need_mem_ratio": np.clip(p95["mem_p95"].to_numpy(dtype=float) * (1 + headroom), 0, 1),
+        "need_sm_ratio": np.clip(p95["sm_p95"].to_numpy(dtype=float) * (1 + headroom), 0, 1)})
     return out[(out["need_mem_ratio"] > 0) | (out["need_sm_ratio"] > 0)].reset_index(drop=True)
 
 
@@ -397,16 +385,8 @@ def build_plan(con, month: str, headroom: float = 0.2, prices=None, *, currency:
         gpus["memory_total_bytes"] = gpus["memory_total_bytes"].fillna(gpus["gpu_uuid"].map(fallback_total))
     slices = recommend_slices(stats, headroom, thresholds)
     slices["current"] = mark_current(slices).to_numpy(dtype=bool)
-    hourly = pd.DataFrame()
-    if len(slices) and not slices["current"].all():
-        keys = slices.loc[~slices["current"], ["gpu_uuid", "pod_uid", "container"]]
-        con.register("recommend_ephemeral_keys", keys)
-        try:
-            hourly = con.execute(sql_text("queries/recommend_ephemeral.sql"), params).df()
-        finally:
-            con.unregister("recommend_ephemeral_keys")
+    recurring = recurring_demands(con, slices, gpus, params, headroom)
     t0 = time.perf_counter()
-    recurring = recurring_demands(hourly, gpus, headroom)
     slices, placement, groups = consolidate(slices, gpus, headroom, budget_s, keep, recurring)
     summary = summarize(slices, placement, groups, month_hours, price_table,
                         cat_currency or currency)

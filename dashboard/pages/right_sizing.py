@@ -112,9 +112,10 @@ def render(con, month: str) -> None:
     if chosen:
         sl = sl[sl[chosen].any(axis=1)]
     counts = " · ".join(f"{int(plan.slices[f].sum())} {FLAGS[f]}" for f in FLAGS)
-    st.caption(f"{len(sl):,} of {len(plan.slices):,} slices · {counts}. Percentiles are "
-               "nearest-rank over the month's hourly values (memory: hourly peaks; SM: "
-               "hourly means).")
+    st.caption(f"{len(sl):,} of {len(plan.slices):,} slices · {counts} · "
+               f"{s['slices_ended']} ended before the month's end (not placed; their GPU's "
+               "recurring need is). Percentiles are nearest-rank over the month's hourly "
+               "values (memory: hourly peaks; SM: hourly means).")
     st.dataframe(_slice_table(sl.sort_values("memory_saving_mib", ascending=False)),
                  hide_index=True, width="stretch")
 
