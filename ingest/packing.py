@@ -15,8 +15,9 @@ model) the GPUs are interchangeable, so a plan is a partition of the items into 
   items to another bin, directly or by swapping out a smaller item that fits elsewhere;
 - for small groups, an exact branch and bound (node-limited).
 Every result carries a lower bound, max over dimensions of ceil(sum of demand) and of the
-count of items above half a bin in that dimension (no two such items share a bin), so the
-gap to the optimum is stated even when it is not proven zero.
+count of items above half a bin in that dimension (no two such items share a bin), and
+the size of the largest `apart` set, so the gap to the optimum is stated even when it is
+not proven zero. `apart` keeps the slices of one pod on different GPUs.
 """
 from __future__ import annotations
 
@@ -55,12 +56,14 @@ def as_demands(demands) -> np.ndarray:
     return np.minimum(d, 1.0)
 
 
-def lower_bound(d: np.ndarray) -> int:
+def lower_bound(d: np.ndarray, apart=None) -> int:
     if len(d) == 0:
         return 0
     by_sum = max(math.ceil(float(d[:, k].sum()) - 1e-7) for k in range(2))
     by_big = max(int(np.count_nonzero(d[:, k] > 0.5 + EPS)) for k in range(2))
-    return max(by_sum, by_big, 1)
+    a = _apart(apart, len(d))
+    by_apart = int(np.bincount(a[a >= 0]).max()) if (a >= 0).any() else 0
+    return max(by_sum, by_big, by_apart, 1)
 
 
 def _order(d: np.ndarray, key: str) -> np.ndarray:
@@ -72,16 +75,35 @@ def _order(d: np.ndarray, key: str) -> np.ndarray:
     return np.lexsort((np.arange(len(d)), -secondary, -primary))
 
 
-def _greedy(d: np.ndarray, key: str, best_fit: bool) -> list[list[int]]:
+def _apart(apart, n: int) -> np.ndarray:
+    """Per item, the id of a set of items that must sit on different GPUs (the slices of
+    one pod: HAMi gives a pod's vGPUs distinct physical GPUs), or -1."""
+    if apart is None:
+        return np.full(n, -1, dtype=np.int64)
+    a = np.asarray(apart, dtype=np.int64).reshape(-1)
+    if len(a) != n:
+        raise ValueError("apart must have one entry per item")
+    return a
+
+
+def _bins_with(bins, apart, group) -> list[int]:
+    return [b for b, items in enumerate(bins) if any(apart[j] == group for j in items)]
+
+
+def _greedy(d: np.ndarray, key: str, best_fit: bool, apart=None) -> list[list[int]]:
     n = len(d)
+    apart = _apart(apart, n)
     res = np.ones((n, 2))
     bins: list[list[int]] = []
+    holding: dict[int, list[int]] = {}   # apart group -> bins holding one of its items
     inf = np.inf
     for i in _order(d, key):
         nb = len(bins)
         dm, ds = d[i, 0] - EPS, d[i, 1] - EPS
         r = res[:nb]
         ok = (r[:, 0] >= dm) & (r[:, 1] >= ds)
+        if apart[i] >= 0 and apart[i] in holding:
+            ok[holding[apart[i]]] = False
         if nb == 0 or not ok.any():
             b = nb
             bins.append([])
@@ -92,37 +114,46 @@ def _greedy(d: np.ndarray, key: str, best_fit: bool) -> list[list[int]]:
             b = int(ok.argmax())
         bins[b].append(int(i))
         res[b] -= d[i]
+        if apart[i] >= 0:
+            holding.setdefault(int(apart[i]), []).append(b)
     return bins
 
 
-def first_fit_decreasing(d) -> list[list[int]]:
-    return _greedy(as_demands(d), "max", best_fit=False)
+def first_fit_decreasing(d, apart=None) -> list[list[int]]:
+    return _greedy(as_demands(d), "max", best_fit=False, apart=apart)
 
 
-def best_fit_decreasing(d, key: str = "max") -> list[list[int]]:
-    return _greedy(as_demands(d), key, best_fit=True)
+def best_fit_decreasing(d, key: str = "max", apart=None) -> list[list[int]]:
+    return _greedy(as_demands(d), key, best_fit=True, apart=apart)
 
 
-def is_feasible(d: np.ndarray, bins: list[list[int]]) -> bool:
+def is_feasible(d: np.ndarray, bins: list[list[int]], apart=None) -> bool:
     seen = sorted(i for b in bins for i in b)
     if seen != list(range(len(d))):
         return False
+    apart = _apart(apart, len(d))
+    for b in bins:
+        groups = [int(apart[i]) for i in b if apart[i] >= 0]
+        if len(groups) != len(set(groups)):
+            return False
     return all(np.all(d[b].sum(axis=0) <= 1.0 + 1e-7) for b in bins if b)
 
 
 def eliminate_bins(d: np.ndarray, bins: list[list[int]], target: int,
-                   deadline: float = math.inf, max_sources: int = 40) -> list[list[int]]:
+                   deadline: float = math.inf, max_sources: int = 40,
+                   apart=None) -> list[list[int]]:
     """Local search: repeatedly empty a lightly loaded bin into the others. Only the
     `max_sources` emptiest bins are tried per round (a full bin is rarely emptied), and
     the search stops at `deadline` (time.monotonic()) keeping what it has."""
     bins = [list(b) for b in bins if b]
+    apart = _apart(apart, len(d))
     while len(bins) > target:
         res = np.array([1.0 - d[b].sum(axis=0) for b in bins])
         order = np.argsort(-res.sum(axis=1), kind="stable")[:max_sources]  # emptiest first
         for src in order:
             if time.monotonic() > deadline:
                 return bins
-            moved = _try_empty(d, bins, res.copy(), int(src))
+            moved = _try_empty(d, bins, res.copy(), int(src), apart)
             if moved is not None:
                 bins = moved
                 break
@@ -131,29 +162,32 @@ def eliminate_bins(d: np.ndarray, bins: list[list[int]], target: int,
     return bins
 
 
-def _try_empty(d, bins, res, src):
+def _try_empty(d, bins, res, src, apart):
     """Relocate every item of bins[src] elsewhere (direct move, or a swap that pushes a
     smaller item of the target bin into a third bin). None if some item cannot go."""
     new = [list(b) for b in bins]
     res[src] = -1.0  # the source bin accepts nothing
     for i in sorted(new[src], key=lambda j: -d[j].max()):
-        fits = np.flatnonzero((res[:, 0] >= d[i, 0] - EPS) & (res[:, 1] >= d[i, 1] - EPS))
+        ok = (res[:, 0] >= d[i, 0] - EPS) & (res[:, 1] >= d[i, 1] - EPS)
+        if apart[i] >= 0:
+            ok[_bins_with(new, apart, apart[i])] = False
+        fits = np.flatnonzero(ok)
         if len(fits):
             t = int(fits[np.argmin((res[fits] - d[i]).sum(axis=1))])
             new[t].append(i)
             res[t] -= d[i]
             continue
-        if not _swap_in(d, new, res, src, i):
+        if not _swap_in(d, new, res, src, i, apart):
             return None
     del new[src]
     return new
 
 
-def _swap_in(d, bins, res, src, i, max_targets: int = 50) -> bool:
+def _swap_in(d, bins, res, src, i, apart, max_targets: int = 50) -> bool:
     # only the bins with the most room are worth a swap: bounds the cost on big groups
     for t in np.argsort(res.sum(axis=1))[::-1][:max_targets]:
         t = int(t)
-        if t == src:
+        if t == src or (apart[i] >= 0 and any(apart[j] == apart[i] for j in bins[t])):
             continue
         for x in bins[t]:
             after_t = res[t] + d[x] - d[i]
@@ -161,6 +195,8 @@ def _swap_in(d, bins, res, src, i, max_targets: int = 50) -> bool:
                 continue
             ok = (res[:, 0] >= d[x, 0] - EPS) & (res[:, 1] >= d[x, 1] - EPS)
             ok[t] = ok[src] = False
+            if apart[x] >= 0:
+                ok[_bins_with(bins, apart, apart[x])] = False
             us = np.flatnonzero(ok)
             if len(us) == 0:
                 continue
@@ -174,11 +210,12 @@ def _swap_in(d, bins, res, src, i, max_targets: int = 50) -> bool:
     return False
 
 
-def exact(d: np.ndarray, upper: int, lb: int, node_limit: int = 50_000):
+def exact(d: np.ndarray, upper: int, lb: int, node_limit: int = 50_000, apart=None):
     """Branch and bound over items in decreasing order. Returns (bins or None, finished):
     bins when a solution with fewer than `upper` bins exists, finished when the search
     space was exhausted (so the best found, or `upper`, is optimal)."""
     order = [int(i) for i in _order(d, "max")]
+    apart = _apart(apart, len(d))
     n = len(order)
     rem = np.zeros((n + 1, 2))
     for k in range(n - 1, -1, -1):
@@ -209,8 +246,13 @@ def exact(d: np.ndarray, upper: int, lb: int, node_limit: int = 50_000):
         for b in range(nb):
             r = res[b]
             if r[0] >= d[i, 0] - EPS and r[1] >= d[i, 1] - EPS:
-                sig = (round(r[0], 9), round(r[1], 9))
-                if sig in tried:       # identical residual bins: symmetric branches
+                if apart[i] >= 0 and any(apart[j] == apart[i] for j in assign[b]):
+                    continue
+                # identical residual bins are symmetric branches (unless the bin holds
+                # an item that must stay apart from others: then its contents matter)
+                sig = (round(r[0], 9), round(r[1], 9),
+                       tuple(sorted(int(apart[j]) for j in assign[b] if apart[j] >= 0)))
+                if sig in tried:
                     continue
                 tried.add(sig)
                 res[b] = r - d[i]
@@ -230,32 +272,34 @@ def exact(d: np.ndarray, upper: int, lb: int, node_limit: int = 50_000):
 
 
 def pack(demands, *, initial: list[list[int]] | None = None, exact_max_items: int = 24,
-         node_limit: int = 50_000, budget_s: float = math.inf) -> PackResult:
+         node_limit: int = 50_000, budget_s: float = math.inf, apart=None) -> PackResult:
     """Best plan found for one group. `budget_s` bounds the local search (the greedy
-    candidates always run), so a fleet-wide plan stays within a time budget."""
+    candidates always run), so a fleet-wide plan stays within a time budget. `apart`:
+    per item a group id (-1: none); items of one group go to different bins."""
     deadline = time.monotonic() + budget_s
     d = as_demands(demands)
     n = len(d)
     if n == 0:
         return PackResult([], 0, 0, True, "empty")
-    lb = lower_bound(d)
-    ffd = _greedy(d, "max", best_fit=False)
+    apart = _apart(apart, n)
+    lb = lower_bound(d, apart)
+    ffd = _greedy(d, "max", best_fit=False, apart=apart)
     candidates = [
         ("ffd", ffd),
-        ("bfd-sum", _greedy(d, "sum", best_fit=True)),
+        ("bfd-sum", _greedy(d, "sum", best_fit=True, apart=apart)),
     ]
     if initial is not None:
         init = [list(b) for b in initial if b]
-        if is_feasible(d, init):
+        if is_feasible(d, init, apart):
             candidates.append(("today", init))
     method, best = min(candidates, key=lambda c: len(c[1]))
     if len(best) > lb:
-        improved = eliminate_bins(d, best, lb, deadline)
+        improved = eliminate_bins(d, best, lb, deadline, apart=apart)
         if len(improved) < len(best):
             method, best = method + "+eliminate", improved
     proven = len(best) == lb
     if not proven and n <= exact_max_items:
-        found, finished = exact(d, len(best), lb, node_limit)
+        found, finished = exact(d, len(best), lb, node_limit, apart)
         if found is not None:
             method, best = "exact", found
         proven = finished or len(best) == lb

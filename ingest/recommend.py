@@ -245,15 +245,21 @@ def consolidate(slices: pd.DataFrame, gpus: pd.DataFrame, headroom: float,
         "cluster": slices["cluster"].to_numpy()[cur],
         "model": slices["model"].fillna("unknown").to_numpy()[cur],
         "whole": slices["whole_gpu"].to_numpy(dtype=bool)[cur],
-        "mem": d[cur, 0], "sm": d[cur, 1]})
+        "mem": d[cur, 0], "sm": d[cur, 1],
+        # a pod's slices sit on distinct GPUs (HAMi): keep them apart in the plan
+        "pod": slices["pod_uid"].to_numpy()[cur]})
     if recurring is not None and len(recurring):
         rec = recurring.merge(gpus[["gpu_uuid", "cluster", "model"]], on="gpu_uuid")
         items = pd.concat([items, pd.DataFrame({
             "slice_row": -1, "gpu_uuid": rec["gpu_uuid"], "cluster": rec["cluster"],
             "model": rec["model"].fillna("unknown"), "whole": False,
-            "mem": rec["need_mem_ratio"].astype(float), "sm": rec["need_sm_ratio"].astype(float)})],
+            "mem": rec["need_mem_ratio"].astype(float), "sm": rec["need_sm_ratio"].astype(float),
+            "pod": None})],
             ignore_index=True)
     demand = items[["mem", "sm"]].to_numpy(dtype=float)
+    pod_code, _ = pd.factorize(items["pod"])          # None -> -1
+    multi = pd.Series(pod_code).map(pd.Series(pod_code).value_counts()) > 1
+    apart_all = np.where((pod_code >= 0) & multi.to_numpy(), pod_code, -1)
     target = np.full(len(items), None, dtype=object)
     model_g = gpus["model"].fillna("unknown")
     keys = sorted(set(zip(items["cluster"], items["model"])) | set(zip(gpus["cluster"], model_g)))
@@ -267,7 +273,8 @@ def consolidate(slices: pd.DataFrame, gpus: pd.DataFrame, headroom: float,
         for k, u in enumerate(item_gpu):
             today.setdefault(u, []).append(k)
         res = packing.pack(demand[idx], initial=list(today.values()),
-                           budget_s=budget_s * max(len(idx), 1) / n_items)
+                           budget_s=budget_s * max(len(idx), 1) / n_items,
+                           apart=apart_all[idx])
         targets = _assign_gpus(res.bins, item_gpu, items["whole"].to_numpy()[idx].tolist(), g, keep)
         for b, members in enumerate(res.bins):
             target[idx[members]] = targets[b]

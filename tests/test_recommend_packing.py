@@ -120,3 +120,29 @@ def test_bad_demands_rejected():
     with pytest.raises(ValueError, match=">= 0"):
         packing.pack([[-0.1, 0.1]])
     assert packing.pack([]).n_bins == 0
+
+
+def test_apart_items_never_share_a_bin():
+    # two slices of one pod (group 0) and two of another (group 1), all small
+    d = np.array([[0.2, 0.2]] * 4 + [[0.1, 0.1]] * 2)
+    apart = [0, 0, 1, 1, -1, -1]
+    assert packing.lower_bound(d, apart) == 2
+    assert len(packing.first_fit_decreasing(d)) == 1          # without the constraint
+    res = packing.pack(d, apart=apart)
+    assert packing.is_feasible(d, res.bins, apart)
+    assert res.n_bins == 2 and res.proven_optimal
+    for b in res.bins:
+        groups = [apart[i] for i in b if apart[i] >= 0]
+        assert len(groups) == len(set(groups))
+    assert not packing.is_feasible(d, [[0, 1, 2, 3, 4, 5]], apart)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_apart_respected_by_local_search_and_exact(seed):
+    rng = np.random.default_rng(seed)
+    d = rng.uniform(0.05, 0.3, size=(40, 2))
+    apart = np.where(np.arange(40) < 12, np.arange(40) // 4, -1)   # three pods of 4 slices
+    res = packing.pack(d, apart=apart, budget_s=0.5)
+    assert packing.is_feasible(d, res.bins, apart)
+    small = packing.pack(d[:14], apart=apart[:14])
+    assert packing.is_feasible(d[:14], small.bins, apart[:14]) and small.proven_optimal

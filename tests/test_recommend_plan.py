@@ -274,3 +274,26 @@ def test_recurring_p95_counts_idle_hours_as_zero(tmp_path):
         assert placement.loc[g, "need_sm_today"] == pytest.approx(p95 / 2, rel=1e-9), g
     assert want["g2"] == 0.0 and want["g1"] > 0     # busy 3 of 100 hours: p95 is idle
     con.close()
+
+
+def test_multi_gpu_pod_keeps_distinct_gpus(tmp_path):
+    """A pod with one container on two GPUs (two slices, 0.2 each): HAMi gives them two
+    physical GPUs, so the plan keeps two GPUs though 0.4 would fit on one."""
+    con = connect(tmp_path / "m.duckdb")
+    con.execute("BEGIN TRANSACTION")
+    total = A100[1]
+    for g in ("g0", "g1", "g2"):
+        add_gpu_hours(con, "c", "n0", g, A100, range(4))
+    for g in ("g0", "g1"):
+        for h in range(4):
+            add_slice_hour(con, h, "c", "n0", g, "ddp", total=total, mem_peak=0.2 * total,
+                           sm_mean=0.2, alloc_mem=int(0.5 * total), alloc_cores=0.5)
+    for h in range(4):
+        add_slice_hour(con, h, "c", "n0", "g2", "small", total=total, mem_peak=0.1 * total,
+                       sm_mean=0.1, alloc_mem=int(0.5 * total), alloc_cores=0.5)
+    con.execute("COMMIT")
+    plan = build_plan(con, "2026-11", headroom=0.0)
+    assert plan.summary["gpus_planned"] == 2 and plan.summary["optimality_gap"] == 0
+    ddp = plan.slices[plan.slices["pod_uid"] == "ddp"]["planned_gpu_uuid"]
+    assert ddp.nunique() == 2
+    con.close()
