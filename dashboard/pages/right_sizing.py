@@ -44,6 +44,28 @@ def _prices():
         return None, "USD"
 
 
+@st.cache_data(show_spinner="Planning the month...", max_entries=8)
+def _cached_plan(db_file: str, mtime: float, month: str, headroom: float, prices_key: str,
+                 _prices, currency, _con):
+    # keyed on the database file and its mtime (a new snapshot replans), month, headroom
+    # and the price catalog's content
+    return build_plan(_con, month, headroom=headroom, prices=_prices, currency=currency)
+
+
+def _plan(con, month: str, headroom: float):
+    """The plan, cached per database file version: on a large fleet it takes seconds, and
+    every widget change reruns the page."""
+    prices, currency = _prices()
+    row = con.execute("SELECT path FROM duckdb_databases() "
+                      "WHERE database_name = current_database()").fetchone()
+    path = Path(row[0]) if row and row[0] else None
+    if path is None or not path.is_file():
+        return build_plan(con, month, headroom=headroom, prices=prices, currency=currency)
+    prices_key = repr(sorted((prices or {}).items()))
+    return _cached_plan(str(path), path.stat().st_mtime, month, headroom, prices_key, prices,
+                        currency, con)
+
+
 def _slice_table(slices: pd.DataFrame) -> pd.DataFrame:
     mib = 1024 * 1024
     t = slices.assign(
@@ -62,8 +84,7 @@ def render(con, month: str) -> None:
                          help="gpumem = p99 memory peak x (1 + headroom); gpucores = p99 "
                               "SM share x (1 + headroom); the plan packs p95 needs x "
                               "(1 + headroom).") / 100
-    prices, currency = _prices()
-    plan = build_plan(con, month, headroom=headroom, prices=prices, currency=currency)
+    plan = _plan(con, month, headroom)
     s = plan.summary
     if not s["gpus_total"]:
         st.info(f"No metered GPUs in {month}.")
