@@ -104,8 +104,11 @@ def test_cli_prints_and_writes_csv(fleet, tmp_path, capsys):
     con, path = fleet
     con.close()
     prices = tmp_path / "prices.yaml"
+    # the chargeback catalog format; overrides and electricity are not recommend's business
     prices.write_text('currency: USD\ngpu_hour: {"NVIDIA A100-SXM4-80GB": "2.40", '
-                      '"NVIDIA L4": "0.80"}\n')
+                      '"NVIDIA L4": "0.80"}\n'
+                      'overrides: [{node: gpu-node-7, model: "NVIDIA L4", gpu_hour: "0.60"}]\n'
+                      'electricity: {price_per_kwh: "0.14", carbon_g_per_kwh: 320}\n')
     out = tmp_path / "out"
     rc = main(["recommend", "--db", str(path), "--month", "2026-11", "--prices", str(prices),
                "--out", str(out)])
