@@ -10,7 +10,7 @@ gpu_hour) through sql/queries/recommend_*.sql and returns a `Plan`:
 - `.groups`: per (tenant cluster, GPU model), GPUs today, FFD, the plan, the lower bound;
 - `.summary`: the headline figures (see `summarize`).
 The recommendation and packing steps are pure functions of DataFrames; only `build_plan`
-touches the database.
+and `recurring_demands` touch the database.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -37,7 +37,7 @@ _MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
 class Thresholds:
     """When a slice is flagged. Defaults follow the issue: over-requested when the grant is
     more than twice the p99 need; OOM risk when p99 memory is above 90 % of the limit; idle
-    when no kernel ran for a day (or ever) at the latest sample, or p99 SM use is below 1 %."""
+    when no kernel ran for a day at the latest sample, or p99 SM use is below 1 %."""
     over_request_factor: float = 2.0
     oom_ratio: float = 0.9
     idle_after_s: float = 24 * 3600.0
@@ -119,7 +119,9 @@ def recommend_slices(stats: pd.DataFrame, headroom: float = 0.2,
                       & (mem_p99 > t.oom_ratio * grant_mem)).astype(bool)
     age = df["last_kernel_age_s"].astype("float64")
     df["hours_since_kernel"] = age / 3600.0
-    df["idle"] = (age.isna() | (age >= t.idle_after_s) | (sm_p99 < t.idle_sm_ratio)).astype(bool)
+    # No kernel age (never, or not reported: whole GPUs without HAMi) proves nothing on its
+    # own; SM use below the threshold does.
+    df["idle"] = ((age >= t.idle_after_s).fillna(False) | (sm_p99 < t.idle_sm_ratio)).astype(bool)
     df["memory_saving_mib"] = (df["grant_memory_mib"] - df["recommended_gpumem_mib"]).clip(lower=0)
     return df
 
