@@ -178,10 +178,17 @@ def build_rows(month: str = "2026-11", days: int | None = None) -> tuple[pd.Data
     return pd.DataFrame(gpu_rows), pd.DataFrame(slice_rows), tenants
 
 
-def build_fleet_db(path: str | Path, month: str = "2026-11", days: int | None = None) -> Path:
-    """Write the generated month into a new DuckDB file at `path` (schema via ingest.store)."""
+def build_fleet_db(path: str | Path, month: str = "2026-11", days: int | None = None,
+                   earlier: tuple[tuple[str, int], ...] = ()) -> Path:
+    """Write the generated month into a new DuckDB file at `path` (schema via ingest.store).
+
+    `earlier`: extra (month, days) of history, e.g. (("2026-10", 3),).
+    """
     path = Path(path)
     gpu, slices, tenants = build_rows(month, days)
+    for m, d in earlier:
+        g2, s2, _ = build_rows(m, d)
+        gpu, slices = pd.concat([g2, gpu], ignore_index=True), pd.concat([s2, slices], ignore_index=True)
     con = connect(path)
     try:
         for table, df in (("gpu_hour", gpu), ("slice_hour", slices), ("tenants", tenants)):

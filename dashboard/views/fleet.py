@@ -64,3 +64,14 @@ with right:
             tooltip=[alt.Tooltip("day:T"), alt.Tooltip("slices_per_gpu:Q", format=".2f")],
         ).properties(height=220)
     )
+
+st.subheader("By tenant")
+by_tenant = data.query("dash_fleet_by_tenant", **b)
+# st.table (HTML, not canvas): small, and readable by screen readers and browser tests
+st.table(by_tenant.assign(
+    capacity_gpu_h=by_tenant["capacity_gpu_h"].map(lambda v: fmt.gpu_hours(v, 0)),
+    allocation=by_tenant["allocation"].map(fmt.pct),
+    utilization=by_tenant["utilization"].map(fmt.pct),
+    slices_per_gpu=by_tenant["slices_per_gpu"].map("{:.2f}".format),
+).rename(columns={"display_name": "name", "capacity_gpu_h": "capacity", "slices_per_gpu": "slices / GPU"})
+ .set_index("tenant"))
