@@ -60,5 +60,10 @@ def gpu_h_col(label: str, help: str | None = None) -> st.column_config.NumberCol
 
 
 def pct_col(label: str, help: str | None = None) -> st.column_config.NumberColumn:
-    # values are fractions; Streamlit's "percent" format multiplies by 100
-    return st.column_config.NumberColumn(label, format="percent", help=help)
+    # values are fractions: Vega-style d3 format, so 0.1001 reads "10.0%" like the metrics
+    return st.column_config.NumberColumn(label, format="%.1f%%", help=help)
+
+
+def as_pct(df: pd.DataFrame, *cols: str) -> pd.DataFrame:
+    """Fractions to percent numbers for display with pct_col (sorting stays numeric)."""
+    return df.assign(**{c: df[c] * 100 for c in cols if c in df.columns})

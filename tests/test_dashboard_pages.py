@@ -77,7 +77,7 @@ def test_fleet_figures_equal_independent_sql(fleet_db, raw, monkeypatch):
     assert metric(at, "Fleet utilization") == fmt.pct(util)
     assert metric(at, "Allocated") == fmt.pct(alloc)
     assert metric(at, "Slices per GPU") == f"{per_gpu:.2f}"
-    assert metric(at, "Capacity") == fmt.gpu_hours(capacity, 0)
+    assert metric(at, "Capacity") == f"{capacity:,.0f}"
     assert metric(at, "GPUs") == "10 · 5 · 3"
     # the diurnal services grow through the month: the 7-day trend is up
     assert at.metric[0].delta.startswith("+")
@@ -95,7 +95,7 @@ def test_fleet_month_switch_and_new_data_invalidate_cache(fleet_db, raw, monkeyp
     at = app(fleet_db, monkeypatch)
     at.sidebar.selectbox[0].set_value("2026-10").run()
     oct_capacity = one(raw, "SELECT sum(metered_s) / 3600 FROM gpu_hour WHERE hour < TIMESTAMP '2026-11-01'")
-    assert metric(at, "Capacity") == fmt.gpu_hours(oct_capacity, 0)
+    assert metric(at, "Capacity") == f"{oct_capacity:,.0f}"
     assert oct_capacity < 1000  # three days, not the month
 
     # new data lands in a copy (as ingest's snapshot replaces the file): the next run shows it

@@ -21,7 +21,7 @@ c2.metric("Allocated", fmt.pct(summary.allocation), help="Share of metered capac
 c3.metric("Slices per GPU", f"{summary.slices_per_gpu:.2f}",
           help=f"Average containers sharing a GPU; {fmt.pct(summary.shared_fraction)} of GPU-hours were shared.")
 c4.metric("GPUs · nodes · tenants", f"{int(summary.gpus)} · {int(summary.nodes)} · {int(summary.tenants)}")
-c5.metric("Capacity", fmt.gpu_hours(summary.capacity_gpu_h, 0), help="GPU-hours metered this month.")
+c5.metric("Capacity (GPU-hours)", f"{summary.capacity_gpu_h:,.0f}", help="GPU-hours metered this month.")
 
 st.subheader("Capacity over time")
 long = hourly.melt(id_vars=["hour"], value_vars=["used_gpu_h", "reserved_idle_gpu_h", "unallocated_gpu_h"],
@@ -45,7 +45,7 @@ left, right = st.columns(2)
 with left:
     st.subheader("Utilization trend")
     trend = daily.melt(id_vars=["day"], value_vars=["utilization", "allocation"], var_name="measure", value_name="ratio")
-    band = alt.Chart().mark_rect(opacity=0.12, color="#9e9e9e").encode(y=alt.datum(0.20), y2=alt.datum(0.25))
+    band = alt.Chart().mark_rect(opacity=0.35, color="#e0e0e0").encode(y=alt.datum(0.20), y2=alt.datum(0.25))
     lines = alt.Chart().mark_line(point=True).encode(
         x=alt.X("day:T", title=None),
         y=alt.Y("ratio:Q", axis=alt.Axis(format="%"), title=None, scale=alt.Scale(domain=[0, 1])),
@@ -58,9 +58,9 @@ with left:
 with right:
     st.subheader("Sharing density")
     common.chart(
-        alt.Chart(daily).mark_bar(color="#6a1b9a").encode(
+        alt.Chart(daily).mark_area(color="#6a1b9a", opacity=0.25, line={"color": "#6a1b9a"}, interpolate="step-after").encode(
             x=alt.X("day:T", title=None),
-            y=alt.Y("slices_per_gpu:Q", title="slices per GPU"),
+            y=alt.Y("slices_per_gpu:Q", title="slices per GPU", scale=alt.Scale(zero=True)),
             tooltip=[alt.Tooltip("day:T"), alt.Tooltip("slices_per_gpu:Q", format=".2f")],
         ).properties(height=220)
     )

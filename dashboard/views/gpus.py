@@ -13,14 +13,14 @@ if common.no_rows(gpus, "GPUs"):
 c1, c2 = st.columns(2)
 measure = c1.radio("Show", ["allocation", "utilization"], horizontal=True, key="gpu_measure",
                    format_func={"allocation": "allocated share", "utilization": "SM utilization"}.get)
-bucket = c2.radio("Resolution", ["day", "hour"], horizontal=True, key="gpu_bucket")
+bucket = c2.radio("Resolution", ["hour", "day"], horizontal=True, key="gpu_bucket", index=0 if len(gpus) <= 24 else 1)
 heat = data.query("dash_gpu_heatmap", bucket=bucket, **b)
 
 pick = alt.selection_point(fields=["gpu"], name="pick")
 event = st.altair_chart(
     alt.Chart(heat).mark_rect().encode(
         x=alt.X("bucket:T", title=None),
-        y=alt.Y("gpu:N", title=None, sort=gpus["gpu"].tolist()),
+        y=alt.Y("gpu:N", title=None, sort=gpus["gpu"].tolist(), axis=alt.Axis(labelLimit=260)),
         color=alt.Color(f"{measure}:Q", title=None, scale=alt.Scale(domain=[0, 1], scheme="viridis"),
                         legend=alt.Legend(format="%")),
         opacity=alt.condition(pick, alt.value(1.0), alt.value(0.45)),
@@ -36,7 +36,7 @@ if picked and picked[0] in labels:
 if st.session_state.get("gpu_pick") not in labels:
     st.session_state["gpu_pick"] = labels[0]
 
-st.dataframe(gpus.drop(columns=["gpu_uuid"]), hide_index=True, width="stretch",
+st.dataframe(common.as_pct(gpus.drop(columns=["gpu_uuid"]), "allocation", "utilization"), hide_index=True, width="stretch",
              column_config={"metered_h": st.column_config.NumberColumn("metered", format="%.1f h"),
                             "allocation": common.pct_col("allocated"), "utilization": common.pct_col("SM utilization"),
                             "max_slices": "max slices"})
@@ -50,7 +50,7 @@ m2.metric("Tenant", row.tenant)
 m3.metric("Allocated", fmt.pct(row.allocation))
 m4.metric("SM utilization", fmt.pct(row.utilization))
 slices = data.query("dash_gpu_slices", gpu=row.gpu_uuid, **b)
-st.dataframe(slices, hide_index=True, width="stretch",
+st.dataframe(common.as_pct(slices, "alloc_cores", "used_of_allocated", "sm_util_max"), hide_index=True, width="stretch",
              column_config={"alloc_memory_gib": st.column_config.NumberColumn("memory granted", format="%.1f GiB"),
                             "alloc_cores": common.pct_col("cores granted"),
                             "hours": st.column_config.NumberColumn("present", format="%.1f h"),

@@ -27,7 +27,7 @@ try:
     bill = data.chargeback(common.month(), basis, idle)
 except data.ModuleMissing as exc:
     bill = None
-    st.warning(f"Costs unavailable: chargeback module not installed ({exc}). GPU-hours below are metered data.")
+    st.warning(f"Costs unavailable: {exc}. The GPU-hours below are metered data; costs appear once chargeback is installed.")
 
 cost_col = money.cost_column(bill) if bill is not None else None
 if bill is not None and cost_col is not None:
@@ -47,7 +47,7 @@ if bill is not None and cost_col is not None:
             tooltip=["tenant:N", "cost:N", alt.Tooltip("share:Q", format=".1%")],
         ).properties(height=max(120, 28 * len(totals))))
     st.subheader("Cost by tenant")
-    st.dataframe(totals[["tenant", "display_name", "cost", "share", "allocated_gpu_h", "used_gpu_h"]],
+    st.dataframe(common.as_pct(totals[["tenant", "display_name", "cost", "share", "allocated_gpu_h", "used_gpu_h"]], "share"),
                  hide_index=True, width="stretch",
                  column_config={"cost": st.column_config.TextColumn(f"cost ({cur})"),
                                 "share": common.pct_col("share of total"),
@@ -78,6 +78,6 @@ common.chart(alt.Chart(daily).mark_area(opacity=0.85).encode(
 
 st.subheader("By namespace")
 usage["used_of_allocated"] = usage["used_gpu_h"] / usage["allocated_gpu_h"].where(usage["allocated_gpu_h"] > 0)
-st.dataframe(usage.drop(columns=["display_name"]), hide_index=True, width="stretch",
+st.dataframe(common.as_pct(usage.drop(columns=["display_name"]), "used_of_allocated"), hide_index=True, width="stretch",
              column_config={"allocated_gpu_h": common.gpu_h_col("allocated"), "used_gpu_h": common.gpu_h_col("used"),
                             "used_of_allocated": common.pct_col("used / allocated")})

@@ -20,7 +20,7 @@ if not common.no_rows(waste, "slices"):
         tooltip=["tenant:N", "slice:N", "node:N", alt.Tooltip("unused_gpu_h:Q", format=",.1f"),
                  alt.Tooltip("unused_fraction:Q", format=".0%")],
     ).properties(height=max(140, 24 * len(waste))))
-    st.dataframe(waste.drop(columns=["slice"]), hide_index=True, width="stretch",
+    st.dataframe(common.as_pct(waste.drop(columns=["slice"]), "unused_fraction"), hide_index=True, width="stretch",
                  column_config={"allocated_gpu_h": common.gpu_h_col("allocated"), "used_gpu_h": common.gpu_h_col("used"),
                                 "unused_gpu_h": common.gpu_h_col("unused"), "unused_fraction": common.pct_col("unused share")})
 
@@ -31,7 +31,7 @@ if idle.empty:
     st.success(f"No reservation has been idle for {min_idle_h} h or more at the latest metered hour.")
 else:
     st.caption(f"{len(idle)} slices still held at the latest metered hour with no kernel for ≥ {min_idle_h} h (or never).")
-    st.dataframe(idle, hide_index=True, width="stretch",
+    st.dataframe(common.as_pct(idle, "allocation"), hide_index=True, width="stretch",
                  column_config={"allocation": common.pct_col("share held"),
                                 "never_ran_kernel": st.column_config.CheckboxColumn("never ran a kernel"),
                                 "idle_h": st.column_config.NumberColumn("no kernel for", format="%.1f h"),
