@@ -109,7 +109,8 @@ def _exports(path: str, version: tuple, month: str, basis: str, idle: str) -> di
 
     with tempfile.TemporaryDirectory(prefix="slicemeter-export-") as out:
         proc = subprocess.run(
-            [sys.executable, "-m", "slicemeter.cli", "export", "--db", path, "--month", month,
+            [sys.executable, "-c", "import sys; from slicemeter.cli import main; sys.exit(main())",
+             "export", "--db", path, "--month", month,
              "--out", out, "--basis", basis, "--idle", idle],
             capture_output=True, text=True, timeout=300,
         )

@@ -43,7 +43,7 @@ def served(tmp_path):
     db = build_fleet_db(tmp_path / "fleet.duckdb", "2026-11")
     port = free_port()
     log = open(tmp_path / "dashboard.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "slicemeter.cli", "dashboard", "--db", str(db), "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from slicemeter.cli import main; sys.exit(main())", "dashboard", "--db", str(db), "--port", str(port)],
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}/"
     try:
