@@ -7,6 +7,8 @@ import pandas as pd
 
 # The preferred name of the billed amount, in order; else the last all-Decimal column.
 COST_NAMES = ("cost", "total_cost", "charge", "amount", "total", "billed")
+# Decimal columns that hold money (others hold GPU-hours, kWh, gCO2e)
+MONEY_NAMES = ("charge", "idle_share", "cost", "waste", "energy_cost", "amount", "total", "billed")
 
 
 def decimal_columns(df: pd.DataFrame) -> list[str]:
@@ -16,6 +18,10 @@ def decimal_columns(df: pd.DataFrame) -> list[str]:
         if len(vals) and all(isinstance(v, Decimal) for v in vals):
             out.append(col)
     return out
+
+
+def money_columns(df: pd.DataFrame) -> list[str]:
+    return [c for c in decimal_columns(df) if c in MONEY_NAMES or c.endswith(("_cost", "price"))]
 
 
 def cost_column(df: pd.DataFrame) -> str | None:

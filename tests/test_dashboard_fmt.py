@@ -34,6 +34,8 @@ def test_money_columns_and_decimal_totals():
     df = pd.DataFrame({"tenant": ["a", "b", "a"], "gpu_hours": [1.0, 2.0, 3.0],
                        "cost": [Decimal("0.10"), Decimal("0.20"), Decimal("0.20")]})
     assert money.decimal_columns(df) == ["cost"] and money.cost_column(df) == "cost"
+    df["gco2e"] = [Decimal("1.5")] * 3
+    assert money.money_columns(df) == ["cost"]
     totals = money.totals_by(df, "tenant", "cost")
     assert list(totals["tenant"]) == ["a", "b"]
     assert totals["cost"].tolist() == [Decimal("0.30"), Decimal("0.20")]

@@ -103,7 +103,8 @@ def test_fleet_month_switch_and_new_data_invalidate_cache(fleet_db, raw, monkeyp
     at2 = app(copy, monkeypatch)
     before = metric(at2, "Capacity")
     con = duckdb.connect(str(copy))
-    con.execute("""INSERT INTO gpu_hour SELECT hour, cluster, node, 'GPU-new-' || gpu_uuid, model,
+    con.execute("""INSERT INTO gpu_hour (hour, cluster, node, gpu_uuid, model, memory_total_bytes, metered_s,
+                   sample_count, sm_util_s, memory_used_byte_s, energy_joules) SELECT hour, cluster, node, 'GPU-new-' || gpu_uuid, model,
                    memory_total_bytes, metered_s, sample_count, sm_util_s, memory_used_byte_s, energy_joules
                    FROM gpu_hour""")
     con.close()

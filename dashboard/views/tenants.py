@@ -37,25 +37,25 @@ if bill is not None and cost_col is not None:
     m1, m2 = st.columns([1, 3])
     m1.metric(f"Total ({basis}, idle {idle})", fmt.money(grand, cur))
     totals = totals.merge(per_tenant[["tenant", "display_name", "allocated_gpu_h", "used_gpu_h"]], on="tenant", how="left")
-    totals["cost"] = totals[cost_col].map(lambda d: fmt.money(d, cur))
+    totals["cost_text"] = totals[cost_col].map(lambda d: fmt.money(d, cur))
     totals["share"] = [float(d / grand) if grand else 0.0 for d in totals[cost_col]]
     totals["cost_value"] = totals[cost_col].map(float)  # chart only; bills stay Decimal
     with m2:
         common.chart(alt.Chart(totals).mark_bar().encode(
             x=alt.X("cost_value:Q", title=f"cost ({cur})"), y=alt.Y("tenant:N", sort="-x", title=None),
             color=alt.Color("tenant:N", legend=None),
-            tooltip=["tenant:N", "cost:N", alt.Tooltip("share:Q", format=".1%")],
+            tooltip=["tenant:N", alt.Tooltip("cost_text:N", title="cost"), alt.Tooltip("share:Q", format=".1%")],
         ).properties(height=max(120, 28 * len(totals))))
     st.subheader("Cost by tenant")
-    st.dataframe(common.as_pct(totals[["tenant", "display_name", "cost", "share", "allocated_gpu_h", "used_gpu_h"]], "share"),
+    st.dataframe(common.as_pct(totals[["tenant", "display_name", "cost_text", "share", "allocated_gpu_h", "used_gpu_h"]], "share"),
                  hide_index=True, width="stretch",
-                 column_config={"cost": st.column_config.TextColumn(f"cost ({cur})"),
+                 column_config={"display_name": "tenant name", "cost_text": st.column_config.TextColumn(f"cost ({cur})"),
                                 "share": common.pct_col("share of total"),
                                 "allocated_gpu_h": common.gpu_h_col("allocated"),
                                 "used_gpu_h": common.gpu_h_col("used")})
     with st.expander("Chargeback detail (tenant × namespace × GPU model)"):
-        detail = bill.copy()
-        for col in money.decimal_columns(detail):
+        detail = bill.drop(columns=[c for c in bill.columns if c.endswith("_raw")])
+        for col in money.money_columns(detail):
             detail[col] = detail[col].map(lambda d: fmt.money(d, cur))
         st.dataframe(detail, hide_index=True, width="stretch")
 elif bill is not None:
