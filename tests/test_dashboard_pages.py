@@ -119,7 +119,7 @@ def test_tenants_gpu_hours_equal_independent_sql(fleet_db, raw, monkeypatch):
         JOIN tenants t ON t.api_server = s.cluster WHERE {nov('s.')} GROUP BY t.tenant""").fetchall())
     used = dict(raw.execute(f"""SELECT t.tenant, sum(s.usage_share_s) / 3600 FROM slice_hour s
         JOIN tenants t ON t.api_server = s.cluster WHERE {nov('s.')} GROUP BY t.tenant""").fetchall())
-    shown = next(f for f in table_by_title(at, "allocated_gpu_h") if "namespace" not in f.columns)
+    shown = next(f for f in table_by_title(at, "slices") if "namespace" not in f.columns)
     assert set(shown["tenant"]) == set(expected) == {"acme", "globex", "initech"}
     for _, row in shown.iterrows():
         assert row["allocated_gpu_h"] == pytest.approx(expected[row["tenant"]], rel=1e-9)
