@@ -37,6 +37,9 @@ if bill is not None and cost_col is not None:
     m1, m2 = st.columns([1, 3])
     m1.metric(f"Total ({basis}, idle {idle})", fmt.money(grand, cur))
     totals = totals.merge(per_tenant[["tenant", "display_name", "allocated_gpu_h", "used_gpu_h"]], on="tenant", how="left")
+    # rows chargeback adds beyond the catalog: the platform's idle line, unassigned clusters
+    totals["display_name"] = totals["display_name"].fillna(totals["tenant"].map(
+        {"platform": "idle capacity (nobody's slice)", "unassigned": "not in the tenant catalog"}))
     totals["cost_text"] = totals[cost_col].map(lambda d: fmt.money(d, cur))
     totals["share"] = [float(d / grand) if grand else 0.0 for d in totals[cost_col]]
     totals["cost_value"] = totals[cost_col].map(float)  # chart only; bills stay Decimal
@@ -45,7 +48,7 @@ if bill is not None and cost_col is not None:
             x=alt.X("cost_value:Q", title=f"cost ({cur})"), y=alt.Y("tenant:N", sort="-x", title=None),
             color=alt.Color("tenant:N", legend=None),
             tooltip=["tenant:N", alt.Tooltip("cost_text:N", title="cost"), alt.Tooltip("share:Q", format=".1%")],
-        ).properties(height=max(120, 28 * len(totals))))
+        ).properties(height=max(140, 36 * len(totals))))
     st.subheader("Cost by tenant")
     st.dataframe(common.as_pct(totals[["tenant", "display_name", "cost_text", "share", "allocated_gpu_h", "used_gpu_h"]], "share"),
                  hide_index=True, width="stretch",
