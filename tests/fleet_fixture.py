@@ -120,12 +120,21 @@ def kernel_age_s(spec: SliceSpec, h: int, u: float) -> float | None:
     return 600.0
 
 
-def build_rows(month: str = "2026-11", days: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def fleet(copies: int = 1):
+    """(node, base node, tenant, model): the five nodes, repeated `copies` times for benchmarks."""
+    for c in range(copies):
+        for base, (tenant, model) in NODES.items():
+            n = int(base.rsplit("-", 1)[1]) + len(NODES) * c
+            yield f"gpu-node-{n}", base, tenant, model
+
+
+def build_rows(month: str = "2026-11", days: int | None = None,
+               copies: int = 1) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     start = datetime.strptime(month + "-01", "%Y-%m-%d")
     nxt = (start + timedelta(days=32)).replace(day=1)
     hours = int((nxt - start).total_seconds() // 3600) if days is None else days * 24
     gpu_rows, slice_rows = [], []
-    for node, (tenant, model) in NODES.items():
+    for node, base, tenant, model in fleet(copies):
         cluster = next(t[2] for t in TENANTS if t[0] == tenant)
         mem_total = MODELS[model]
         for h in range(hours):
@@ -137,7 +146,7 @@ def build_rows(month: str = "2026-11", days: int | None = None) -> tuple[pd.Data
             for g in (0, 1):
                 uuid = gpu_uuid(node, g)
                 sm_sum = mem_sum = 0.0
-                for i, s in enumerate(x for x in SLICES[node] if x.gpu == g):
+                for s in (x for x in SLICES[base] if x.gpu == g):
                     u = usage(s, h)
                     sm = min(1.0, u)
                     mem_used = min(1.0, 0.6 * s.mem_share + 0.4 * u * s.mem_share) if s.pattern != "idle" else 0.02 * s.mem_share
@@ -179,15 +188,15 @@ def build_rows(month: str = "2026-11", days: int | None = None) -> tuple[pd.Data
 
 
 def build_fleet_db(path: str | Path, month: str = "2026-11", days: int | None = None,
-                   earlier: tuple[tuple[str, int], ...] = ()) -> Path:
+                   earlier: tuple[tuple[str, int], ...] = (), copies: int = 1) -> Path:
     """Write the generated month into a new DuckDB file at `path` (schema via ingest.store).
 
     `earlier`: extra (month, days) of history, e.g. (("2026-10", 3),).
     """
     path = Path(path)
-    gpu, slices, tenants = build_rows(month, days)
+    gpu, slices, tenants = build_rows(month, days, copies)
     for m, d in earlier:
-        g2, s2, _ = build_rows(m, d)
+        g2, s2, _ = build_rows(m, d, copies)
         gpu, slices = pd.concat([g2, gpu], ignore_index=True), pd.concat([s2, slices], ignore_index=True)
     con = connect(path)
     try:
