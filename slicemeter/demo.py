@@ -31,6 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SCENARIO = REPO / "examples" / "demo.yaml"
 # subcommands the demo drives; checked before anything starts
 NEEDED = ("ingest", "backfill", "exporter", "export", "dashboard")
+TOPIC = "slicemeter.ticks"  # the exporter's, backfill's and ingest's default topic
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -159,6 +160,7 @@ class Child:
     name: str
     proc: subprocess.Popen
     log: Path
+    finite: bool = False   # expected to exit (with 0) on its own, like the backfill
 
 
 @dataclass
@@ -169,19 +171,20 @@ class Supervisor:
     children: list[Child] = field(default_factory=list)
     grace_s: float = 10.0
 
-    def start(self, name: str, argv: list[str]) -> Child:
+    def start(self, name: str, argv: list[str], finite: bool = False) -> Child:
         self.logs.mkdir(parents=True, exist_ok=True)
         log = self.logs / f"{name}.log"
         with open(log, "ab") as fh:
             proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, cwd=os.getcwd())
-        child = Child(name, proc, log)
+        child = Child(name, proc, log, finite)
         self.children.append(child)
         return child
 
     def failed(self) -> Child | None:
-        """A long-running child that exited on its own."""
-        return next((c for c in self.children if c.proc.poll() is not None), None)
+        """A long-running child that exited, or a finite one that exited with an error."""
+        return next((c for c in self.children
+                     if c.proc.poll() is not None and (not c.finite or c.proc.returncode != 0)), None)
 
     def stop_all(self) -> None:
         for child in reversed(self.children):
@@ -216,6 +219,22 @@ def wait_until(cond: Callable[[], bool], timeout: float, sup: Supervisor, what: 
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what} not ready within {timeout:.0f} s")
         time.sleep(poll)  # a poll interval: each pass re-checks the condition
+
+
+def topic_exists(kafka: str, topic: str = TOPIC) -> bool:
+    from kafka import KafkaConsumer
+    from kafka.errors import KafkaError
+
+    try:
+        consumer = KafkaConsumer(bootstrap_servers=kafka, client_id="slicemeter-demo", request_timeout_ms=5000)
+    except KafkaError:
+        return False
+    try:
+        return topic in consumer.topics()
+    except KafkaError:
+        return False
+    finally:
+        consumer.close()
 
 
 def http_ok(url: str) -> bool:
@@ -272,8 +291,11 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             kafka = broker.bootstrap
             print(f"broker    Tansu on {kafka} (memory storage)", file=out, flush=True)
         cmds = plan(args, kafka, nodes, paths, now)
+        # backfill first: ingest then finds the topic (auto-created by the first message)
+        # with its partitions, whether it joins a group or assigns partitions itself
+        backfill = sup.start("backfill", cmds["backfill"], finite=True)
+        wait_until(lambda: topic_exists(kafka), 120, sup, f"topic {TOPIC}", poll=0.5)
         sup.start("ingest", cmds["ingest"])
-        backfill = sup.start("backfill", cmds["backfill"])
         start = backfill_start(now, args.days)
         print(f"backfill  {args.days} days of {args.scenario.name} ({len(nodes)} nodes) from {start:%Y-%m-%d}",
               file=out, flush=True)
@@ -329,14 +351,10 @@ def _backfill_progress(sup: Supervisor, backfill: Child, paths: Paths, start: da
     tty = out.isatty() if hasattr(out, "isatty") else False
     shown = -1
     while True:
+        if (bad := sup.failed()) is not None:
+            raise ChildFailed(bad)
         if not backfill_done and backfill.proc.poll() is not None:
-            if backfill.proc.returncode != 0:
-                raise ChildFailed(backfill)
-            sup.children.remove(backfill)
             backfill_done, last_change = True, time.monotonic()
-        for c in sup.children:
-            if c.proc.poll() is not None:
-                raise ChildFailed(c)
         frac = coverage(paths.snapshot, start, args.days, nodes)
         if frac > last:
             last, last_change = frac, time.monotonic()

@@ -120,6 +120,9 @@ def test_supervisor_stops_every_child_and_grandchild(tmp_path):
 
 def test_a_child_that_dies_is_reported_with_its_log(tmp_path):
     sup = demo.Supervisor(tmp_path / "logs")
+    done = sup.start("backfill", [sys.executable, "-c", "pass"], finite=True)
+    done.proc.wait(timeout=10)
+    assert sup.failed() is None            # a finite child exiting with 0 is fine
     c = sup.start("broken", [sys.executable, "-c", "import sys; print('bad config: --db'); sys.exit(2)"])
     c.proc.wait(timeout=10)
     assert sup.failed() is c
