@@ -222,9 +222,12 @@ def wait_until(cond: Callable[[], bool], timeout: float, sup: Supervisor, what: 
 
 
 def topic_exists(kafka: str, topic: str = TOPIC) -> bool:
+    import logging
+
     from kafka import KafkaConsumer
     from kafka.errors import KafkaError
 
+    logging.getLogger("kafka").setLevel(logging.ERROR)  # one metadata probe, not the user's business
     try:
         consumer = KafkaConsumer(bootstrap_servers=kafka, client_id="slicemeter-demo", request_timeout_ms=5000)
     except KafkaError:
