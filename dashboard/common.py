@@ -44,8 +44,10 @@ def header(title: str, caption: str) -> None:
     st.caption(f"{caption} · {month()} (UTC)")
 
 
-def chart(c: alt.Chart) -> None:
-    st.altair_chart(c, width="stretch")
+def chart(c: alt.TopLevelMixin) -> None:
+    """Full width; the element gets the chart's own height (plus room for legend and axis)."""
+    h = getattr(c, "height", None)
+    st.altair_chart(c, width="stretch", height=h + 70 if isinstance(h, int) else "content")
 
 
 def no_rows(df: pd.DataFrame, what: str) -> bool:

@@ -11,7 +11,7 @@ if common.no_rows(gpus, "GPUs"):
     st.stop()
 
 c1, c2 = st.columns(2)
-measure = c1.radio("Show", ["allocation", "utilization"], horizontal=True, key="gpu_measure",
+measure = c1.radio("Show", ["utilization", "allocation"], horizontal=True, key="gpu_measure",
                    format_func={"allocation": "allocated share", "utilization": "SM utilization"}.get)
 bucket = c2.radio("Resolution", ["hour", "day"], horizontal=True, key="gpu_bucket", index=0 if len(gpus) <= 24 else 1)
 heat = data.query("dash_gpu_heatmap", bucket=bucket, **b)
@@ -27,7 +27,7 @@ event = st.altair_chart(
         tooltip=["gpu:N", "model:N", alt.Tooltip("bucket:T", title="from"),
                  alt.Tooltip("allocation:Q", format=".0%"), alt.Tooltip("utilization:Q", format=".0%")],
     ).add_params(pick).properties(height=max(160, 24 * len(gpus))),
-    width="stretch", on_select="rerun", key="heatmap",
+    width="stretch", height=max(160, 24 * len(gpus)) + 70, on_select="rerun", key="heatmap",
 )
 picked = [p.get("gpu") for p in (event.selection.get("pick") or [])] if event else []
 labels = gpus["gpu"].tolist()
@@ -44,11 +44,11 @@ st.dataframe(common.as_pct(gpus.drop(columns=["gpu_uuid"]), "allocation", "utili
 st.subheader("Slices on a GPU")
 label = st.selectbox("GPU", labels, key="gpu_pick")
 row = gpus[gpus["gpu"] == label].iloc[0]
-m1, m2, m3, m4 = st.columns(4)
-m1.metric("Model", row.model)
-m2.metric("Tenant", row.tenant)
-m3.metric("Allocated", fmt.pct(row.allocation))
-m4.metric("SM utilization", fmt.pct(row.utilization))
+st.caption(f"{row.model} · node {row.node} · tenant {row.tenant} · `{row.gpu_uuid}`")
+m1, m2, m3 = st.columns(3)
+m1.metric("Allocated", fmt.pct(row.allocation))
+m2.metric("SM utilization", fmt.pct(row.utilization))
+m3.metric("Slices at most", int(row.max_slices))
 slices = data.query("dash_gpu_slices", gpu=row.gpu_uuid, **b)
 st.dataframe(common.as_pct(slices, "alloc_cores", "used_of_allocated", "sm_util_max"), hide_index=True, width="stretch",
              column_config={"alloc_memory_gib": st.column_config.NumberColumn("memory granted", format="%.1f GiB"),

@@ -15,11 +15,12 @@ if not common.no_rows(waste, "slices"):
     st.metric("Allocated but unused, all slices", fmt.gpu_hours(total))
     waste["slice"] = waste["namespace"] + "/" + waste["pod"] + "/" + waste["container"]
     common.chart(alt.Chart(waste).mark_bar().encode(
-        x=alt.X("unused_gpu_h:Q", title="unused GPU-hours"), y=alt.Y("slice:N", sort="-x", title=None),
+        x=alt.X("unused_gpu_h:Q", title="unused GPU-hours"),
+        y=alt.Y("slice:N", sort="-x", title=None, axis=alt.Axis(labelLimit=320)),
         color=alt.Color("tenant:N", legend=alt.Legend(orient="top", title=None)),
         tooltip=["tenant:N", "slice:N", "node:N", alt.Tooltip("unused_gpu_h:Q", format=",.1f"),
                  alt.Tooltip("unused_fraction:Q", format=".0%")],
-    ).properties(height=max(140, 24 * len(waste))))
+    ).properties(height=max(140, 26 * len(waste))))
     st.dataframe(common.as_pct(waste.drop(columns=["slice"]), "unused_fraction"), hide_index=True, width="stretch",
                  column_config={"allocated_gpu_h": common.gpu_h_col("allocated"), "used_gpu_h": common.gpu_h_col("used"),
                                 "unused_gpu_h": common.gpu_h_col("unused"), "unused_fraction": common.pct_col("unused share")})
