@@ -307,6 +307,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         for name, argv in cmds.items():
             if name.startswith("exporter-"):
                 sup.start(name, argv)
+        sup.start("dashboard", cmds["dashboard"])  # boots while the export runs
         shutil.copyfile(paths.snapshot, paths.export_copy)  # export from a private copy: no lock contention
         exp = subprocess.run(cmds["export"], capture_output=True, text=True, timeout=600)
         if exp.returncode != 0:
@@ -315,7 +316,6 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             written = sorted(p.name for p in paths.out.iterdir())
             print(f"export    {now:%Y-%m} -> {paths.out}: {', '.join(written)}", file=out, flush=True)
 
-        sup.start("dashboard", cmds["dashboard"])
         url = f"http://127.0.0.1:{args.port}/"
         wait_until(lambda: http_ok(url + "_stcore/health"), 120, sup, "dashboard")
         for i, node in enumerate(nodes):
