@@ -19,7 +19,7 @@ heat = data.query("dash_gpu_heatmap", bucket=bucket, **b)
 pick = alt.selection_point(fields=["gpu"], name="pick")
 event = st.altair_chart(
     alt.Chart(heat).mark_rect().encode(
-        x=alt.X("bucket:T", title=None),
+        x=alt.X("bucket:T", title=None), x2="bucket_end:T",
         y=alt.Y("gpu:N", title=None, sort=gpus["gpu"].tolist(), axis=alt.Axis(labelLimit=260)),
         color=alt.Color(f"{measure}:Q", title=None, scale=alt.Scale(domain=[0, 1], scheme="viridis"),
                         legend=alt.Legend(format="%")),
