@@ -12,6 +12,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import sync_playwright
 
 from dashboard import fmt
@@ -59,6 +60,25 @@ def served(tmp_path):
         log.close()
 
 
+def click_through_heatmap(page, url: str) -> None:
+    """Click the heatmap row of gpu-node-3's first GPU: the page shows that GPU's slices."""
+    page.goto(url + "gpus")
+    page.wait_for_selector("text=Slices on a GPU", timeout=60_000)
+    canvas = page.wait_for_selector(".vega-embed canvas", timeout=60_000)
+    assert "node gpu-node-3" not in page.inner_text("body")   # the first GPU is shown first
+    want = "node gpu-node-3 · tenant globex"
+    deadline = time.monotonic() + 60
+    while True:  # the chart may still be attaching its listeners: click until the page follows
+        box = canvas.bounding_box()
+        # rows are 24 px high from the plot's top (~10 px); gpu-node-3's first GPU is row 5
+        page.mouse.click(box["x"] + box["width"] * 0.4, box["y"] + 10 + 24 * 4.5)
+        try:
+            page.wait_for_selector(f"text={want}", timeout=3_000)
+            return
+        except PlaywrightTimeout:
+            assert time.monotonic() < deadline, "clicking the heatmap never selected the GPU"
+
+
 def test_dashboard_in_headless_chromium(served, artifacts_dir):
     url, db = served
     con = duckdb.connect(str(db), read_only=True)
@@ -77,11 +97,13 @@ def test_dashboard_in_headless_chromium(served, artifacts_dir):
             for tenant, display_name, *_ in TENANTS:
                 assert tenant in body and display_name in body
             page.screenshot(path=str(artifacts_dir / "dashboard-fleet.png"), full_page=True)
-            for name, marker in (("tenants", "GPU-hours by tenant"), ("gpus", "Slices on a GPU"), ("waste", "Idle reservations")):
+            for name, marker in (("tenants", "GPU-hours by tenant"), ("waste", "Idle reservations")):
                 page.goto(url + name)
                 page.wait_for_selector(f"text={marker}", timeout=60_000)
                 page.wait_for_selector("canvas, svg.marks", timeout=60_000)
                 page.screenshot(path=str(artifacts_dir / f"dashboard-{name}.png"), full_page=True)
+            click_through_heatmap(page, url)
+            page.screenshot(path=str(artifacts_dir / "dashboard-gpus.png"), full_page=True)
         finally:
             browser.close()
     assert (artifacts_dir / "dashboard-fleet.png").stat().st_size > 10_000

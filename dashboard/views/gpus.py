@@ -31,8 +31,11 @@ event = st.altair_chart(
 )
 picked = [p.get("gpu") for p in (event.selection.get("pick") or [])] if event else []
 labels = gpus["gpu"].tolist()
-if picked and picked[0] in labels:
+# a chart selection persists across reruns: apply it only when it changes, so choosing
+# another GPU in the list afterwards is not overridden by the old click
+if picked and picked[0] in labels and picked[0] != st.session_state.get("gpu_clicked"):
     st.session_state["gpu_pick"] = picked[0]
+st.session_state["gpu_clicked"] = picked[0] if picked else None
 if st.session_state.get("gpu_pick") not in labels:
     st.session_state["gpu_pick"] = labels[0]
 
