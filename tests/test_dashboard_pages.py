@@ -186,6 +186,15 @@ def test_waste_figures_equal_independent_sql(fleet_db, raw, monkeypatch):
     assert waste["pod"].iloc[0] == "reserved-gpu"   # the whole GPU held by `sleep`
     total = one(raw, f"SELECT sum(greatest(alloc_dominant_share_s - usage_share_s, 0)) / 3600 FROM slice_hour WHERE {NOV}")
     assert metric(at, "Allocated but unused") == fmt.gpu_hours(total)
+    if importlib.util.find_spec("ingest.chargeback") is not None:   # the money view of the same waste
+        from dashboard import money
+        from ingest.chargeback import chargeback
+        from ingest.store import connect
+
+        con = connect(fleet_db, read_only=True)
+        bill = chargeback(con, MONTH, basis="allocation", idle="platform")
+        con.close()
+        assert metric(at, "Paid for, not used") == fmt.money(sum(bill["waste"], Decimal(0)), money.currency(bill))
 
     idle = next(f for f in table_by_title(at, "never_ran_kernel"))
     last = one(raw, f"SELECT max(hour) FROM slice_hour WHERE {NOV}")

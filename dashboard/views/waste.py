@@ -1,8 +1,10 @@
 """Waste: slices paying for unused capacity, idle reservations, energy and emissions."""
+from decimal import Decimal
+
 import altair as alt
 import streamlit as st
 
-from dashboard import common, data, fmt
+from dashboard import common, data, fmt, money
 
 common.header("Waste", "Paid for, not used: allocated minus used GPU-hours; idle reservations; energy")
 b = common.bounds()
@@ -12,7 +14,16 @@ top = st.slider("How many slices", 5, 50, 10, key="waste_top")
 waste = data.query("dash_waste_slices", limit=top, **b)
 if not common.no_rows(waste, "slices"):
     total = data.query("dash_waste_slices", limit=1_000_000, **b)["unused_gpu_h"].sum()
-    st.metric("Allocated but unused, all slices", fmt.gpu_hours(total))
+    w1, w2 = st.columns(2)
+    w1.metric("Allocated but unused, all slices", fmt.gpu_hours(total))
+    try:  # the money value of that waste, as chargeback prices it (allocation basis)
+        bill = data.chargeback(common.month(), "allocation", "platform")
+    except data.ModuleMissing:
+        bill = None
+    if bill is not None and "waste" in money.decimal_columns(bill):
+        cur = money.currency(bill)
+        w2.metric("Paid for, not used (allocation basis)", fmt.money(sum(bill["waste"], Decimal(0)), cur),
+                  help="chargeback's waste column: allocated minus used, at the GPU's price.")
     waste["slice"] = waste["namespace"] + "/" + waste["pod"] + "/" + waste["container"]
     common.chart(alt.Chart(waste).mark_bar().encode(
         x=alt.X("unused_gpu_h:Q", title="unused GPU-hours"),
