@@ -13,7 +13,10 @@ PAGES = [
     st.Page("views/gpus.py", title="GPUs", icon=":material/grid_view:"),
     st.Page("views/waste.py", title="Waste", icon=":material/delete_sweep:"),
     st.Page("views/exports.py", title="Exports", icon=":material/download:"),
-    st.Page("views/right_sizing.py", title="Right-sizing", icon=":material/tune:"),
+    # url_path differs from the file name: dashboard/pages/right_sizing.py (a module with
+    # render(), not a page script) would otherwise claim /right_sizing on the first run,
+    # when Streamlit sees a pages/ folder and takes it for an old-style multipage app
+    st.Page("views/right_sizing.py", title="Right-sizing", icon=":material/tune:", url_path="right-sizing"),
 ]
 
 page = st.navigation(PAGES)
