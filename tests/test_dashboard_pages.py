@@ -214,6 +214,8 @@ def test_waste_figures_equal_independent_sql(fleet_db, raw, monkeypatch):
 
 def test_exports_page_serves_the_cli_files(fleet_db, monkeypatch):
     at = app(fleet_db, monkeypatch, "exports")
+    assert not at.get("download_button")          # built on request only
+    at.button(key="export_build").click().run()
     if importlib.util.find_spec("ingest.exports") is None:
         assert any("ingest.exports module not installed" in w.body for w in at.warning)
         return
