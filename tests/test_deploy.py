@@ -176,10 +176,16 @@ def test_exporter_daemonset_reads_hami_read_only_and_knows_its_node():
     env = {e["name"]: e for e in c["env"]}
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     assert "--node=$(NODE_NAME)" in c["args"]
+    # The exporter's default pod source: https://$NODE_IP:10250/pods with the service-account
+    # token (a --pods-url would be fetched without the token).
     assert env["NODE_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
-    assert "--pods-url=https://$(NODE_IP):10250/pods" in c["args"]
+    assert not any(a.startswith(("--pods-url", "--pods-file")) for a in c["args"])
+    assert spec.get("automountServiceAccountToken", True) is not False
     assert spec["runtimeClassName"] == "nvidia" and env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
-    assert spec.get("hostPID", False) is False or "hostPID" in (REPO / "docs" / "deploy.md").read_text()
+    # hostPID only for the whole-GPU cgroup attribution through --proc-root, and documented.
+    if spec.get("hostPID"):
+        assert "--proc-root=/proc" in c["args"]
+        assert "## hostPID" in (REPO / "docs" / "deploy.md").read_text()
     assert "--port=9400" in c["args"]
 
 
