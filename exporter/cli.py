@@ -1,0 +1,199 @@
+"""`slicemeter exporter`: the node agent (NVML + HAMi + pods -> /metrics and Kafka).
+
+    slicemeter exporter --hami-dir DIR --kafka HOST:PORT --port 9400
+        [--simulate FILE --node NAME] [--pods-url URL | --pods-file F] [--cluster ID | --kubeconfig F]
+        [--tenant NAME] [--interval 10] [--topic slicemeter.ticks] [--spool-dir DIR] [--once]
+
+With --simulate the sources are a simulated node (fake NVML, HAMi files it writes, its pod
+list); this module is the only place that wires the simulator in.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+from exporter.collector import ExporterCollector, ExporterStats
+from exporter.nvml import NvmlReader, NvmlUnavailable, load_pynvml
+from exporter.pods import PodCache, cluster_from_kubeconfig, file_source, kubelet_source, url_source
+from exporter.publisher import Publisher, Spool, kafka_producer
+from exporter.tick_builder import BuildResult, TickBuilder
+from slicemeter.cli import ConfigError
+from slicemeter.tick import encode_ticks
+
+log = logging.getLogger("slicemeter.exporter")
+DEFAULT_TOPIC = "slicemeter.ticks"
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--hami-dir", default=os.environ.get("HOOK_PATH", "/usr/local/vgpu"),
+                   help="HAMi hook path holding containers/<podUID>_<container>/*.cache (default $HOOK_PATH or /usr/local/vgpu)")
+    p.add_argument("--kafka", help="bootstrap HOST:PORT (required unless --once)")
+    p.add_argument("--topic", default=DEFAULT_TOPIC)
+    p.add_argument("--port", type=int, default=9400, help="/metrics port (0: no HTTP server)")
+    p.add_argument("--listen", default="0.0.0.0", help="/metrics bind address")
+    p.add_argument("--node", default=os.environ.get("NODE_NAME") or socket.gethostname(), help="node name (default $NODE_NAME)")
+    p.add_argument("--simulate", metavar="FILE", help="scenario YAML: use a simulated node as the source (no GPU needed)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--pods-url", help="PodList URL (default: the kubelet's https://$NODE_IP:10250/pods)")
+    src.add_argument("--pods-file", help="PodList JSON file")
+    p.add_argument("--pods-refresh", type=float, default=10.0, help="seconds between pod list refreshes")
+    p.add_argument("--cluster", help="tenant cluster identity (default: server URL in --kubeconfig)")
+    p.add_argument("--kubeconfig", default="/var/lib/kubelet/kubeconfig", help="kubelet kubeconfig, read for the cluster identity")
+    p.add_argument("--tenant", help="tenant label on metrics (default: the cluster identity)")
+    p.add_argument("--interval", type=float, default=10.0, help="seconds between Ticks")
+    p.add_argument("--spool-dir", default="/var/lib/slicemeter/spool", help="where Ticks wait while Kafka is unreachable")
+    p.add_argument("--spool-max-mb", type=float, default=256.0, help="spool bound; the oldest Ticks are dropped first")
+    p.add_argument("--proc-root", default="/proc", help="host /proc, for whole-GPU pods' cgroups")
+    p.add_argument("--memory-tolerance-mb", type=float, default=256.0, help="HAMi vs NVML memory disagreement floor")
+    p.add_argument("--once", action="store_true", help="print one Tick as JSON and exit")
+
+
+class Exporter:
+    """One node's loop: build a Tick, record it for /metrics, hand it to the publisher."""
+
+    def __init__(self, builder: TickBuilder, stats: ExporterStats, pods: PodCache,
+                 publisher: Publisher | None = None, interval_s: float = 10.0,
+                 before_tick: Callable[[int], None] | None = None, sync_pods: bool = False):
+        self.builder, self.stats, self.pods, self.publisher = builder, stats, pods, publisher
+        self.interval_s = interval_s
+        self.before_tick = before_tick
+        self.sync_pods = sync_pods
+        self._stop = threading.Event()
+
+    def tick_once(self, ts_ms: int | None = None) -> BuildResult:
+        ts_ms = int(time.time() * 1000) if ts_ms is None else ts_ms
+        if self.before_tick:
+            self.before_tick(ts_ms)
+        if self.sync_pods:
+            self.pods.refresh()
+        result = self.builder.build(ts_ms, int(self.interval_s * 1000))
+        self.stats.record(result)
+        if self.publisher is not None:
+            self.publisher.submit(encode_ticks([result.tick]))
+        return result
+
+    def run(self) -> None:
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                self.tick_once()
+            except Exception:   # a bug in one tick must not stop the agent
+                log.exception("tick failed")
+            next_at += self.interval_s
+            self._stop.wait(max(0.0, next_at - time.monotonic()))
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _cluster(args: argparse.Namespace, fallback: str | None) -> str:
+    if args.cluster:
+        return args.cluster
+    if fallback:
+        return fallback
+    try:
+        with open(args.kubeconfig, encoding="utf-8") as f:
+            return cluster_from_kubeconfig(f.read())
+    except OSError as exc:
+        raise ConfigError(f"--cluster not given and --kubeconfig {args.kubeconfig} unreadable: {exc.strerror}") from None
+    except ValueError as exc:
+        raise ConfigError(f"--kubeconfig {args.kubeconfig}: {exc}") from None
+
+
+def build_exporter(args: argparse.Namespace) -> tuple[Exporter, ExporterStats]:
+    if args.interval <= 0:
+        raise ConfigError("--interval must be > 0")
+    if not args.once and not args.kafka:
+        raise ConfigError("--kafka HOST:PORT is required (or --once)")
+    before_tick = None
+    sim_cluster = None
+    if args.simulate:
+        from simulator.node import SimulatedNode   # only here: the simulator is handed in as a source
+        from simulator.scenario import ScenarioError, load_scenario
+
+        try:
+            scenario = load_scenario(args.simulate)
+            sim = SimulatedNode(scenario, args.node, args.hami_dir)
+        except (ScenarioError, OSError, KeyError, ValueError) as exc:
+            raise ConfigError(f"--simulate {args.simulate} --node {args.node}: {exc}") from None
+        nvml: Any = sim.nvml
+        nvml.nvmlInit()
+        pod_source = sim.pods
+        sim_cluster = sim.cluster
+        before_tick = sim.advance
+        proc_root = None
+    else:
+        try:
+            nvml = load_pynvml()
+        except NvmlUnavailable as exc:
+            raise ConfigError(f"NVML: {exc}") from None
+        if args.pods_url:
+            pod_source = url_source(args.pods_url)
+        elif args.pods_file:
+            pod_source = file_source(args.pods_file)
+        else:
+            pod_source = kubelet_source(os.environ.get("NODE_IP", "127.0.0.1"))
+        proc_root = args.proc_root
+    cluster = _cluster(args, sim_cluster)
+    stats = ExporterStats(tenant=args.tenant or cluster)
+    pods = PodCache(pod_source, args.pods_refresh)
+    builder = TickBuilder(args.node, cluster, NvmlReader(nvml, initialised=True), args.hami_dir, pods,
+                          proc_root=proc_root, tolerance_bytes=int(args.memory_tolerance_mb * (1 << 20)),
+                          pid_alive=(lambda pid: os.path.exists(os.path.join(proc_root, str(pid)))) if proc_root else None)
+    publisher = None
+    if not args.once:
+        if args.spool_max_mb <= 0:
+            raise ConfigError("--spool-max-mb must be > 0")
+        try:
+            spool = Spool(args.spool_dir, int(args.spool_max_mb * (1 << 20)))
+        except OSError as exc:
+            raise ConfigError(f"--spool-dir {args.spool_dir}: {exc.strerror}") from None
+        kafka = args.kafka
+        publisher = Publisher(spool, args.topic, args.node, lambda: kafka_producer(kafka),
+                              on_error=lambda exc: stats.count_error("kafka"))
+        stats.spool_stats = publisher.stats
+    # Simulated pods change with the simulated clock: refresh them in step with each tick.
+    exporter = Exporter(builder, stats, pods, publisher, args.interval, before_tick, sync_pods=bool(args.simulate))
+    return exporter, stats
+
+
+def serve_metrics(stats: ExporterStats, port: int, addr: str = "0.0.0.0") -> Any:
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ExporterCollector(stats))
+    server, _thread = start_http_server(port, addr=addr, registry=registry)
+    return server
+
+
+def run(args: argparse.Namespace) -> int:
+    exporter, stats = build_exporter(args)
+    if args.once:
+        exporter.pods.refresh()
+        result = exporter.tick_once()
+        json.dump(result.tick.to_json_dict(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    if not exporter.sync_pods:
+        exporter.pods.start()
+    server = serve_metrics(stats, args.port, args.listen) if args.port else None
+    exporter.publisher.start()
+    signal.signal(signal.SIGTERM, lambda *_: exporter.stop())
+    log.info("exporter for node %s (cluster %s) every %.1f s -> %s topic %s, /metrics on :%s",
+             args.node, exporter.builder.cluster, args.interval, args.kafka, args.topic, args.port)
+    try:
+        exporter.run()
+    finally:
+        exporter.pods.stop()
+        exporter.publisher.stop()
+        if server is not None:
+            server.shutdown()
+    return 0

@@ -1,0 +1,416 @@
+"""Read HAMi-core shared regions (`<hook>/containers/<podUID>_<container>/*.cache`).
+
+The file is written by libvgpu.so from inside the tenant's container, so every byte is
+untrusted: this reader never writes to it (O_RDONLY, no mmap), never follows a link out of
+the HAMi directory, reads only the header and the live process slots with pread, honours
+the per-slot seqlock, and validates every field it reports. A bad file becomes a
+`RegionError` with a short machine-readable `reason`; nothing here raises on bad bytes.
+
+Layouts (x86-64, little-endian) are described as data in `LAYOUT_V0` / `LAYOUT_V1`, so the
+parser is one function for both.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+MAGIC = 19920718
+MAX_DEVICES = 16
+MAX_PROCS = 1024
+UUID_LEN = 96
+# Used when the device's real memory is unknown (hami-dump, a GPU NVML did not report):
+# no GPU sold has more than this, so anything above is corrupt.
+ABS_MAX_DEVICE_BYTES = 1 << 40
+SEQLOCK_RETRIES = 8
+# A region's last_kernel_time may be slightly ahead of ours (clock read order).
+CLOCK_SLACK_S = 300
+
+_UUID_RE = re.compile(r"^(GPU|MIG)-[0-9A-Za-z][0-9A-Za-z/-]{0,90}$")
+# Kubernetes pod UIDs are RFC 4122 UUIDs; container names are DNS-1123 labels.
+_DIR_RE = re.compile(
+    r"^(?P<uid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})_(?P<container>[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)$"
+)
+_CACHE_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}\.cache$")
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    name: str
+    size: int                # sizeof(shared_region_t)
+    has_version: bool
+    header_len: int          # bytes from 0 up to procs[]
+    num_off: int             # device_num u64
+    uuids_off: int
+    limit_off: int
+    sm_limit_off: int
+    procs_off: int
+    tail_off: int            # proc_num i32, utilization_switch, recent_kernel, priority[, last_kernel_time]
+    slot_size: int
+    used_stride: int         # u64 words per device memory record
+    util_stride: int         # u64 words per device utilization record
+    monitor_off: int
+    util_off: int
+    status_off: int
+    seq_off: int | None      # None: layout without a seqlock
+
+
+LAYOUT_V1 = Layout(
+    name="v1", size=2_008_952, has_version=True, header_len=1856, num_off=56, uuids_off=64,
+    limit_off=1600, sm_limit_off=1728, procs_off=1856, tail_off=2_008_896, slot_size=1960,
+    used_stride=8, util_stride=6, monitor_off=1032, util_off=1160, status_off=1928, seq_off=1936,
+)
+# v0 (HAMi-core before the version fields): 5-word memory records, 3-word utilization
+# records, no seqlock, 1168-byte slots; header fields 8 bytes earlier.
+LAYOUT_V0 = Layout(
+    name="v0", size=1_197_896, has_version=False, header_len=1848, num_off=48, uuids_off=56,
+    limit_off=1592, sm_limit_off=1720, procs_off=1848, tail_off=1_197_880, slot_size=1168,
+    used_stride=5, util_stride=3, monitor_off=648, util_off=776, status_off=1160, seq_off=None,
+)
+# HAMi-core sizes the file with one byte past the struct; allow up to a page of slack.
+SIZE_SLACK = 4096
+
+
+@dataclass(slots=True)
+class ProcSlot:
+    slot: int
+    pid: int
+    hostpid: int
+    status: int
+    # per device index: (context, module, buffer, total) bytes
+    memory: list[tuple[int, int, int, int]]
+    monitor_used: list[int]
+    sm_util: list[int]       # percent, per device
+
+
+@dataclass(slots=True)
+class DeviceView:
+    """One vdevice of a region, summed over the live process slots."""
+
+    index: int
+    uuid: str
+    limit_bytes: int | None  # None: no limit set (0 in the file)
+    sm_limit_pct: int | None
+    context_bytes: int = 0
+    module_bytes: int = 0
+    buffer_bytes: int = 0
+    sm_util_pct: int = 0     # capped at 100
+    processes: int = 0
+    hostpids: list[int] = field(default_factory=list)
+
+    @property
+    def used_bytes(self) -> int:
+        return self.context_bytes + self.module_bytes + self.buffer_bytes
+
+
+@dataclass(slots=True)
+class Region:
+    layout: str
+    major: int | None
+    minor: int | None
+    file_size: int
+    device_num: int
+    proc_num: int
+    devices: list[DeviceView]
+    procs: list[ProcSlot]
+    utilization_switch: int
+    recent_kernel: int
+    priority: int
+    last_kernel_time: int | None   # epoch seconds; None: never (or layout without it)
+    bytes_read: int = 0
+
+    def to_json_dict(self) -> dict:
+        from dataclasses import asdict
+
+        d = asdict(self)
+        for dev, view in zip(d["devices"], self.devices):
+            dev["used_bytes"] = view.used_bytes
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class RegionError:
+    reason: str    # short label value for slicemeter_hami_region_errors_total
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.detail}"
+
+
+class _Bad(Exception):
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+ReadAt = Callable[[int, int], bytes]   # (offset, length) -> bytes (may be short)
+
+_I32 = struct.Struct("<i")
+_U64 = struct.Struct("<Q")
+_TAIL = struct.Struct("<iiii")
+_I64 = struct.Struct("<q")
+
+
+def _exact(read_at: ReadAt, off: int, n: int) -> bytes:
+    b = read_at(off, n)
+    if len(b) != n:
+        raise _Bad("truncated", f"wanted {n} bytes at {off}, got {len(b)}")
+    return b
+
+
+def pick_layout(head: bytes, file_size: int) -> Layout:
+    """Tell v0 from v1 as HAMi's monitor does: by file size, then the major version."""
+    if len(head) < 12:
+        raise _Bad("truncated", f"file of {file_size} bytes has no header")
+    (magic,) = _I32.unpack_from(head, 0)
+    if magic != MAGIC:
+        raise _Bad("bad_magic", f"initialized_flag {magic} != {MAGIC}")
+    if LAYOUT_V1.size <= file_size <= LAYOUT_V1.size + SIZE_SLACK:
+        major, minor = struct.unpack_from("<II", head, 4)
+        if major != 1:
+            raise _Bad("bad_version", f"major_version {major}.{minor} in a v1-sized file (only 1.x is known)")
+        return LAYOUT_V1
+    if LAYOUT_V0.size <= file_size <= LAYOUT_V0.size + SIZE_SLACK:
+        return LAYOUT_V0
+    if file_size < LAYOUT_V0.size:
+        raise _Bad("truncated", f"file of {file_size} bytes is smaller than any known layout")
+    raise _Bad("bad_size", f"file size {file_size} matches no known layout (v0 {LAYOUT_V0.size}, v1 {LAYOUT_V1.size})")
+
+
+def _uuid(raw: bytes, index: int) -> str:
+    text = raw.split(b"\0", 1)[0]
+    try:
+        s = text.decode("ascii")
+    except UnicodeDecodeError:
+        raise _Bad("bad_uuid", f"device {index}: UUID bytes are not ASCII") from None
+    if not _UUID_RE.match(s):
+        raise _Bad("bad_uuid", f"device {index}: {s[:40]!r} is not a GPU/MIG UUID")
+    return s
+
+
+def _parse_slot(buf: bytes, base: int, lay: Layout, n_dev: int, dev_max: list[int], slot: int) -> ProcSlot:
+    pid, hostpid = struct.unpack_from("<ii", buf, base)
+    (status,) = _I32.unpack_from(buf, base + lay.status_off)
+    if pid < 0 or hostpid < 0 or status < 0:
+        raise _Bad("bad_value", f"slot {slot}: negative pid/hostpid/status ({pid}, {hostpid}, {status})")
+    words = struct.unpack_from(f"<{16 * lay.used_stride}Q", buf, base + 8)
+    mon = struct.unpack_from("<16Q", buf, base + lay.monitor_off)
+    util = struct.unpack_from(f"<{16 * lay.util_stride}Q", buf, base + lay.util_off)
+    memory, monitor, sm = [], [], []
+    for d in range(n_dev):
+        ctx, mod, data, _off, total = words[d * lay.used_stride : d * lay.used_stride + 5]
+        cap = dev_max[d]
+        for what, v in (("context", ctx), ("module", mod), ("buffer", data), ("total", total), ("monitorused", mon[d])):
+            if v > cap:
+                raise _Bad("bad_value", f"slot {slot} device {d}: {what} {v} bytes exceeds the device's {cap}")
+        if ctx + mod + data > cap:
+            raise _Bad("bad_value", f"slot {slot} device {d}: memory sum exceeds the device's {cap} bytes")
+        su = util[d * lay.util_stride + 2]
+        if su > 100:
+            raise _Bad("bad_value", f"slot {slot} device {d}: sm_util {su} % > 100")
+        memory.append((ctx, mod, data, total))
+        monitor.append(mon[d])
+        sm.append(su)
+    return ProcSlot(slot=slot, pid=pid, hostpid=hostpid, status=status, memory=memory, monitor_used=monitor, sm_util=sm)
+
+
+def parse_region(
+    read_at: ReadAt,
+    file_size: int,
+    device_memory: Mapping[str, int] | None = None,
+    now_s: float | None = None,
+) -> Region | RegionError:
+    """Parse a region through `read_at`; never raises on bad bytes.
+
+    `device_memory` maps GPU UUID -> physical memory bytes (from NVML) to bound values.
+    """
+    try:
+        return _parse(read_at, file_size, device_memory or {}, time.time() if now_s is None else now_s)
+    except _Bad as bad:
+        return RegionError(bad.reason, bad.detail)
+    except (struct.error, ValueError, OverflowError, OSError) as exc:   # defensive: report, never raise
+        return RegionError("unreadable", f"{type(exc).__name__}: {exc}")
+
+
+def _parse(read_at: ReadAt, file_size: int, device_memory: Mapping[str, int], now_s: float) -> Region:
+    head0 = read_at(0, 12)
+    lay = pick_layout(head0, file_size)
+    head = _exact(read_at, 0, lay.header_len)
+    tail_len = 24 if lay.has_version else 16
+    tail = _exact(read_at, lay.tail_off, tail_len)
+    nread = lay.header_len + tail_len
+    major = minor = None
+    if lay.has_version:
+        major, minor = struct.unpack_from("<II", head, 4)
+    (n_dev,) = _U64.unpack_from(head, lay.num_off)
+    if n_dev > MAX_DEVICES:
+        raise _Bad("bad_device_num", f"device_num {n_dev} > {MAX_DEVICES}")
+    proc_num, util_switch, recent_kernel, priority = _TAIL.unpack_from(tail, 0)
+    if not 0 <= proc_num <= MAX_PROCS:
+        raise _Bad("bad_proc_num", f"proc_num {proc_num} outside 0..{MAX_PROCS}")
+    last_kernel = None
+    if lay.has_version:
+        (lk,) = _I64.unpack_from(tail, 16)
+        if lk < 0 or lk > now_s + CLOCK_SLACK_S:
+            raise _Bad("bad_value", f"last_kernel_time {lk} is negative or in the future")
+        last_kernel = lk or None
+    devices: list[DeviceView] = []
+    dev_max: list[int] = []
+    for d in range(n_dev):
+        off = lay.uuids_off + d * UUID_LEN
+        uuid = _uuid(head[off : off + UUID_LEN], d)
+        if any(v.uuid == uuid for v in devices):
+            raise _Bad("bad_uuid", f"device {d}: UUID {uuid} listed twice")
+        cap = min(device_memory.get(uuid, ABS_MAX_DEVICE_BYTES), ABS_MAX_DEVICE_BYTES)
+        (limit,) = _U64.unpack_from(head, lay.limit_off + 8 * d)
+        (sm_limit,) = _U64.unpack_from(head, lay.sm_limit_off + 8 * d)
+        if limit > cap:
+            raise _Bad("bad_value", f"device {d} ({uuid}): memory limit {limit} exceeds the device's {cap} bytes")
+        if sm_limit > 100:
+            raise _Bad("bad_value", f"device {d} ({uuid}): sm_limit {sm_limit} % > 100")
+        devices.append(DeviceView(index=d, uuid=uuid, limit_bytes=limit or None, sm_limit_pct=sm_limit or None))
+        dev_max.append(cap)
+    procs: list[ProcSlot] = []
+    if proc_num:
+        start = lay.procs_off
+        block = _exact(read_at, start, proc_num * lay.slot_size)
+        nread += len(block)
+        for i in range(proc_num):
+            slot_bytes, base = block, i * lay.slot_size
+            for attempt in range(SEQLOCK_RETRIES):
+                seq = _U64.unpack_from(slot_bytes, base + lay.seq_off)[0] if lay.seq_off is not None else 0
+                if seq % 2 == 0:
+                    # A torn slot can look corrupt; decide only once the seqlock says it is stable.
+                    bad: _Bad | None = None
+                    parsed = None
+                    try:
+                        (status,) = _I32.unpack_from(slot_bytes, base + lay.status_off)
+                        if status != 0:
+                            parsed = _parse_slot(slot_bytes, base, lay, n_dev, dev_max, i)
+                    except _Bad as exc:
+                        bad = exc
+                    stable = lay.seq_off is None
+                    if not stable:
+                        again = _U64.unpack_from(_exact(read_at, start + i * lay.slot_size + lay.seq_off, 8), 0)[0]
+                        nread += 8
+                        stable = again == seq
+                    if stable:
+                        if bad is not None:
+                            raise bad
+                        break
+                slot_bytes, base = _exact(read_at, start + i * lay.slot_size, lay.slot_size), 0
+                nread += lay.slot_size
+            else:
+                raise _Bad("seqlock_busy", f"slot {i} stayed mid-write for {SEQLOCK_RETRIES} reads")
+            if parsed is not None:
+                procs.append(parsed)
+    devices = aggregate(devices, procs)
+    for view, cap in zip(devices, dev_max):
+        if view.used_bytes > cap:
+            raise _Bad("bad_value", f"device {view.index}: processes use {view.used_bytes} bytes, more than the device's {cap}")
+    return Region(
+        layout=lay.name, major=major, minor=minor, file_size=file_size, device_num=n_dev, proc_num=proc_num,
+        devices=devices, procs=procs, utilization_switch=util_switch, recent_kernel=recent_kernel,
+        priority=priority, last_kernel_time=last_kernel, bytes_read=nread,
+    )
+
+
+def aggregate(devices: list[DeviceView], procs: list[ProcSlot]) -> list[DeviceView]:
+    """Per-device sums over `procs` (fresh views; pass a subset to drop exited processes)."""
+    out = [DeviceView(index=d.index, uuid=d.uuid, limit_bytes=d.limit_bytes, sm_limit_pct=d.sm_limit_pct) for d in devices]
+    for p in procs:
+        for d, view in enumerate(out):
+            ctx, mod, data, _total = p.memory[d]
+            if ctx or mod or data or p.sm_util[d]:
+                view.processes += 1
+                if p.hostpid:
+                    view.hostpids.append(p.hostpid)
+            view.context_bytes += ctx
+            view.module_bytes += mod
+            view.buffer_bytes += data
+            view.sm_util_pct = min(100, view.sm_util_pct + p.sm_util[d])
+    return out
+
+
+def parse_region_bytes(buf: bytes, device_memory: Mapping[str, int] | None = None, now_s: float | None = None) -> Region | RegionError:
+    """Parse an in-memory region (tests, fuzzing)."""
+    mv = memoryview(buf)
+    return parse_region(lambda off, n: bytes(mv[off : off + n]), len(buf), device_memory, now_s)
+
+
+# ---------------------------------------------------------------- files (I/O edge)
+
+@dataclass(frozen=True, slots=True)
+class RegionFile:
+    pod_uid: str
+    container: str
+    path: str     # absolute, inside the HAMi containers dir
+
+
+def parse_dir_name(name: str) -> tuple[str, str] | None:
+    """`<podUID>_<container>` -> (uid, container), or None for anything else."""
+    m = _DIR_RE.match(name)
+    return (m.group("uid"), m.group("container")) if m else None
+
+
+def discover(hami_dir: str) -> tuple[list[RegionFile], list[tuple[str, RegionError]]]:
+    """List region files; returns (files, [(entry name, error)]) and never raises."""
+    root = os.path.join(hami_dir, "containers")
+    files: list[RegionFile] = []
+    errors: list[tuple[str, RegionError]] = []
+    try:
+        real_root = os.path.realpath(root)
+        entries = list(os.scandir(real_root))
+    except OSError:
+        return files, errors     # no HAMi on this node (yet): not an error
+    for entry in entries:
+        parsed = parse_dir_name(entry.name)
+        if parsed is None:
+            errors.append((entry.name, RegionError("bad_name", f"directory name {entry.name[:80]!r} is not <podUID>_<container>")))
+            continue
+        try:
+            if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
+                errors.append((entry.name, RegionError("symlink", f"{entry.name} is a link or not a directory")))
+                continue
+            caches = sorted(e.name for e in os.scandir(entry.path) if _CACHE_RE.match(e.name))
+        except OSError as exc:
+            errors.append((entry.name, RegionError("unreadable", str(exc))))
+            continue
+        if not caches:
+            continue     # container has not initialised CUDA yet
+        if len(caches) > 1:
+            errors.append((entry.name, RegionError("ambiguous", f"{len(caches)} .cache files")))
+            continue
+        files.append(RegionFile(parsed[0], parsed[1], os.path.join(real_root, entry.name, caches[0])))
+    return files, errors
+
+
+def read_region_file(
+    path: str,
+    hami_dir: str,
+    device_memory: Mapping[str, int] | None = None,
+    now_s: float | None = None,
+) -> Region | RegionError:
+    """Open read-only without following links, check it stays inside the HAMi dir, parse."""
+    root = os.path.realpath(hami_dir)
+    real = os.path.realpath(path)
+    if os.path.commonpath([root, real]) != root:
+        return RegionError("outside_dir", f"{path} resolves outside {root}")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        reason = "symlink" if exc.errno == errno.ELOOP else "unreadable"   # O_NOFOLLOW on a link
+        return RegionError(reason, f"open {os.path.basename(path)}: {exc.strerror}")
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return RegionError("not_regular", f"{os.path.basename(path)} is not a regular file")
+        return parse_region(lambda off, n: os.pread(fd, n, off), st.st_size, device_memory, now_s)
+    finally:
+        os.close(fd)

@@ -1,0 +1,288 @@
+"""Pods on this node and who owns a GPU process.
+
+- Pod list from the kubelet's `/pods` (HTTPS, service-account token), a URL (tests) or a
+  file, refreshed on its own timer by `PodCache`, so a slow kubelet never delays a Tick.
+- `parse_vgpu_allocated`: HAMi's `hami.io/vgpu-devices-allocated` annotation (pure).
+- `pod_from_cgroup`: NVML pid -> `/proc/<pid>/cgroup` -> pod UID and container ID (pure),
+  for whole-GPU pods that run without HAMi.
+- `cluster_from_kubeconfig`: the tenant cluster identity = the kubelet kubeconfig's server.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import ssl
+import threading
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+log = logging.getLogger(__name__)
+
+ALLOC_ANNOTATION = "hami.io/vgpu-devices-allocated"
+NODE_ANNOTATION = "hami.io/vgpu-node"
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+MiB = 1 << 20
+
+
+class AnnotationError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    uuid: str
+    type: str
+    mem_mib: int
+    cores: int    # percent of the GPU's SMs; 0 = no limit given
+
+
+def parse_vgpu_allocated(value: str) -> list[list[Grant]]:
+    """`<uuid>,<type>,<memMiB>,<cores>:` per device, containers separated by `;`.
+
+    The list index is the container index in the pod spec; an empty entry keeps a
+    container that holds no GPU. Raises AnnotationError naming the bad part.
+    """
+    if len(value) > 64 * 1024:
+        raise AnnotationError(f"{ALLOC_ANNOTATION} is {len(value)} characters long")
+    containers: list[list[Grant]] = []
+    parts = value.split(";")
+    if parts and parts[-1] == "":
+        parts.pop()   # trailing separator
+    for ci, part in enumerate(parts):
+        grants: list[Grant] = []
+        for dev in part.split(":"):
+            if not dev.strip():
+                continue
+            fields = dev.split(",")
+            if len(fields) != 4:
+                raise AnnotationError(f"container {ci}: device entry {dev[:60]!r} does not have 4 fields")
+            uuid, typ, mem, cores = (f.strip() for f in fields)
+            if not re.fullmatch(r"(GPU|MIG)-[0-9A-Za-z/-]{1,90}", uuid):
+                raise AnnotationError(f"container {ci}: {uuid[:60]!r} is not a GPU UUID")
+            if not (mem.isdigit() and cores.isdigit()):
+                raise AnnotationError(f"container {ci}: memory {mem[:20]!r} / cores {cores[:20]!r} are not integers")
+            if int(cores) > 100 or int(mem) > 16 * 1024 * 1024:
+                raise AnnotationError(f"container {ci}: cores {cores} or memory {mem} MiB out of range")
+            grants.append(Grant(uuid, typ, int(mem), int(cores)))
+        containers.append(grants)
+    return containers
+
+
+@dataclass(slots=True)
+class PodInfo:
+    uid: str
+    name: str
+    namespace: str
+    phase: str | None
+    containers: list[str]
+    grants: list[list[Grant]] = field(default_factory=list)   # per container index (HAMi)
+    whole_gpus: dict[str, int] = field(default_factory=dict)    # container -> nvidia.com/gpu with no gpumem/gpucores
+    container_ids: dict[str, str] = field(default_factory=dict)   # runtime container id -> name
+    annotation_error: str | None = None
+
+    @property
+    def hami(self) -> bool:
+        return bool(self.grants)
+
+
+@dataclass(slots=True)
+class PodIndex:
+    pods: dict[str, PodInfo] = field(default_factory=dict)
+    errors: int = 0
+    fetched: bool = False     # False: never got a list (attribution is unknown, not empty)
+
+
+_ACTIVE = {None, "Pending", "Running", "Unknown"}
+
+
+def _limits(c: dict) -> dict:
+    res = c.get("resources") or {}
+    return (res.get("limits") or {}) | (res.get("requests") or {})
+
+
+def index_pods(pod_list: dict) -> PodIndex:
+    """PodList JSON (kubelet /pods) -> index by UID; a bad pod costs that pod only."""
+    idx = PodIndex(fetched=True)
+    items = pod_list.get("items") if isinstance(pod_list, dict) else None
+    if not isinstance(items, list):
+        idx.errors += 1
+        return idx
+    for item in items:
+        try:
+            meta, spec, status = item["metadata"], item.get("spec") or {}, item.get("status") or {}
+            phase = status.get("phase")
+            if phase not in _ACTIVE or meta.get("deletionTimestamp") and phase not in ("Running",):
+                continue   # finished pods hold no GPU
+            names = [c["name"] for c in spec.get("containers") or []]
+            info = PodInfo(uid=str(meta["uid"]), name=str(meta["name"]), namespace=str(meta.get("namespace", "default")),
+                           phase=phase, containers=names)
+            ann = (meta.get("annotations") or {}).get(ALLOC_ANNOTATION)
+            if ann:
+                try:
+                    info.grants = parse_vgpu_allocated(ann)
+                except AnnotationError as exc:
+                    info.annotation_error = str(exc)
+                    idx.errors += 1
+                    log.warning("pod %s/%s: %s", info.namespace, info.name, exc)
+            for c in spec.get("containers") or []:
+                lim = _limits(c)
+                n = lim.get("nvidia.com/gpu")
+                if n and not any(k in lim for k in ("nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores")):
+                    info.whole_gpus[c["name"]] = int(str(n))   # whole GPUs (with or without HAMi in the path)
+            for cs in status.get("containerStatuses") or []:
+                cid = str(cs.get("containerID") or "")
+                if "://" in cid:
+                    info.container_ids[cid.split("://", 1)[1]] = cs.get("name")
+            idx.pods[info.uid] = info
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            idx.errors += 1
+            log.warning("skipping a malformed pod in the pod list: %s", exc)
+    return idx
+
+
+# ------------------------------------------------------------------ cgroup -> pod
+
+_POD_RE = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
+_CID_RE = re.compile(r"^(?:cri-containerd-|crio-|docker-|containerd-)?([0-9a-f]{64})(?:\.scope)?$")
+
+
+def pod_from_cgroup(text: str) -> tuple[str, str | None] | None:
+    """The pod UID (and container ID) a process belongs to, from its /proc/<pid>/cgroup.
+
+    Handles cgroup v1 (`N:controller:/path`) and v2 (`0::/path`); cgroupfs paths
+    (`/kubepods/burstable/pod<uid>/<id>`) and systemd slices
+    (`kubepods-burstable-pod<uid_with_underscores>.slice/cri-containerd-<id>.scope`,
+    `crio-<id>.scope`, `docker-<id>.scope`).
+    """
+    for line in text.splitlines():
+        path = line.split(":", 2)[-1]
+        m = _POD_RE.search(path)
+        if not m or "kubepods" not in path:
+            continue
+        uid = m.group(1).replace("_", "-")
+        cid = None
+        last = path.rstrip("/").rsplit("/", 1)[-1]
+        cm = _CID_RE.match(last)
+        if cm:
+            cid = cm.group(1)
+        return uid, cid
+    return None
+
+
+def pid_to_pod(pid: int, proc_root: str = "/proc") -> tuple[str, str | None] | None:
+    try:
+        with open(os.path.join(proc_root, str(int(pid)), "cgroup"), encoding="utf-8", errors="replace") as f:
+            return pod_from_cgroup(f.read(65536))
+    except (OSError, ValueError):
+        return None
+
+
+# ------------------------------------------------------------------ cluster identity
+
+def cluster_from_kubeconfig(text: str) -> str:
+    """The API server URL the kubelet talks to: the tenant cluster identity (Kamaji's `address`)."""
+    import yaml
+
+    try:
+        cfg = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"kubeconfig is not YAML: {exc}") from None
+    if not isinstance(cfg, dict):
+        raise ValueError("kubeconfig is not a mapping")
+    clusters = {c.get("name"): (c.get("cluster") or {}) for c in cfg.get("clusters") or [] if isinstance(c, dict)}
+    contexts = {c.get("name"): (c.get("context") or {}) for c in cfg.get("contexts") or [] if isinstance(c, dict)}
+    current = contexts.get(cfg.get("current-context"))
+    cluster = clusters.get(current.get("cluster")) if current else None
+    if cluster is None and len(clusters) == 1:
+        cluster = next(iter(clusters.values()))
+    server = (cluster or {}).get("server")
+    if not server:
+        raise ValueError("kubeconfig names no cluster server (current-context -> cluster -> server)")
+    return str(server).rstrip("/")
+
+
+# ------------------------------------------------------------------ sources (I/O edge)
+
+PodListSource = Callable[[], dict]
+
+
+def file_source(path: str) -> PodListSource:
+    def fetch() -> dict:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    return fetch
+
+
+def url_source(url: str, token_path: str | None = None, ca_path: str | None = None, timeout: float = 5.0) -> PodListSource:
+    """GET a PodList; with a token (the kubelet's https://NODE:10250/pods) send it as a bearer."""
+    ctx = None
+    if url.startswith("https://"):
+        ctx = ssl.create_default_context(cafile=ca_path if ca_path and os.path.exists(ca_path) else None)
+        if not (ca_path and os.path.exists(ca_path)):
+            # the kubelet's serving cert is commonly self-signed; the token still authenticates us
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+
+    def fetch() -> dict:
+        req = urllib.request.Request(url, headers={"Accept": "application/json"})
+        if token_path:
+            with open(token_path, encoding="utf-8") as f:
+                req.add_header("Authorization", f"Bearer {f.read().strip()}")
+        with urllib.request.urlopen(req, timeout=timeout, context=ctx) as resp:
+            return json.loads(resp.read(64 * 1024 * 1024))
+    return fetch
+
+
+def kubelet_source(node_ip: str = "127.0.0.1", port: int = 10250) -> PodListSource:
+    return url_source(f"https://{node_ip}:{port}/pods", os.path.join(SA_DIR, "token"), os.path.join(SA_DIR, "ca.crt"))
+
+
+class PodCache:
+    """The latest pod index, refreshed by `refresh()` or a background timer.
+
+    A failed refresh keeps the last good list (and counts an error): a kubelet hiccup must
+    not make every slice unattributed for a tick.
+    """
+
+    def __init__(self, source: PodListSource, refresh_s: float = 10.0):
+        self.source = source
+        self.refresh_s = refresh_s
+        self._index = PodIndex()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.errors_total = 0
+
+    def refresh(self) -> bool:
+        try:
+            idx = index_pods(self.source())
+        except Exception as exc:   # network, JSON, file: all cost this refresh only
+            with self._lock:
+                self.errors_total += 1
+            log.warning("pod list refresh failed: %s", exc)
+            return False
+        with self._lock:
+            self.errors_total += idx.errors
+            self._index = idx
+        return True
+
+    def get(self) -> PodIndex:
+        with self._lock:
+            return self._index
+
+    def start(self) -> None:
+        self.refresh()
+        self._thread = threading.Thread(target=self._loop, name="pod-refresh", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.refresh_s):
+            self.refresh()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=5)

@@ -1,0 +1,262 @@
+"""Sources -> one Tick: GPUs from NVML, slices from HAMi regions, pod annotations and cgroups.
+
+Attribution rules (why each exists):
+- A HAMi region counts only if its pod is on the current pod list: HAMi leaves container
+  directories behind for minutes, and a deleted pod's slice must vanish on the next tick.
+- A slice HAMi granted (pod annotation) but whose container has not touched CUDA yet has
+  no region file; it is still reported (source='annotation', used 0) because it is billed.
+  A rejected region falls back to the same row with the used fields unknown (null).
+- HAMi's numbers come from inside the tenant's container; NVML's per-process memory for the
+  region's host PIDs is reported beside them and a disagreement is flagged.
+- GPU processes outside HAMi are attributed through their cgroup to whole-GPU pods.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from exporter.hami import Region, RegionError, aggregate, discover, read_region_file
+from exporter.nvml import GpuSample, NvmlReader
+from exporter.pods import Grant, PodCache, PodInfo, pid_to_pod
+from slicemeter.tick import GpuReading, SliceReading, Tick
+
+log = logging.getLogger(__name__)
+MiB = 1 << 20
+
+
+def _clamp01(v: float | None) -> float | None:
+    return None if v is None else min(1.0, max(0.0, v))
+
+
+def allocation_share(s: SliceReading, gpu_memory_total: int | None) -> float | None:
+    """Dominant share of the GPU the slice was granted (whole GPU = 1)."""
+    if s.whole_gpu:
+        return 1.0
+    mem = s.alloc_memory_bytes if s.alloc_memory_bytes is not None else s.hami_memory_limit_bytes
+    cores = s.alloc_cores_ratio if s.alloc_cores_ratio is not None else s.sm_limit_ratio
+    parts = []
+    if mem is not None and gpu_memory_total:
+        parts.append(mem / gpu_memory_total)
+    if cores is not None:
+        parts.append(cores)
+    return _clamp01(max(parts)) if parts else None
+
+
+def usage_share(s: SliceReading, gpu_memory_total: int | None) -> float | None:
+    mem = s.hami_memory_used_bytes if s.hami_memory_used_bytes is not None else s.nvml_memory_used_bytes
+    parts = []
+    if mem is not None and gpu_memory_total:
+        parts.append(mem / gpu_memory_total)
+    if s.sm_util_ratio is not None:
+        parts.append(s.sm_util_ratio)
+    return _clamp01(max(parts)) if parts else None
+
+
+def memory_disagrees(hami: int | None, nvml: int | None, tol_bytes: int, tol_ratio: float) -> bool | None:
+    if hami is None or nvml is None:
+        return None
+    return abs(hami - nvml) > max(tol_bytes, tol_ratio * max(hami, nvml))
+
+
+@dataclass(slots=True)
+class BuildResult:
+    tick: Tick
+    duration_s: float
+    nvml_errors: int = 0
+    pod_errors: int = 0
+    region_errors: list[tuple[str | None, str | None, str, RegionError]] = field(default_factory=list)  # uid, container, entry, error
+    hami_ok: dict[tuple[str, str], bool] = field(default_factory=dict)
+    disagreement: dict[tuple[str, str, str], bool] = field(default_factory=dict)
+
+
+class TickBuilder:
+    def __init__(
+        self,
+        node: str,
+        cluster: str,
+        nvml: NvmlReader,
+        hami_dir: str,
+        pods: PodCache,
+        proc_root: str | None = "/proc",
+        tolerance_bytes: int = 256 * MiB,
+        tolerance_ratio: float = 0.10,
+        pid_alive: Callable[[int], bool] | None = None,
+    ):
+        self.node, self.cluster, self.nvml, self.hami_dir, self.pods = node, cluster, nvml, hami_dir, pods
+        self.proc_root = proc_root
+        self.tolerance_bytes, self.tolerance_ratio = tolerance_bytes, tolerance_ratio
+        self.pid_alive = pid_alive
+        self._logged: set[tuple[str, str]] = set()
+        self._pod_errors_seen = 0
+
+    def build(self, ts_ms: int | None = None, interval_ms: int = 10_000) -> BuildResult:
+        t0 = time.perf_counter()
+        ts_ms = int(time.time() * 1000) if ts_ms is None else ts_ms
+        snap = self.nvml.read()
+        gpus = {g.uuid: g for g in snap.gpus}
+        devmem = {g.uuid: g.memory_total for g in snap.gpus if g.memory_total}
+        pods = self.pods.get()
+        res = BuildResult(tick=Tick(node=self.node, cluster=self.cluster, ts_ms=ts_ms, interval_ms=interval_ms),
+                          duration_s=0.0, nvml_errors=snap.errors)
+        pod_err_total = self.pods.errors_total
+        res.pod_errors, self._pod_errors_seen = pod_err_total - self._pod_errors_seen, pod_err_total
+        slices = res.tick.slices
+        seen: set[tuple[str, str, str]] = set()
+        hami_pids: set[int] = set()
+
+        files, dir_errors = discover(self.hami_dir)
+        for entry, err in dir_errors:
+            self._region_error(res, None, None, entry, err)
+        for f in files:
+            pod = pods.pods.get(f.pod_uid)
+            if pods.fetched and pod is None:
+                continue   # stale directory of a deleted pod
+            region = read_region_file(f.path, self.hami_dir, devmem, now_s=ts_ms / 1000)
+            if isinstance(region, Region) and snap.gpus:
+                stray = [d.uuid for d in region.devices if d.uuid not in gpus]
+                if stray:
+                    region = RegionError("unknown_gpu", f"device UUID {stray[0]} is not a GPU of this node")
+            if isinstance(region, RegionError):
+                self._region_error(res, f.pod_uid, f.container, os.path.basename(os.path.dirname(f.path)), region)
+                res.hami_ok[(f.pod_uid, f.container)] = False
+                continue
+            res.hami_ok[(f.pod_uid, f.container)] = True
+            grants = _grants_for(pod, f.container)
+            devices = region.devices
+            if self.pid_alive is not None:
+                # HAMi-core frees an exited process's slot lazily: drop it so memory is not stuck high.
+                live = [p for p in region.procs if not p.hostpid or self.pid_alive(p.hostpid)]
+                if len(live) != len(region.procs):
+                    devices = aggregate(region.devices, live)
+            age = max(0.0, ts_ms / 1000 - region.last_kernel_time) if region.last_kernel_time else None
+            for dev in devices:
+                g = gpus.get(dev.uuid)
+                grant = next((gr for gr in grants if gr.uuid == dev.uuid), None)
+                hami_pids.update(dev.hostpids)
+                nvml_mem = None
+                sm = dev.sm_util_pct / 100
+                if g is not None and dev.hostpids:
+                    if g.processes is not None:
+                        nvml_mem = sum(g.processes.get(p, 0) for p in dev.hostpids)
+                    if g.process_sm_util:
+                        own = [g.process_sm_util[p] for p in dev.hostpids if p in g.process_sm_util]
+                        if own:   # NVML's host-side sample beats the container's self-report
+                            sm = min(100.0, sum(own)) / 100
+                s = SliceReading(
+                    pod_uid=f.pod_uid, container=f.container, gpu_uuid=dev.uuid,
+                    pod=pod.name if pod else None, namespace=pod.namespace if pod else None,
+                    vdevice_index=dev.index, hami_memory_limit_bytes=dev.limit_bytes,
+                    hami_memory_used_bytes=dev.used_bytes, hami_context_bytes=dev.context_bytes,
+                    hami_module_bytes=dev.module_bytes, hami_buffer_bytes=dev.buffer_bytes,
+                    sm_limit_ratio=dev.sm_limit_pct / 100 if dev.sm_limit_pct else None,
+                    sm_util_ratio=_clamp01(sm), last_kernel_age_s=age, process_count=dev.processes,
+                    nvml_memory_used_bytes=nvml_mem,
+                    alloc_memory_bytes=grant.mem_mib * MiB if grant else None,
+                    alloc_cores_ratio=grant.cores / 100 if grant and grant.cores else None,
+                    whole_gpu=bool(pod and f.container in pod.whole_gpus), source="hami",
+                )
+                slices.append(s)
+                seen.add((f.pod_uid, f.container, dev.uuid))
+                res.disagreement[(f.pod_uid, f.container, dev.uuid)] = memory_disagrees(
+                    s.hami_memory_used_bytes, nvml_mem, self.tolerance_bytes, self.tolerance_ratio)
+
+        self._annotation_slices(res, pods.pods.values(), gpus, seen)
+        if self.proc_root is not None:
+            self._cgroup_slices(res, snap.gpus, pods, hami_pids)
+
+        counts: dict[str, int] = {}
+        for s in slices:
+            counts[s.gpu_uuid] = counts.get(s.gpu_uuid, 0) + 1
+        for g in snap.gpus:
+            res.tick.gpus.append(_gpu_reading(g, counts.get(g.uuid, 0)))
+        res.duration_s = time.perf_counter() - t0
+        return res
+
+    def _region_error(self, res: BuildResult, uid: str | None, container: str | None, entry: str, err: RegionError) -> None:
+        res.region_errors.append((uid, container, entry, err))
+        key = (entry, err.reason)
+        if key not in self._logged:   # one log line per container and reason, not one per tick
+            self._logged.add(key)
+            log.warning("HAMi region %s rejected: %s", entry, err)
+
+    def _annotation_slices(self, res: BuildResult, pods, gpus: dict[str, GpuSample], seen) -> None:
+        for pod in pods:
+            for ci, grants in enumerate(pod.grants):
+                if ci >= len(pod.containers):
+                    continue
+                cname = pod.containers[ci]
+                failed = res.hami_ok.get((pod.uid, cname)) is False
+                for vi, gr in enumerate(grants):
+                    if (pod.uid, cname, gr.uuid) in seen or (gpus and gr.uuid not in gpus):
+                        continue
+                    seen.add((pod.uid, cname, gr.uuid))
+                    used = None if failed else 0   # no region yet: nothing used; rejected: unknown
+                    res.tick.slices.append(SliceReading(
+                        pod_uid=pod.uid, container=cname, gpu_uuid=gr.uuid, pod=pod.name, namespace=pod.namespace,
+                        vdevice_index=vi, hami_memory_limit_bytes=gr.mem_mib * MiB,
+                        hami_memory_used_bytes=used, hami_context_bytes=used, hami_module_bytes=used,
+                        hami_buffer_bytes=used, sm_limit_ratio=gr.cores / 100 if gr.cores else None,
+                        sm_util_ratio=None if failed else 0.0, process_count=None if failed else 0,
+                        alloc_memory_bytes=gr.mem_mib * MiB, alloc_cores_ratio=gr.cores / 100 if gr.cores else None,
+                        whole_gpu=cname in pod.whole_gpus, source="annotation",
+                    ))
+
+    def _cgroup_slices(self, res: BuildResult, gpus: list[GpuSample], pods, hami_pids: set[int]) -> None:
+        for g in gpus:
+            if not g.processes:
+                continue
+            owners: dict[tuple[str, str], list[int]] = {}
+            for pid in g.processes:
+                if pid in hami_pids:
+                    continue
+                found = pid_to_pod(pid, self.proc_root)
+                if found is None:
+                    continue
+                uid, cid = found
+                pod: PodInfo | None = pods.pods.get(uid)
+                if pod is None and pods.fetched or pod is not None and pod.hami:
+                    continue   # gone, or a HAMi pod (its slices come from HAMi/annotation)
+                name = pod.container_ids.get(cid) if pod and cid else None
+                if name is None and pod and len(pod.whole_gpus) == 1:
+                    name = next(iter(pod.whole_gpus))
+                owners.setdefault((uid, name or (cid[:12] if cid else "unknown")), []).append(pid)
+            for (uid, cname), pids in owners.items():
+                pod = pods.pods.get(uid)
+                own = [g.process_sm_util[p] for p in pids if g.process_sm_util and p in g.process_sm_util]
+                if own:
+                    sm = min(100.0, sum(own)) / 100
+                elif len(owners) == 1 and g.util_gpu_pct is not None:
+                    sm = g.util_gpu_pct / 100   # the only tenant of the GPU
+                else:
+                    sm = None
+                res.tick.slices.append(SliceReading(
+                    pod_uid=uid, container=cname, gpu_uuid=g.uuid, pod=pod.name if pod else None,
+                    namespace=pod.namespace if pod else None, sm_util_ratio=_clamp01(sm), process_count=len(pids),
+                    nvml_memory_used_bytes=sum(g.processes[p] for p in pids),
+                    alloc_memory_bytes=g.memory_total, alloc_cores_ratio=1.0, whole_gpu=True, source="cgroup",
+                ))
+
+
+def _grants_for(pod: PodInfo | None, container: str) -> list[Grant]:
+    if pod is None or container not in pod.containers:
+        return []
+    ci = pod.containers.index(container)
+    return pod.grants[ci] if ci < len(pod.grants) else []
+
+
+def _gpu_reading(g: GpuSample, slice_count: int) -> GpuReading:
+    """NVML values bounded to what is physically possible (a driver glitch is not a reading)."""
+    used = g.memory_used
+    if used is not None and (used < 0 or (g.memory_total and used > g.memory_total)):
+        used = None
+    return GpuReading(
+        gpu_uuid=g.uuid, gpu_index=g.index, model=g.name, memory_total_bytes=g.memory_total, memory_used_bytes=used,
+        sm_util_ratio=_clamp01(g.util_gpu_pct / 100) if g.util_gpu_pct is not None else None,
+        mem_util_ratio=_clamp01(g.util_mem_pct / 100) if g.util_mem_pct is not None else None,
+        power_watts=g.power_w if g.power_w is not None and 0 <= g.power_w < 5000 else None,
+        energy_joules=g.energy_j if g.energy_j is not None and g.energy_j >= 0 else None,
+        slice_count=slice_count,
+    )

@@ -1,0 +1,214 @@
+"""One simulated GPU node: HAMi region files, a fake NVML and the kubelet's pod list.
+
+    node = SimulatedNode(scenario, "gpu-node-1", hami_dir, seed=0)
+    node.advance(ts_ms)      # workloads at that instant; region files rewritten in place
+    node.nvml                # pynvml-like module object reading the same instant
+    node.pods()              # kubelet /pods PodList dict with HAMi's annotations
+
+Region files live where HAMi puts them under its hook path:
+`hami_dir/containers/<podUID>_<container>/<name>.cache`. A batch job's pod exists only
+while its job runs; when it ends its directory goes, as HAMi's monitor removes it.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from simulator import workload as wl
+from simulator.hami_region import LAYOUTS, ProcSlot, RegionState, RegionWriter
+from simulator.nvml import FakeNvml, GpuNow, ProcNow
+from simulator.scenario import MIB, RES_GPU, Container, Pod, Scenario, stable_uuid
+
+ANNOTATION_ALLOCATED = "hami.io/vgpu-devices-allocated"
+ANNOTATION_NODE = "hami.io/vgpu-node"
+
+
+def allocation_annotation(node_gpus, pod: Pod) -> str:
+    """`<uuid>,NVIDIA,<memMiB>,<cores>:` per device, `;` after each container (empty keeps the index)."""
+    parts = []
+    for c in pod.containers:
+        parts.append("".join(f"{node_gpus[d].uuid},NVIDIA,{m},{c.cores}:" for d, m in zip(c.devices, c.mem_mib)) + ";")
+    return "".join(parts)
+
+
+@dataclass
+class LiveContainer:
+    pod: Pod
+    pod_uid: str
+    pod_name: str
+    container: Container
+    ci: int
+
+
+def _iso(ts_s: float) -> str:
+    return dt.datetime.fromtimestamp(ts_s, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class SimulatedNode:
+    def __init__(self, scenario: Scenario, node_name: str, hami_dir: str | Path, seed: int = 0):
+        self.scenario = scenario
+        self.spec = scenario.node(node_name)
+        self.name = self.spec.name
+        self.cluster = self.spec.cluster
+        self.tenant = self.spec.tenant
+        self.hami_dir = Path(hami_dir)
+        self.layout = LAYOUTS[self.spec.layout]
+        self.model = wl.FleetModel([self.spec], seed)
+        self.gpus = self.spec.gpus
+        self._col = {(s.ci, s.vdev): i for i, s in enumerate(self.model.slices)}
+        self._writers: dict[str, RegionWriter] = {}
+        self.nvml = FakeNvml(self, self.spec.nvml_unsupported)
+        self.ts_ms = 0
+        self.state: wl.FleetState | None = None
+        self.advance(int(time.time() * 1000))
+
+    # ---------------------------------------------------------------- time
+    def advance(self, ts_ms: int) -> None:
+        """Move every workload to `ts_ms` and bring the region files up to date."""
+        self.ts_ms = int(ts_ms)
+        self.state = self.model.state(np.array([self.ts_ms], dtype=np.int64))
+        live = self.live_containers()
+        wanted = {}
+        for lc in live:
+            d = f"{lc.pod_uid}_{lc.container.name}"
+            wanted[d] = lc
+        for d in list(self._writers):
+            if d not in wanted:
+                del self._writers[d]
+                shutil.rmtree(self.hami_dir / "containers" / d, ignore_errors=True)
+        for d, lc in wanted.items():
+            w = self._writers.get(d)
+            if w is None:
+                fname = stable_uuid("cache", lc.pod_uid, lc.container.name) + ".cache"
+                w = self._writers[d] = RegionWriter(self.hami_dir / "containers" / d / fname, self.layout)
+            w.write(self.region_state(lc))
+
+    def live_containers(self) -> list[LiveContainer]:
+        cs = self.state.containers
+        out = []
+        for ci, (ni, pod) in enumerate(self.model.container_pod):
+            if cs is None or not cs.present[0, ci]:
+                continue
+            c = self.model.containers[ci]
+            uid, name = pod.uid, pod.name
+            if pod.batch:
+                run = int(cs.run[0, ci])
+                uid, name = wl.batch_run_uid(self.cluster, pod, run), wl.batch_run_name(pod, run)
+            out.append(LiveContainer(pod, uid, name, c, ci))
+        return out
+
+    # ---------------------------------------------------------------- per-process view
+    def _procs(self, lc: LiveContainer) -> list[tuple[int, list[tuple[int, int, int]], list[int], list[int]]]:
+        """Per process: (index, used per vdev (ctx, mod, hami data) bytes, true bytes per vdev, sm per vdev)."""
+        c, st = lc.container, self.state
+        out = []
+        for p in range(c.processes):
+            used, true, sm = [], [], []
+            for j in range(len(c.devices)):
+                procs = wl.procs_on_device(c, j)
+                if p not in procs:
+                    used.append((0, 0, 0)); true.append(0); sm.append(0)  # noqa: E702
+                    continue
+                col, k, pi = self._col[(lc.ci, j)], len(procs), procs.index(p)
+                ctx, mod, data = wl.split_proc_memory(st.used_mib[0:1, col], k, pi)
+                hami_data = int(np.floor(int(data[0]) * c.hami_underreport))
+                used.append((int(ctx[0]) * MIB, int(mod[0]) * MIB, hami_data * MIB))
+                true.append((int(ctx[0]) + int(mod[0]) + int(data[0])) * MIB)
+                sm.append(int(wl.split_sm(st.sm_pct[0:1, col], k, pi)[0]))
+            out.append((p, used, true, sm))
+        return out
+
+    def region_state(self, lc: LiveContainer) -> RegionState:
+        c = lc.container
+        last = int(self.state.containers.last_kernel_s[0, lc.ci])
+        slots = [
+            ProcSlot(pid=wl.container_pid(p), hostpid=wl.host_pid(self.name, lc.pod_uid, c.name, p),
+                     used=used, monitorused=true, sm_util=sm)
+            for p, used, true, sm in self._procs(lc)
+        ]
+        return RegionState(
+            uuids=[self.gpus[d].uuid for d in c.devices],
+            limits=[m * MIB for m in c.mem_mib],
+            sm_limits=[c.cores] * len(c.devices),
+            procs=slots,
+            owner_pid=wl.container_pid(0),
+            last_kernel_time=last,
+            recent_kernel=2 if last and self.ts_ms // 1000 - last <= 10 else 0,
+        )
+
+    # ---------------------------------------------------------------- NodeSource for FakeNvml
+    def gpu_count(self) -> int:
+        return len(self.gpus)
+
+    def gpu_now(self, index: int) -> GpuNow:
+        g, st = self.gpus[index], self.state
+        return GpuNow(
+            uuid=g.uuid, name=g.model, memory_total=g.memory_bytes,
+            memory_used=int(st.gpu_mem_used_bytes[0, index]), sm_pct=int(st.gpu_sm_pct[0, index]),
+            mem_util_pct=int(st.gpu_mem_util_pct[0, index]), power_mw=int(st.gpu_power_mw[0, index]),
+            energy_mj=int(st.gpu_energy_mj[0, index]),
+        )
+
+    def procs_now(self, index: int) -> list[ProcNow]:
+        out = []
+        for lc in self.live_containers():
+            c = lc.container
+            if index not in c.devices:
+                continue
+            j = c.devices.index(index)
+            memint = wl.MEM_INTENSITY[wl.PATTERN_IDS[c.workload.pattern]]
+            for p, _used, true, sm in self._procs(lc):
+                if p in wl.procs_on_device(c, j):
+                    out.append(ProcNow(pid=wl.host_pid(self.name, lc.pod_uid, c.name, p), used_bytes=true[j],
+                                       sm_pct=sm[j], mem_util_pct=int(round(sm[j] * memint))))
+        return out
+
+    # ---------------------------------------------------------------- kubelet /pods
+    def pods(self) -> dict:
+        live = self.live_containers()
+        by_pod: dict[str, tuple[Pod, str]] = {}
+        for lc in live:
+            by_pod.setdefault(lc.pod_uid, (lc.pod, lc.pod_name))
+        items = []
+        started = _iso(self.ts_ms / 1000 - 3600)
+        for pod in (p for p in self.spec.pods if not p.batch):   # idle or CPU-only pods are listed too
+            by_pod.setdefault(pod.uid, (pod, pod.name))
+        for uid, (pod, name) in by_pod.items():
+            items.append(self._pod_json(pod, uid, name, started))
+        return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
+
+    def _pod_json(self, pod: Pod, uid: str, name: str, started: str) -> dict:
+        containers, statuses = [], []
+        for c in pod.containers:
+            res = {k: str(v) for k, v in c.requests.items()}
+            if RES_GPU in res and c.whole_gpu:
+                res = {RES_GPU: res[RES_GPU]}
+            containers.append({
+                "name": c.name,
+                "image": f"registry.example/{pod.namespace}/{c.name}:latest",
+                "resources": {"limits": dict(res), "requests": dict(res)},
+            })
+            statuses.append({
+                "name": c.name, "ready": True, "restartCount": 0,
+                "containerID": "containerd://" + stable_uuid("ctr", uid, c.name).replace("-", ""),
+                "state": {"running": {"startedAt": started}},
+            })
+        return {
+            "metadata": {
+                "name": name, "namespace": pod.namespace, "uid": uid,
+                "labels": {"app": pod.name, "slicemeter.sim/pattern": pod.containers[0].workload.pattern},
+                "annotations": {
+                    ANNOTATION_ALLOCATED: allocation_annotation(self.gpus, pod),
+                    ANNOTATION_NODE: self.name,
+                    "hami.io/bind-phase": "success",
+                } if any(c.has_gpu for c in pod.containers) else {},
+                "creationTimestamp": started,
+            },
+            "spec": {"nodeName": self.name, "schedulerName": "hami-scheduler", "containers": containers},
+            "status": {"phase": "Running", "startTime": started, "containerStatuses": statuses},
+        }

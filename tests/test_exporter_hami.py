@@ -1,0 +1,208 @@
+from __future__ import annotations
+
+import json
+import os
+import struct
+
+import pytest
+
+from exporter import hami
+from exporter.hami import LAYOUT_V0, LAYOUT_V1, Region, RegionError, discover, parse_region_bytes, read_region_file
+from hami_bytes import MiB, Proc, build_region
+
+GPU0 = "GPU-0a1b2c3d-0000-1111-2222-333344445555"
+GPU1 = "GPU-0a1b2c3d-0000-1111-2222-666677778888"
+UID = "6f1c2a4e-9b7d-4c3e-8a21-0d9e8f7a6b5c"
+DEV_MEM = {GPU0: 80 * 1024 * MiB, GPU1: 80 * 1024 * MiB}
+
+
+def two_device_region(layout=LAYOUT_V1, **kw):
+    return build_region(
+        layout,
+        devices=[(GPU0, 4096 * MiB, 25), (GPU1, 2048 * MiB, 50)],
+        procs=[
+            Proc(pid=7, hostpid=4107, mem=[(300 * MiB, 20 * MiB, 1000 * MiB), (0, 0, 0)], sm_util=[20, 0]),
+            Proc(pid=8, hostpid=4108, mem=[(0, 0, 0), (300 * MiB, 10 * MiB, 500 * MiB)], sm_util=[0, 45]),
+        ],
+        last_kernel_time=1_790_000_000,
+        **kw,
+    )
+
+
+@pytest.mark.parametrize("layout", [LAYOUT_V0, LAYOUT_V1])
+def test_parses_both_layouts(layout):
+    r = parse_region_bytes(two_device_region(layout), DEV_MEM, now_s=1_790_000_010)
+    assert isinstance(r, Region), r
+    assert r.layout == layout.name and r.device_num == 2 and r.proc_num == 2
+    d0, d1 = r.devices
+    assert (d0.uuid, d0.limit_bytes, d0.sm_limit_pct) == (GPU0, 4096 * MiB, 25)
+    assert d0.used_bytes == 1320 * MiB and d0.context_bytes == 300 * MiB and d0.buffer_bytes == 1000 * MiB
+    assert d0.sm_util_pct == 20 and d0.processes == 1 and d0.hostpids == [4107]
+    assert (d1.used_bytes, d1.sm_util_pct, d1.hostpids) == (810 * MiB, 45, [4108])
+    assert r.last_kernel_time == (1_790_000_000 if layout is LAYOUT_V1 else None)
+    assert (r.major, r.minor) == ((1, 2) if layout is LAYOUT_V1 else (None, None))
+
+
+def test_reads_only_header_and_live_slots():
+    buf = two_device_region()
+    reads = []
+
+    def read_at(off, n):
+        reads.append((off, n))
+        return bytes(buf[off : off + n])
+
+    r = hami.parse_region(read_at, len(buf), DEV_MEM, now_s=1_790_000_010)
+    assert isinstance(r, Region)
+    total = sum(n for _, n in reads)
+    assert total < 10_000 < len(buf), reads
+    assert r.bytes_read <= total
+
+
+def test_dead_slots_ignored_and_status_zero_skipped():
+    buf = build_region(
+        devices=[(GPU0, 0, 0)],
+        procs=[Proc(1, 11, [(MiB, 0, MiB)], [5], status=0), Proc(2, 12, [(MiB, 0, 2 * MiB)], [7]),
+               Proc(3, 13, [(MiB, 0, 50 * MiB)], [9])],
+        proc_num=2,   # slot 2 is beyond proc_num: stale memory must not count
+    )
+    r = parse_region_bytes(buf, DEV_MEM)
+    assert isinstance(r, Region)
+    assert [p.pid for p in r.procs] == [2]
+    assert r.devices[0].used_bytes == 3 * MiB and r.devices[0].limit_bytes is None
+
+
+def test_sm_util_sum_is_capped():
+    buf = build_region(devices=[(GPU0, 0, 100)], procs=[Proc(1, 11, [(MiB, 0, 0)], [80]), Proc(2, 12, [(MiB, 0, 0)], [70])])
+    r = parse_region_bytes(buf, DEV_MEM)
+    assert r.devices[0].sm_util_pct == 100
+
+
+@pytest.mark.parametrize(
+    "mutate, reason",
+    [
+        (lambda b: struct.pack_into("<i", b, 0, 1234), "bad_magic"),
+        (lambda b: struct.pack_into("<I", b, 4, 7), "bad_version"),
+        (lambda b: struct.pack_into("<Q", b, LAYOUT_V1.num_off, 17), "bad_device_num"),
+        (lambda b: struct.pack_into("<i", b, LAYOUT_V1.tail_off, 5000), "bad_proc_num"),
+        (lambda b: struct.pack_into("<i", b, LAYOUT_V1.tail_off, -1), "bad_proc_num"),
+        (lambda b: b.__setitem__(slice(LAYOUT_V1.uuids_off, LAYOUT_V1.uuids_off + 4), b"\xff\xfe\x00\x01"), "bad_uuid"),
+        (lambda b: struct.pack_into("<Q", b, LAYOUT_V1.limit_off, 200 * 1024**3), "bad_value"),
+        (lambda b: struct.pack_into("<Q", b, LAYOUT_V1.sm_limit_off, 101), "bad_value"),
+        (lambda b: struct.pack_into("<Q", b, LAYOUT_V1.procs_off + 8, 2**64 - 5), "bad_value"),
+        (lambda b: struct.pack_into("<i", b, LAYOUT_V1.procs_off, -3), "bad_value"),
+        (lambda b: struct.pack_into("<q", b, LAYOUT_V1.tail_off + 16, -9), "bad_value"),
+    ],
+)
+def test_rejects_with_reason(mutate, reason):
+    buf = two_device_region()
+    mutate(buf)
+    r = parse_region_bytes(buf, DEV_MEM, now_s=1_790_000_010)
+    assert isinstance(r, RegionError) and r.reason == reason, r
+
+
+def test_truncated_and_wrong_size():
+    buf = two_device_region()
+    assert parse_region_bytes(bytes(buf[:100])).reason == "truncated"
+    assert parse_region_bytes(bytes(buf) + b"\0" * 10_000).reason == "bad_size"
+    assert isinstance(parse_region_bytes(bytes(buf) + b"\0", DEV_MEM, now_s=1_790_000_010), Region)  # HAMi-core's +1 byte
+
+
+def test_seqlock_retries_a_slot_mid_write():
+    buf = two_device_region()
+    seq_at = LAYOUT_V1.procs_off + LAYOUT_V1.seq_off
+    struct.pack_into("<Q", buf, seq_at, 5)   # odd: writer inside
+    calls = {"n": 0}
+
+    def read_at(off, n):
+        calls["n"] += 1
+        if calls["n"] == 4:   # the writer finishes while we wait
+            struct.pack_into("<Q", buf, seq_at, 6)
+        return bytes(buf[off : off + n])
+
+    r = hami.parse_region(read_at, len(buf), DEV_MEM, now_s=1_790_000_010)
+    assert isinstance(r, Region) and r.devices[0].used_bytes == 1320 * MiB
+
+    struct.pack_into("<Q", buf, seq_at, 7)   # a writer that never finishes costs this region only
+    r = parse_region_bytes(buf, DEV_MEM, now_s=1_790_000_010)
+    assert isinstance(r, RegionError) and r.reason == "seqlock_busy"
+
+
+def test_seqlock_moved_during_read_rereads():
+    buf = two_device_region()
+    seq_at = LAYOUT_V1.procs_off + LAYOUT_V1.seq_off
+    reads = []
+
+    def read_at(off, n):
+        reads.append((off, n))
+        if (off, n) == (seq_at, 8) and len(reads) < 6:
+            # a write completed between our two sequence reads: new data, sequence +2
+            struct.pack_into("<Q", buf, LAYOUT_V1.procs_off + 8 + 16, 5 * MiB)
+            struct.pack_into("<Q", buf, seq_at, struct.unpack_from("<Q", buf, seq_at)[0] + 2)
+        return bytes(buf[off : off + n])
+
+    r = hami.parse_region(read_at, len(buf), DEV_MEM, now_s=1_790_000_010)
+    assert isinstance(r, Region)
+    assert r.devices[0].buffer_bytes == 5 * MiB   # the re-read value, not the torn one
+
+
+def _write_container(root, name, data, cache="vgpu.cache"):
+    d = root / "containers" / name
+    d.mkdir(parents=True)
+    (d / cache).write_bytes(bytes(data))
+    return d / cache
+
+
+def test_discover_and_read_files_read_only(tmp_path):
+    path = _write_container(tmp_path, f"{UID}_trainer", two_device_region())
+    _write_container(tmp_path, "../../etc_passwd" .replace("/", "x"), b"x")
+    os.chmod(path, 0o444)   # a writer would fail: we only ever read
+    files, errors = discover(str(tmp_path))
+    assert [(f.pod_uid, f.container) for f in files] == [(UID, "trainer")]
+    assert [e.reason for _, e in errors] == ["bad_name"]
+    r = read_region_file(files[0].path, str(tmp_path), DEV_MEM, now_s=1_790_000_010)
+    assert isinstance(r, Region) and r.devices[1].used_bytes == 810 * MiB
+
+
+def test_symlinks_are_refused(tmp_path):
+    outside = tmp_path / "outside.cache"
+    outside.write_bytes(bytes(two_device_region()))
+    hami_dir = tmp_path / "hami"
+    d = hami_dir / "containers" / f"{UID}_web"
+    d.mkdir(parents=True)
+    (d / "vgpu.cache").symlink_to(outside)
+    files, _ = discover(str(hami_dir))
+    r = read_region_file(str(d / "vgpu.cache"), str(hami_dir), DEV_MEM)
+    assert isinstance(r, RegionError) and r.reason in ("outside_dir", "symlink")
+    # a link to a file inside the dir is still refused by O_NOFOLLOW
+    inside = hami_dir / "real.cache"
+    inside.write_bytes(bytes(two_device_region()))
+    (d / "vgpu.cache").unlink()
+    (d / "vgpu.cache").symlink_to(inside)
+    r = read_region_file(str(d / "vgpu.cache"), str(hami_dir), DEV_MEM)
+    assert isinstance(r, RegionError) and r.reason == "symlink"
+    # a linked container directory is refused at discovery
+    (hami_dir / "containers" / f"{UID}_evil").symlink_to(tmp_path)
+    files, errors = discover(str(hami_dir))
+    assert ("symlink" in [e.reason for _, e in errors]) and all(f.container != "evil" for f in files)
+
+
+def test_dir_name_validation():
+    assert hami.parse_dir_name(f"{UID}_c-1") == (UID, "c-1")
+    for bad in ["", "x_y", f"{UID}_", f"{UID}_UPPER", f"{UID}_a/b", f"{UID}_..", f"{UID}_c\x00"]:
+        assert hami.parse_dir_name(bad) is None, bad
+
+
+def test_hami_dump_prints_json(tmp_path, capsys):
+    from exporter import hami_dump
+    from slicemeter.cli import main
+
+    path = _write_container(tmp_path, f"{UID}_trainer", two_device_region(LAYOUT_V0))
+    assert main(["hami-dump", str(path)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["layout"] == "v0" and out["devices"][0]["uuid"] == GPU0
+    assert out["devices"][0]["used_bytes"] == 1320 * MiB and len(out["procs"]) == 2
+    bad = tmp_path / "bad.cache"
+    bad.write_bytes(b"\0" * 64)
+    assert main(["hami-dump", str(bad)]) == 1
+    assert "bad_magic" in capsys.readouterr().err
+    assert hami_dump is not None

@@ -1,0 +1,305 @@
+"""The exporter on simulator output: v0/v1 regions, multi-container and multi-GPU pods,
+allocated-but-idle slices, corrupt regions, deleted pods, cgroup attribution, /metrics."""
+from __future__ import annotations
+
+import shutil
+import struct
+import subprocess
+import urllib.request
+
+import pytest
+
+from exporter.cli import serve_metrics
+from exporter.collector import ExporterCollector, ExporterStats
+from exporter.nvml import NvmlReader
+from exporter.pods import PodCache
+from exporter.tick_builder import TickBuilder
+from simulator.node import SimulatedNode
+from simulator.scenario import load_scenario
+
+MiB = 1 << 20
+T0 = 1_795_000_000_000   # a fixed instant: runs are reproducible
+
+SCENARIO = """
+seed: 3
+tenants:
+  - name: acme
+    display_name: ACME
+    kamaji: {namespace: tenant-acme, name: acme}
+    api_server: https://acme.tenants.example:6443
+    cost_center: CC-1
+nodes:
+  - name: node-v1
+    tenant: acme
+    gpus: [{model: "NVIDIA A100-SXM4-80GB", count: 2}]
+    pods:
+      - name: ddp
+        namespace: ml
+        containers:
+          - name: worker
+            resources: {nvidia.com/gpu: 2, nvidia.com/gpumem: 30720, nvidia.com/gpucores: 40}
+            workload: {pattern: steady-training, level: 0.75}
+            processes: 2
+      - name: translate
+        namespace: search
+        workload: {pattern: steady-training, level: 0.5}
+        containers:
+          - name: encoder
+            resources: {nvidia.com/gpumem: 10240, nvidia.com/gpucores: 15}
+          - name: decoder
+            resources: {nvidia.com/gpumem: 12288, nvidia.com/gpucores: 20}
+          - name: sidecar
+      - name: reserved
+        namespace: ml
+        containers:
+          - name: eval
+            resources: {nvidia.com/gpumem: 16384, nvidia.com/gpucores: 20}
+            workload: idle-reservation
+      - name: liar
+        namespace: ml
+        containers:
+          - name: main
+            resources: {nvidia.com/gpumem: 20480, nvidia.com/gpucores: 30}
+            workload: {pattern: steady-training, level: 0.9}
+            hami_underreport: 0.2
+  - name: node-v0
+    tenant: acme
+    hami_layout: v0
+    gpus: [{model: "NVIDIA L4", count: 2}]
+    pods:
+      - name: vision
+        namespace: ml
+        containers:
+          - name: trainer
+            resources: {nvidia.com/gpu: 1}
+            workload: {pattern: steady-training, level: 0.55}
+      - name: notebook
+        namespace: nb
+        containers:
+          - name: nb
+            resources: {nvidia.com/gpumem: 8192, nvidia.com/gpucores: 30}
+            workload: {pattern: steady-training, level: 0.3}
+"""
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory):
+    path = tmp_path_factory.mktemp("scn") / "scenario.yaml"
+    path.write_text(SCENARIO)
+    return load_scenario(str(path))
+
+
+def make(scenario, node_name, hami_dir, pods_filter=None, proc_root=None):
+    sim = SimulatedNode(scenario, node_name, hami_dir)
+    sim.nvml.nvmlInit()
+    source = (lambda: pods_filter(sim.pods())) if pods_filter else sim.pods
+    cache = PodCache(source)
+    builder = TickBuilder(node_name, sim.cluster, NvmlReader(sim.nvml, initialised=True), str(hami_dir), cache,
+                          proc_root=proc_root)
+
+    def tick(ts_ms):
+        sim.advance(ts_ms)
+        cache.refresh()
+        return builder.build(ts_ms)
+
+    return sim, tick
+
+
+def by_key(tick):
+    return {(s.pod, s.container, s.gpu_uuid): s for s in tick.slices}
+
+
+def test_v1_node_multi_gpu_multi_container(scenario, tmp_path):
+    sim, tick = make(scenario, "node-v1", tmp_path)
+    res = tick(T0)
+    t = res.tick
+    assert t.cluster == "https://acme.tenants.example:6443" and len(t.gpus) == 2
+    assert not res.region_errors and all(res.hami_ok.values())
+    uuids = [g.gpu_uuid for g in t.gpus]
+    pods = {(s.pod, s.container) for s in t.slices}
+    assert pods == {("ddp", "worker"), ("translate", "encoder"), ("translate", "decoder"), ("reserved", "eval"), ("liar", "main")}
+    ddp = sorted((s for s in t.slices if s.pod == "ddp"), key=lambda s: s.vdevice_index)
+    assert [s.vdevice_index for s in ddp] == [0, 1] and {s.gpu_uuid for s in ddp} == set(uuids)
+    for s in t.slices:
+        assert s.source == "hami" and s.namespace in ("ml", "search")
+        assert s.hami_memory_limit_bytes == s.alloc_memory_bytes
+        assert 0 <= s.hami_memory_used_bytes <= s.hami_memory_limit_bytes
+        assert s.hami_memory_used_bytes == s.hami_context_bytes + s.hami_module_bytes + s.hami_buffer_bytes
+        assert 0.0 <= s.sm_util_ratio <= 1.0
+    enc = next(s for s in t.slices if s.container == "encoder")
+    assert enc.hami_memory_limit_bytes == 10240 * MiB and enc.sm_limit_ratio == pytest.approx(0.15)
+    assert ddp[0].hami_memory_limit_bytes == 30720 * MiB and ddp[0].process_count == 1
+    # honest containers: HAMi and NVML agree exactly; the under-reporting one is flagged
+    for s in t.slices:
+        flag = res.disagreement.get((s.pod_uid, s.container, s.gpu_uuid))
+        if s.pod == "liar":
+            assert flag is True and s.nvml_memory_used_bytes > s.hami_memory_used_bytes
+        elif s.process_count:
+            assert flag is False and s.nvml_memory_used_bytes == s.hami_memory_used_bytes
+    counts = {g.gpu_uuid: g.slice_count for g in t.gpus}
+    assert sum(counts.values()) == len(t.slices)
+
+
+def test_v0_node_and_whole_gpu(scenario, tmp_path):
+    sim, tick = make(scenario, "node-v0", tmp_path)
+    t = tick(T0).tick
+    keys = {(s.pod, s.container): s for s in t.slices}
+    assert set(keys) == {("vision", "trainer"), ("notebook", "nb")}
+    assert keys[("vision", "trainer")].whole_gpu is True and keys[("notebook", "nb")].whole_gpu is False
+    assert keys[("notebook", "nb")].hami_memory_limit_bytes == 8192 * MiB
+    assert keys[("vision", "trainer")].last_kernel_age_s is None   # v0 has no last_kernel_time
+    assert keys[("vision", "trainer")].hami_memory_used_bytes > 0
+
+
+def test_allocated_but_not_started_is_reported(scenario, tmp_path):
+    sim, tick = make(scenario, "node-v1", tmp_path)
+    tick(T0)
+    uid = next(p["metadata"]["uid"] for p in sim.pods()["items"] if p["metadata"]["name"] == "reserved")
+    # the container has not touched CUDA yet: HAMi has written no region for it
+    sim.advance(T0 + 10_000)
+    shutil.rmtree(tmp_path / "containers" / f"{uid}_eval")
+    res = TickBuilder("node-v1", sim.cluster, NvmlReader(sim.nvml, initialised=True), str(tmp_path),
+                      _refreshed(PodCache(sim.pods)), proc_root=None).build(T0 + 10_000)
+    s = next(s for s in res.tick.slices if s.pod == "reserved")
+    assert s.source == "annotation" and s.alloc_memory_bytes == 16384 * MiB and s.alloc_cores_ratio == pytest.approx(0.2)
+    assert s.hami_memory_used_bytes == 0 and s.sm_util_ratio == 0.0 and s.process_count == 0
+
+
+def _refreshed(cache):
+    cache.refresh()
+    return cache
+
+
+def test_corrupt_region_costs_one_container(scenario, tmp_path):
+    sim, tick = make(scenario, "node-v1", tmp_path)
+    good = tick(T0).tick
+    uid = next(s.pod_uid for s in good.slices if s.container == "encoder")
+    cache = next((tmp_path / "containers" / f"{uid}_encoder").glob("*.cache"))
+    builder = TickBuilder("node-v1", sim.cluster, NvmlReader(sim.nvml, initialised=True), str(tmp_path),
+                          _refreshed(PodCache(sim.pods)), proc_root=None)
+    with open(cache, "r+b") as f:       # the tenant scribbles a huge proc_num
+        f.seek(2_008_896)
+        f.write(struct.pack("<i", 99_999))
+    res = builder.build(T0)
+    assert [(c, e.reason) for _, c, _, e in res.region_errors] == [("encoder", "bad_proc_num")]
+    assert res.hami_ok[(uid, "encoder")] is False
+    enc = next(s for s in res.tick.slices if s.container == "encoder")
+    assert enc.source == "annotation" and enc.hami_memory_used_bytes is None and enc.alloc_memory_bytes == 10240 * MiB
+    assert by_key(res.tick).keys() == by_key(good).keys()   # every other slice is still there
+    stats = ExporterStats(tenant="acme")
+    stats.record(res)
+    text = _exposition(stats)
+    assert 'slicemeter_hami_region_errors_total{reason="bad_proc_num"} 1.0' in text
+    assert 'container="encoder"' in text and "slicemeter_hami_region_ok{" in text
+
+
+def test_deleted_pod_vanishes_next_tick(scenario, tmp_path):
+    gone = set()
+    sim, tick = make(scenario, "node-v1", tmp_path,
+                     pods_filter=lambda pl: pl | {"items": [p for p in pl["items"] if p["metadata"]["name"] not in gone]})
+    stats = ExporterStats(tenant="acme")
+    stats.record(tick(T0))
+    assert 'pod="translate"' in _exposition(stats)
+    gone.add("translate")          # the pod is deleted; HAMi's directories linger on disk
+    res = tick(T0 + 10_000)
+    assert any(p.name.endswith("_encoder") for p in (tmp_path / "containers").iterdir())
+    assert all(s.pod != "translate" for s in res.tick.slices) and res.tick.slices
+    stats.record(res)
+    text = _exposition(stats)
+    assert 'pod="translate"' not in text and 'pod="ddp"' in text
+
+
+def test_cgroup_attribution_for_pods_without_hami(scenario, tmp_path):
+    """A whole-GPU pod scheduled without HAMi: NVML pid -> /proc/<pid>/cgroup -> pod."""
+    sim = SimulatedNode(scenario, "node-v0", tmp_path / "hami")
+    sim.nvml.nvmlInit()
+    sim.advance(T0)
+    pods = sim.pods()
+    vision = next(p for p in pods["items"] if p["metadata"]["name"] == "vision")
+    vision["metadata"]["annotations"] = {}     # no HAMi in this pod's path
+    uid = vision["metadata"]["uid"]
+    cid = vision["status"]["containerStatuses"][0]["containerID"].split("://")[1]
+    shutil.rmtree(tmp_path / "hami" / "containers" / f"{uid}_trainer")
+    proc = tmp_path / "proc"
+    nv = sim.nvml
+    hami_pids = _hami_pids(tmp_path / "hami")     # the notebook's processes, seen by HAMi
+    vision_gpus = set()
+    for i in range(nv.nvmlDeviceGetCount()):
+        h = nv.nvmlDeviceGetHandleByIndex(i)
+        for p in nv.nvmlDeviceGetComputeRunningProcesses(h):
+            if p.pid in hami_pids:
+                continue
+            vision_gpus.add(nv.nvmlDeviceGetUUID(h))
+            (proc / str(p.pid)).mkdir(parents=True)
+            (proc / str(p.pid) / "cgroup").write_text(   # cgroup v2, systemd driver, containerd
+                f"0::/kubepods.slice/kubepods-pod{uid.replace('-', '_')}.slice/cri-containerd-{cid}.scope\n")
+    assert len(vision_gpus) == 1
+    cache = PodCache(lambda: pods)
+    cache.refresh()
+    res = TickBuilder("node-v0", sim.cluster, NvmlReader(nv, initialised=True), str(tmp_path / "hami"), cache,
+                      proc_root=str(proc)).build(T0)
+    s = next(s for s in res.tick.slices if s.pod == "vision")
+    assert s.source == "cgroup" and s.whole_gpu and s.container == "trainer" and {s.gpu_uuid} == vision_gpus
+    assert s.nvml_memory_used_bytes > 0 and s.alloc_cores_ratio == 1.0
+    assert [x.source for x in res.tick.slices if x.pod == "notebook"] == ["hami"]
+
+
+def _hami_pids(hami_dir):
+    from exporter.hami import discover, read_region_file
+
+    files, _ = discover(str(hami_dir))
+    out = set()
+    for f in files:
+        r = read_region_file(f.path, str(hami_dir))
+        for p in r.procs:
+            out.add(p.hostpid)
+    return out
+
+
+def _exposition(stats) -> str:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(ExporterCollector(stats))
+    return generate_latest(reg).decode()
+
+
+def test_metrics_pass_promtool_and_serve_over_http(scenario, tmp_path):
+    sim, tick = make(scenario, "node-v1", tmp_path)
+    stats = ExporterStats(tenant="acme")
+    stats.record(tick(T0))
+    stats.spool_stats = lambda: {"ticks": 2, "bytes": 9000, "dropped": 1, "published": 5}
+    server = serve_metrics(stats, 0, "127.0.0.1")
+    try:
+        port = server.server_address[1]
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    finally:
+        server.shutdown()
+    for name in ("slicemeter_gpu_memory_total_bytes", "slicemeter_slice_allocation_ratio", "slicemeter_gpu_energy_joules_total",
+                 "hami_vgpu_memory_used_bytes", "hami_container_device_utilization_ratio", "hami_host_gpu_utilization_ratio",
+                 "slicemeter_spool_ticks 2.0", "slicemeter_published_ticks_total 5.0", "slicemeter_build_info{"):
+        assert name in text, name
+    alloc = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("slicemeter_gpu_allocated_ratio{")]
+    assert len(alloc) == 2 and all(0 < a <= 1 for a in alloc)
+    check = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0 and check.stdout.strip() == "" and check.stderr.strip() == "", check.stdout + check.stderr
+
+
+def test_once_prints_a_tick(tmp_path, scenario, capsys):
+    import json
+
+    from slicemeter.cli import main
+
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO)
+    assert main(["exporter", "--simulate", str(path), "--node", "node-v0", "--hami-dir", str(tmp_path / "h"), "--once"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["node"] == "node-v0" and len(out["gpus"]) == 2 and {s["pod"] for s in out["slices"]} == {"vision", "notebook"}
+
+
+def test_missing_nvml_is_a_clear_startup_error(tmp_path, capsys):
+    from slicemeter.cli import main
+
+    rc = main(["exporter", "--hami-dir", str(tmp_path), "--once", "--cluster", "c"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "NVML" in err and "--simulate" in err
