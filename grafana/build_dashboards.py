@@ -14,7 +14,10 @@ from pathlib import Path
 OUT = Path(__file__).resolve().parent / "dashboards"
 DS = {"type": "prometheus", "uid": "${datasource}"}
 
-# Label filters, spelled once. Ingest metrics carry no tenant/node labels.
+# Label filters, spelled once. Ingest metrics carry no tenant/node labels. The exporter's
+# health families are filtered by node only: Prometheus attaches the node as a target label
+# (prometheus/prometheus.yml, the ServiceMonitor's relabeling), the exporter may not.
+N = 'node=~"$node"'
 T = 'tenant=~"$tenant"'
 TN = f'{T}, node=~"$node"'
 TNS = f'{T}, namespace=~"$namespace"'
@@ -135,10 +138,11 @@ def fleet() -> dict:
                   description="Idle: nobody used it. Unallocated: nobody holds a slice of it."),
             row("Pipeline health"),
             panel("timeseries", "Spooled Ticks (Kafka unreachable)",
-                  [(f"sum by (node) (slicemeter_spool_ticks{{{TN}}})", "{{node}}")], "none", w=8),
+                  [(f"sum by (node) (slicemeter_spool_ticks{{{N}}})", "{{node}}")], "none", w=8),
+            # The error counter has no series until a file is rejected: show 0 per node until then.
             panel("timeseries", "HAMi region errors",
-                  [(f"sum by (node, reason) (increase(slicemeter_hami_region_errors_total{{{TN}}}[$__range]))",
-                    "{{node}} {{reason}}")], "none", w=8),
+                  [(f"sum by (node) (increase(slicemeter_hami_region_errors_total{{{N}}}[$__range]))"
+                    f" or sum by (node) (0 * slicemeter_gpu_slices{{{TN}}})", "{{node}}")], "none", w=8),
             panel("timeseries", "Ingest lag (messages)",
                   [("sum(slicemeter_ingest_lag_messages)", "lag")], "none", w=8),
             panel("stat", "Freeable GPUs (right-sizing plan)",
@@ -224,15 +228,15 @@ def node() -> dict:
                   [(f"sum(slicemeter_hami_region_ok{{{NGS}}} == 1) or vector(0)", "read"),
                    (f"count(slicemeter_hami_region_ok{{{NGS}}} == 0) or vector(0)", "rejected")], "none", w=8),
             row("Exporter"),
-            panel("timeseries", "Tick build time", [(f"slicemeter_scrape_duration_seconds{{{TN}}}", "{{node}}")], "s", w=8),
+            panel("timeseries", "Tick build time", [(f"slicemeter_scrape_duration_seconds{{{N}}}", "{{node}}")], "s", w=8),
             panel("timeseries", "Source errors",
-                  [(f"sum by (node, source) (rate(slicemeter_source_errors_total{{{TN}}}[$__rate_interval]))",
+                  [(f"sum by (node, source) (rate(slicemeter_source_errors_total{{{N}}}[$__rate_interval]))",
                     "{{node}} {{source}}")], "none", w=8),
             panel("timeseries", "Ticks published",
-                  [(f"sum by (node) (rate(slicemeter_published_ticks_total{{{TN}}}[$__rate_interval]))",
+                  [(f"sum by (node) (rate(slicemeter_published_ticks_total{{{N}}}[$__rate_interval]))",
                     "{{node}}")], "none", w=8),
-            panel("timeseries", "Spool size", [(f"slicemeter_spool_bytes{{{TN}}}", "{{node}}")], "bytes", w=12),
-            panel("table", "Exporter build", [(f"slicemeter_build_info{{{TN}}}", "{{version}}")], "none", w=12),
+            panel("timeseries", "Spool size", [(f"slicemeter_spool_bytes{{{N}}}", "{{node}}")], "bytes", w=12),
+            panel("table", "Exporter build", [(f"slicemeter_build_info{{{N}}}", "{{version}}")], "none", w=12),
         ],
     )
 

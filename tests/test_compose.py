@@ -143,6 +143,12 @@ def test_prometheus_scrapes_the_ports_the_services_listen_on():
     assert {"exporter-acme:9400", "exporter-globex:9400", "ingest:9401"} == listening
     assert listening <= targets
     assert targets - listening == {"localhost:9090"}
+    # Each exporter target is labelled with the node its service simulates.
+    (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "slicemeter-exporter"]
+    assert job["honor_labels"] is True
+    for sc in job["static_configs"]:
+        (target,) = sc["targets"]
+        assert sc["labels"]["node"] == option(SERVICES[target.split(":")[0]]["command"], "--node")
 
 
 def test_grafana_gets_the_provisioning_and_the_dashboards():

@@ -92,6 +92,10 @@ def test_service_monitors_have_the_crd_required_fields_and_match_a_service():
         for ep in spec["endpoints"]:
             assert ep["port"] in port_names and ep["path"] == "/metrics"
             assert re.fullmatch(r"\d+s", ep["interval"])
+    (ep,) = one("ServiceMonitor", "slicemeter-exporter")["spec"]["endpoints"]
+    assert ep["honorLabels"] is True
+    assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node", "action": "replace"} \
+        in ep["relabelings"]
 
 
 def test_kustomizations_list_every_manifest_and_nothing_missing():
