@@ -1,0 +1,101 @@
+"""Ingest benchmark: produce -> Tansu broker -> consume -> DuckDB, as samples/s.
+
+Prints the ingest rate of one `slicemeter ingest` process (a child process, so its peak
+RSS is its own), DuckDB's own Arrow insert rate for the very rows that process stored
+(same run, same machine), their ratio, and the ingest's peak RSS.
+
+    python bench/bench_ingest.py                      # 2 M samples
+    python bench/bench_ingest.py --samples 5000000
+    python bench/bench_ingest.py --backlog            # 50 M-sample backlog: RSS bound check
+
+Goal (issue 4): >= 1,000,000 samples/s, ratio >= 0.5, RSS < 500 MB on the 50 M backlog.
+The machine is shared: figures are noisy, compare the ratio more than the rate.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
+
+import duckdb  # noqa: E402
+
+from ingest import store  # noqa: E402
+from ingest_helpers import TOPIC, create_topic, produce_chunks  # noqa: E402
+from slicemeter.broker import TansuBroker  # noqa: E402
+from synth_ticks import fleet, messages  # noqa: E402
+
+
+def run_ingest(bootstrap: str, db: Path, extra: list[str]) -> tuple[int, float, int]:
+    """(samples, active seconds, peak RSS bytes) of one ingest child process."""
+    cmd = [sys.executable, "-m", "slicemeter.cli", "ingest", "--kafka", bootstrap, "--db", str(db),
+           "--group", "", "--until-idle", "10", *extra]
+    proc = subprocess.Popen(cmd, cwd=REPO, stderr=subprocess.PIPE, text=True)
+    _, status, usage = os.wait4(proc.pid, 0)
+    err = proc.stderr.read()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"ingest failed:\n{err}")
+    m = re.search(r"samples=(\d+) active_seconds=([\d.]+)", err)
+    return int(m.group(1)), float(m.group(2)), usage.ru_maxrss * 1024
+
+
+def reference_insert(db: Path, scratch: Path) -> tuple[int, float]:
+    """DuckDB inserting the same stored rows from Arrow into a fresh file."""
+    with duckdb.connect(str(db), read_only=True) as src:
+        gpu = src.sql("SELECT * FROM raw_gpu_rows").to_arrow_table()
+        sl = src.sql("SELECT * FROM raw_slice_rows").to_arrow_table()
+    con = store.connect(scratch)
+    t = time.perf_counter()
+    con.execute("BEGIN TRANSACTION")
+    con.execute("INSERT INTO raw_gpu_rows SELECT * FROM gpu")
+    con.execute("INSERT INTO raw_slice_rows SELECT * FROM sl")
+    con.execute("COMMIT")
+    seconds = time.perf_counter() - t
+    con.close()
+    return gpu.num_rows + sl.num_rows, seconds
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--samples", type=int, default=2_000_000)
+    ap.add_argument("--backlog", action="store_true", help="50 M samples: the RSS bound check (slow)")
+    ap.add_argument("--ticks-per-message", type=int, default=250, help="Ticks of a node per message (20 samples each)")
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--batch-samples", type=int, default=500_000)
+    args = ap.parse_args()
+    samples = 50_000_000 if args.backlog else args.samples
+    nodes = fleet(40, ["https://acme.tenants.example:6443", "https://beta.tenants.example:6443"])
+    per_tick = nodes[0].samples_per_tick
+    ticks = max(1, samples // (per_tick * len(nodes)))
+    with tempfile.TemporaryDirectory() as tmp, TansuBroker(log_path=Path(tmp) / "tansu.log") as broker:
+        create_topic(broker.bootstrap, TOPIC, args.partitions)
+        t = time.perf_counter()
+        n_msg, produced = produce_chunks(broker.bootstrap, messages(nodes, 1_800_000_000_000, ticks, args.ticks_per_message))
+        produce_s = time.perf_counter() - t
+        print(f"produced {produced:,} samples in {n_msg:,} messages: {produced / produce_s:,.0f} samples/s")
+        db = Path(tmp) / "ingest.duckdb"
+        stored, active_s, rss = run_ingest(broker.bootstrap, db, ["--batch-samples", str(args.batch_samples)])
+        if stored != produced:
+            raise SystemExit(f"stored {stored} samples, produced {produced}")
+        rate = stored / active_s
+        ref_rows, ref_s = reference_insert(db, Path(tmp) / "reference.duckdb")
+        ref_rate = ref_rows / ref_s
+        print(f"ingest: {stored:,} samples in {active_s:.2f} s = {rate:,.0f} samples/s "
+              f"(goal >= 1,000,000)")
+        print(f"reference: DuckDB Arrow insert of the same {ref_rows:,} stored rows: {ref_rate:,.0f} rows/s")
+        print(f"ratio ingest/reference: {rate / ref_rate:.2f} (goal >= 0.5)")
+        print(f"ingest peak RSS: {rss / 2**20:,.0f} MB" + (" (goal < 500 MB)" if args.backlog else ""))
+        print(f"machine load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (shared)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

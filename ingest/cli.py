@@ -1,0 +1,76 @@
+"""`slicemeter ingest`: consume Ticks from Kafka into DuckDB (ingest/consumer.py)."""
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+from pathlib import Path
+
+from slicemeter.cli import ConfigError
+
+log = logging.getLogger("slicemeter.ingest")
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kafka", required=True, metavar="HOST:PORT", help="bootstrap server(s), comma separated")
+    p.add_argument("--db", required=True, type=Path, help="DuckDB file (created and migrated if new)")
+    p.add_argument("--tenants", type=Path, help="tenant catalog YAML (a scenario's tenants: list)")
+    p.add_argument("--kamaji-metrics", metavar="URL", help="import tenants from a Kamaji controller's /metrics")
+    p.add_argument("--topic", default="slicemeter.ticks")
+    p.add_argument("--group", default="slicemeter-ingest",
+                   help="consumer group; '' assigns every partition to this process without a group")
+    p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
+    p.add_argument("--snapshot", type=Path, metavar="PATH", help="keep a consistent read-only copy here")
+    p.add_argument("--snapshot-interval", type=float, default=60.0, metavar="S")
+    p.add_argument("--raw-retention-days", type=float, default=35.0, help="keep raw samples this long (rollups: for ever)")
+    p.add_argument("--batch-samples", type=int, default=500_000, help="samples per DuckDB transaction")
+    p.add_argument("--batch-max-seconds", type=float, default=1.0)
+    p.add_argument("--max-poll-records", type=int, default=200)
+    p.add_argument("--until-idle", type=float, metavar="S", nargs="?", const=5.0,
+                   help="drain and exit: stop once caught up (or after S seconds without a record)")
+
+
+def _check(args: argparse.Namespace) -> None:
+    if args.snapshot_interval <= 0:
+        raise ConfigError(f"--snapshot-interval must be > 0, got {args.snapshot_interval}")
+    if args.raw_retention_days <= 0:
+        raise ConfigError(f"--raw-retention-days must be > 0, got {args.raw_retention_days}")
+    if args.batch_samples <= 0:
+        raise ConfigError(f"--batch-samples must be > 0, got {args.batch_samples}")
+    if args.snapshot and args.snapshot.resolve() == args.db.resolve():
+        raise ConfigError("--snapshot must differ from --db")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ingest import store, tenants
+    from ingest.consumer import IngestConfig, Ingestor
+    from ingest.metrics import IngestMetrics
+
+    _check(args)
+    catalog = tenants.load_catalog(args.tenants) if args.tenants else None
+    imported = tenants.fetch_kamaji_tenants(args.kamaji_metrics) if args.kamaji_metrics else None
+    con = store.connect(args.db)
+    if catalog is not None or imported is not None:
+        tenants.store_catalog(con, tenants.merge(catalog or tenants.Catalog(), imported))
+    metrics = IngestMetrics()
+    if args.metrics_port:
+        metrics.serve(args.metrics_port)
+    cfg = IngestConfig(
+        bootstrap=args.kafka, db=args.db, topic=args.topic, group=args.group or None,
+        batch_samples=args.batch_samples, batch_max_s=args.batch_max_seconds,
+        max_poll_records=args.max_poll_records, until_idle_s=args.until_idle,
+        raw_retention_days=args.raw_retention_days, snapshot=args.snapshot,
+        snapshot_interval_s=args.snapshot_interval,
+    )
+    ingestor = Ingestor(cfg, metrics=metrics, con=con)
+
+    def stop(signum, frame):
+        ingestor.stopping = True
+    signal.signal(signal.SIGTERM, stop)
+    rc = ingestor.run()
+    secs = ingestor.active_seconds()
+    # one parseable line: bench/bench_ingest.py reads it
+    log.info("ingest done: samples=%d active_seconds=%.3f rate=%.0f", ingestor.samples_written, secs,
+             ingestor.samples_written / secs if secs else 0.0)
+    con.close()
+    return rc

@@ -1,0 +1,229 @@
+"""Kafka -> DuckDB: the ingest consumer.
+
+Exactly once: every batch is one DuckDB transaction holding the decoded rows, their
+rollup updates, the dead letters and the next offset of every partition it consumed
+(ingest/writer.py). On start and on every partition assignment the consumer seeks to the
+offsets stored in DuckDB, so a crash at any instant replays exactly the uncommitted tail.
+The Kafka commit after each transaction is secondary: it only serves lag tools and the
+hand-over of a partition to another worker of the group that has no stored offset for it.
+
+Tansu (the test broker) gets end_offsets / seek_to_end / 'latest' wrong (TANSU.md): we
+only use stored or committed offsets, seek_to_beginning and highwater().
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
+from kafka.structs import OffsetAndMetadata
+
+from ingest import store
+from ingest.metrics import IngestMetrics
+from ingest.snapshot import write_snapshot
+from ingest.strings import StringIds
+from ingest.writer import Batch, apply_retention, dead_letter, stored_offsets, write_batch
+from slicemeter.tick import TickDecodeError, decode
+
+log = logging.getLogger("slicemeter.ingest")
+
+
+@dataclass
+class IngestConfig:
+    bootstrap: str
+    db: Path
+    topic: str = "slicemeter.ticks"
+    group: str | None = "slicemeter-ingest"    # None: assign every partition, no group
+    batch_samples: int = 500_000                # flush when a batch holds this many samples
+    batch_max_s: float = 1.0                    # ... or when its first message is this old
+    max_poll_records: int = 200
+    max_partition_fetch_bytes: int = 8 << 20    # bounded fetch buffers: RSS bound (issue 4)
+    fetch_max_bytes: int = 32 << 20
+    session_timeout_ms: int = 10_000
+    heartbeat_interval_ms: int = 3_000
+    until_idle_s: float | None = None           # exit once caught up, or after this long without records
+    raw_retention_days: float = 35.0
+    retention_every_s: float = 600.0
+    snapshot: Path | None = None
+    snapshot_interval_s: float = 60.0
+    client_id: str = "slicemeter-ingest"
+    extra: dict = field(default_factory=dict)   # more KafkaConsumer settings (tests)
+
+
+class _Rebalance(ConsumerRebalanceListener):
+    def __init__(self, ingestor: "Ingestor"):
+        self.ingestor = ingestor
+
+    def on_partitions_revoked(self, revoked):
+        # Store what we hold before another worker takes the partitions over.
+        self.ingestor.flush()
+
+    def on_partitions_assigned(self, assigned):
+        self.ingestor.seek(assigned)
+
+
+class Ingestor:
+    def __init__(self, cfg: IngestConfig, metrics: IngestMetrics | None = None,
+                 con: duckdb.DuckDBPyConnection | None = None):
+        self.cfg = cfg
+        self.metrics = metrics or IngestMetrics()
+        self.con = con or store.connect(cfg.db)
+        self.strings = StringIds(self.con)
+        self.batch = Batch()
+        self.batch_started = 0.0
+        self.consumer: KafkaConsumer | None = None
+        self.samples_written = 0
+        self.first_record_at: float | None = None
+        self.last_flush_at: float | None = None
+        self.stopping = False
+        self._next: dict[int, int] = {}  # partition -> next offset we will read
+
+    # ---- Kafka side -------------------------------------------------------------------
+    def _consumer(self) -> KafkaConsumer:
+        c = self.cfg
+        return KafkaConsumer(
+            bootstrap_servers=c.bootstrap, group_id=c.group, client_id=c.client_id,
+            enable_auto_commit=False, auto_offset_reset="earliest",
+            max_poll_records=c.max_poll_records, max_partition_fetch_bytes=c.max_partition_fetch_bytes,
+            fetch_max_bytes=c.fetch_max_bytes, session_timeout_ms=c.session_timeout_ms,
+            heartbeat_interval_ms=c.heartbeat_interval_ms, **c.extra,
+        )
+
+    def seek(self, partitions) -> None:
+        """Position each partition at the offset stored in DuckDB (the source of truth)."""
+        stored = stored_offsets(self.con, self.cfg.topic)
+        for tp in partitions:
+            if tp.partition in stored:
+                self.consumer.seek(tp, stored[tp.partition])
+                self._next[tp.partition] = stored[tp.partition]
+                continue
+            # No stored offset: a new store, or a partition handed over by another worker
+            # of the group; the group's committed offset is the best we know, else the start.
+            committed = self.consumer.committed(tp) if self.cfg.group else None
+            if committed is not None:
+                self.consumer.seek(tp, committed)
+                self._next[tp.partition] = committed
+            else:
+                self.consumer.seek_to_beginning(tp)
+                self._next[tp.partition] = 0
+        log.info("assigned partitions %s, stored offsets %s", sorted(tp.partition for tp in partitions), stored)
+
+    def _assign_all(self, deadline_s: float = 30.0) -> None:
+        deadline = time.monotonic() + deadline_s
+        while (parts := self.consumer.partitions_for_topic(self.cfg.topic)) is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"topic {self.cfg.topic!r} has no partitions after {deadline_s:.0f} s")
+            self.consumer.poll(timeout_ms=100)
+        tps = [TopicPartition(self.cfg.topic, p) for p in sorted(parts)]
+        self.consumer.assign(tps)
+        self.seek(tps)
+
+    # ---- batching ---------------------------------------------------------------------
+    def add(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
+        b = self.batch
+        if not b:
+            self.batch_started = time.monotonic()
+        try:
+            if value is None:
+                raise TickDecodeError("empty message (null value)")
+            tick = decode(value)
+            gpus, slices = self.strings.encode(tick.gpus), self.strings.encode(tick.slices)
+        except TickDecodeError as exc:
+            b.dead.append(dead_letter(topic, partition, offset, key, value, str(exc)))
+        except Exception as exc:  # noqa: BLE001 - any undecodable message costs only itself
+            b.dead.append(dead_letter(topic, partition, offset, key, value, f"undecodable: {exc!r}"))
+        else:
+            b.gpus.append(gpus)
+            b.slices.append(slices)
+            b.samples += gpus.num_rows + slices.num_rows
+        b.messages += 1
+        b.next_offsets[(topic, partition)] = offset + 1
+        self._next[partition] = offset + 1
+
+    def batch_due(self) -> bool:
+        return bool(self.batch) and (self.batch.samples >= self.cfg.batch_samples
+                                     or time.monotonic() - self.batch_started >= self.cfg.batch_max_s)
+
+    def flush(self) -> None:
+        b = self.batch
+        if not b:
+            return
+        self.batch = Batch()
+        seconds = write_batch(self.con, b, self.strings)
+        self.samples_written += b.samples
+        self.metrics.samples.inc(b.samples)
+        self.metrics.dead_letters.inc(len(b.dead))
+        self.metrics.batch_seconds.observe(seconds)
+        self.last_flush_at = time.monotonic()
+        if self.consumer is not None and self.cfg.group:
+            offsets = {TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in b.next_offsets.items()}
+            try:
+                self.consumer.commit_async(offsets=offsets)
+            except Exception as exc:  # noqa: BLE001 - secondary: DuckDB holds the truth
+                log.warning("Kafka commit failed (offsets are safe in DuckDB): %s", exc)
+
+    # ---- main loop --------------------------------------------------------------------
+    def _caught_up(self) -> bool:
+        assigned = self.consumer.assignment()
+        if not assigned:
+            return False
+        for tp in assigned:
+            hw = self.consumer.highwater(tp)
+            if hw is None or self._next.get(tp.partition, 0) < hw:
+                return False
+        return True
+
+    def _update_lag(self) -> None:
+        for tp in self.consumer.assignment():
+            hw = self.consumer.highwater(tp)
+            if hw is not None:
+                self.metrics.lag.labels(partition=str(tp.partition)).set(max(0, hw - self._next.get(tp.partition, 0)))
+
+    def active_seconds(self) -> float:
+        """From the first record received to the last batch committed (bench figure)."""
+        if self.first_record_at is None or self.last_flush_at is None:
+            return 0.0
+        return self.last_flush_at - self.first_record_at
+
+    def run(self) -> int:
+        cfg = self.cfg
+        self.consumer = self._consumer()
+        if cfg.group:
+            self.consumer.subscribe([cfg.topic], listener=_Rebalance(self))
+        else:
+            self._assign_all()
+        last_record = time.monotonic()
+        last_snapshot = last_retention = time.monotonic()
+        try:
+            while not self.stopping:
+                polled = self.consumer.poll(timeout_ms=100 if self.batch else 500)
+                for tp, records in polled.items():
+                    for r in records:
+                        self.add(tp.topic, tp.partition, r.offset, r.key, r.value)
+                if polled:
+                    last_record = time.monotonic()
+                    if self.first_record_at is None:
+                        self.first_record_at = last_record
+                if self.batch_due() or (self.batch and not polled):
+                    self.flush()
+                self._update_lag()
+                now = time.monotonic()
+                if now - last_retention >= cfg.retention_every_s:
+                    apply_retention(self.con, cfg.raw_retention_days)
+                    last_retention = now
+                if cfg.snapshot and now - last_snapshot >= cfg.snapshot_interval_s:
+                    self.flush()
+                    write_snapshot(self.con, cfg.db, cfg.snapshot)
+                    last_snapshot = now
+                if cfg.until_idle_s is not None and not self.batch and not polled:
+                    if self._caught_up() or now - last_record >= cfg.until_idle_s:
+                        break
+            self.flush()
+            if cfg.snapshot:
+                write_snapshot(self.con, cfg.db, cfg.snapshot)
+        finally:
+            self.consumer.close(autocommit=False)
+        return 0

@@ -1,0 +1,70 @@
+"""String ids for raw samples: map each message's small Arrow dictionaries to stable ids.
+
+The wire carries node, cluster, GPU, pod, namespace, container, model and source
+dictionary-encoded; a message of thousands of rows has a handful of distinct values. We
+look each distinct value up once (Python dict), then `take` turns the message's dictionary
+indices into id columns without touching a string per row. New strings are written in the
+same transaction as the rows that use them (ingest/writer.py); after a failed transaction
+`reload` forgets ids that never reached the store.
+"""
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+_ID = pa.int32()
+
+
+class StringIds:
+    def __init__(self, con: duckdb.DuckDBPyConnection):
+        self._con = con
+        self.reload()
+
+    def reload(self) -> None:
+        rows = self._con.execute("SELECT value, id FROM ingest_strings").fetchall()
+        self._ids: dict[str, int] = dict(rows)
+        self._next = max(self._ids.values(), default=0) + 1
+        self.pending: list[tuple[int, str]] = []
+
+    def ids(self, values: list) -> np.ndarray:
+        out = np.empty(len(values), dtype=np.int32)
+        for i, v in enumerate(values):
+            got = self._ids.get(v)
+            if got is None:
+                got = self._ids[v] = self._next
+                self._next += 1
+                self.pending.append((got, v))
+            out[i] = got
+        return out
+
+    def take_pending(self) -> pa.Table:
+        """New (id, value) rows since the last call, for the batch's transaction."""
+        ids, values = zip(*self.pending) if self.pending else ((), ())
+        self.pending = []
+        return pa.table({"id": pa.array(ids, _ID), "value": pa.array(values, pa.string())})
+
+    def _column(self, col: pa.ChunkedArray) -> pa.ChunkedArray:
+        chunks = []
+        for chunk in col.chunks:
+            if pa.types.is_dictionary(chunk.type):
+                mapping = pa.array(self.ids(chunk.dictionary.to_pylist()), _ID)
+                chunks.append(mapping.take(chunk.indices))
+            else:  # plain strings (a producer that did not dictionary-encode)
+                uniq, inverse = np.unique(np.asarray(chunk.to_pylist(), dtype=object).astype(str), return_inverse=True)
+                arr = pa.array(self.ids(list(uniq))[inverse], _ID, mask=chunk.is_null().to_numpy(zero_copy_only=False))
+                chunks.append(arr)
+        return pa.chunked_array(chunks, _ID)
+
+    def encode(self, table: pa.Table) -> pa.Table:
+        """The table with every string column `c` replaced by an int32 column `c_id`."""
+        names, columns = [], []
+        for f, col in zip(table.schema, table.columns):
+            t = f.type.value_type if pa.types.is_dictionary(f.type) else f.type
+            if pa.types.is_string(t) or pa.types.is_large_string(t):
+                names.append(f"{f.name}_id")
+                columns.append(self._column(col))
+            else:
+                names.append(f.name)
+                columns.append(col)
+        return pa.Table.from_arrays(columns, names=names)

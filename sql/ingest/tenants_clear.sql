@@ -1,0 +1,2 @@
+DELETE FROM tenant_namespace_overrides;
+DELETE FROM tenants;

@@ -1,0 +1,49 @@
+"""Shared by the ingest tests and bench/bench_ingest.py: topic setup, producing Tick
+messages, and an order-independent checksum of stored samples."""
+from __future__ import annotations
+
+import time
+
+from kafka import KafkaProducer
+from kafka.admin import KafkaAdminClient, NewTopic
+
+from slicemeter.tick import encode_tables
+
+TOPIC = "slicemeter.ticks"
+
+
+def create_topic(bootstrap: str, topic: str = TOPIC, partitions: int = 4, deadline_s: float = 20.0) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+        deadline = time.monotonic() + deadline_s
+        while topic not in admin.list_topics():
+            assert time.monotonic() < deadline, f"topic {topic} did not appear"
+    finally:
+        admin.close()
+
+
+def producer(bootstrap: str) -> KafkaProducer:
+    return KafkaProducer(bootstrap_servers=bootstrap, compression_type="lz4", linger_ms=20,
+                         batch_size=1 << 20, max_request_size=16 << 20, acks="all")
+
+
+def produce_chunks(bootstrap: str, chunks, topic: str = TOPIC) -> tuple[int, int]:
+    """Publish (node, gpu_table, slice_table) chunks keyed by node; returns (messages, samples)."""
+    p = producer(bootstrap)
+    messages = samples = 0
+    for node, gpus, slices in chunks:
+        p.send(topic, key=node.encode(), value=encode_tables(gpus, slices))
+        messages += 1
+        samples += gpus.num_rows + slices.num_rows
+    p.flush()
+    p.close()
+    return messages, samples
+
+
+def produce_raw(bootstrap: str, values: list[tuple[bytes, bytes | None]], topic: str = TOPIC) -> None:
+    p = producer(bootstrap)
+    for key, value in values:
+        p.send(topic, key=key, value=value)
+    p.flush()
+    p.close()
