@@ -1,0 +1,1 @@
+"""The Streamlit dashboard: reads the DuckDB store read-only, never writes."""

@@ -1,0 +1,22 @@
+"""slicemeter dashboard: `slicemeter dashboard --db FILE` (or `streamlit run dashboard/app.py -- --db FILE`)."""
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import common
+
+st.set_page_config(page_title="slicemeter", page_icon=":material/memory:", layout="wide")
+
+PAGES = [
+    st.Page("views/fleet.py", title="Fleet", icon=":material/dns:", default=True),
+    st.Page("views/tenants.py", title="Tenants", icon=":material/groups:"),
+    st.Page("views/gpus.py", title="GPUs", icon=":material/grid_view:"),
+    st.Page("views/waste.py", title="Waste", icon=":material/delete_sweep:"),
+    st.Page("views/exports.py", title="Exports", icon=":material/download:"),
+    st.Page("views/right_sizing.py", title="Right-sizing", icon=":material/tune:"),
+]
+
+page = st.navigation(PAGES)
+st.sidebar.markdown("**slicemeter** · fractional GPU metering")
+if common.sidebar():
+    page.run()

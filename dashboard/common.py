@@ -1,0 +1,69 @@
+"""What every page shares: the sidebar (database, month) and small rendering helpers."""
+from __future__ import annotations
+
+from datetime import datetime
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from dashboard import data, fmt
+
+MONTH_KEY = "month"
+
+
+def sidebar() -> bool:
+    """Database check and month picker; False (with the reason shown) when there is no data."""
+    try:
+        path = data.db_path()
+    except data.NoDatabase as exc:
+        st.error(str(exc))
+        return False
+    months = data.query("dash_months")["month"].tolist()
+    st.sidebar.caption(f"Database: `{path.name}`")
+    if not months:
+        st.warning("The database has no metered GPU-hours yet. Start ingest, or run `slicemeter demo`.")
+        return False
+    if st.session_state.get(MONTH_KEY) not in months:
+        st.session_state[MONTH_KEY] = months[0]
+    st.sidebar.selectbox("Month (UTC)", months, key=MONTH_KEY)
+    return True
+
+
+def month() -> str:
+    return st.session_state[MONTH_KEY]
+
+
+def bounds() -> dict[str, datetime]:
+    start, end = fmt.month_bounds(month())
+    return {"start": start, "end": end}
+
+
+def header(title: str, caption: str) -> None:
+    st.title(title)
+    st.caption(f"{caption} · {month()} (UTC)")
+
+
+def chart(c: alt.Chart) -> None:
+    st.altair_chart(c, width="stretch")
+
+
+def no_rows(df: pd.DataFrame, what: str) -> bool:
+    if df.empty:
+        st.info(f"No {what} in {month()}.")
+        return True
+    return False
+
+
+def gpu_h_col(label: str, help: str | None = None) -> st.column_config.NumberColumn:
+    return st.column_config.NumberColumn(label, format="%.1f GPU-h", help=help)
+
+
+def pct_col(label: str, help: str | None = None) -> st.column_config.NumberColumn:
+    # values are fractions: Vega-style d3 format, so 0.1001 reads "10.0%" like the metrics
+    return st.column_config.NumberColumn(label, format="%.1f%%", help=help)
+
+
+def as_pct(df: pd.DataFrame, *cols: str) -> pd.DataFrame:
+    """Fractions to percent numbers for display with pct_col (sorting stays numeric)."""
+    return df.assign(**{c: df[c] * 100 for c in cols if c in df.columns})

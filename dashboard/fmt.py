@@ -1,0 +1,54 @@
+"""Pure formatting and calendar helpers for the dashboard (no Streamlit, no I/O)."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from decimal import ROUND_HALF_EVEN, Decimal
+import re
+
+_MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
+CURRENCY_SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£", "JPY": "¥"}
+
+
+def month_bounds(month: str) -> tuple[datetime, datetime]:
+    """[start, end) of a 'YYYY-MM' month as naive UTC datetimes; ValueError names the input."""
+    m = _MONTH.match(month or "")
+    if not m:
+        raise ValueError(f"month must look like 2026-11, got {month!r}")
+    start = datetime(int(m.group(1)), int(m.group(2)), 1)
+    end = (start + timedelta(days=32)).replace(day=1)
+    return start, end
+
+
+def pct(x: float | None, digits: int = 1) -> str:
+    return "–" if x is None or x != x else f"{x * 100:.{digits}f} %"
+
+
+def gpu_hours(x: float | None, digits: int = 1) -> str:
+    return "–" if x is None or x != x else f"{x:,.{digits}f} GPU-h"
+
+
+def money(amount: Decimal | int | str | None, currency: str = "USD") -> str:
+    """Decimal money to text, rounded half-even to the cent; never goes through float."""
+    if amount is None:
+        return "–"
+    d = Decimal(str(amount)).quantize(Decimal("0.01"), rounding=ROUND_HALF_EVEN)
+    sign = "-" if d < 0 else ""
+    sym = CURRENCY_SYMBOLS.get(currency)
+    body = f"{abs(d):,.2f}"
+    return f"{sign}{sym}{body}" if sym else f"{sign}{body} {currency}"
+
+
+def trend(daily: list[float | None], window: int = 7) -> tuple[float | None, float | None]:
+    """Mean of the last `window` days and its change from the `window` days before.
+
+    Days without data (None/NaN) are left out; the change is None without two windows.
+    """
+    vals = [v for v in daily if v is not None and v == v]
+    if not vals:
+        return None, None
+    last = vals[-window:]
+    prev = vals[-2 * window:-window]
+    cur = sum(last) / len(last)
+    if not prev:
+        return cur, None
+    return cur, cur - sum(prev) / len(prev)

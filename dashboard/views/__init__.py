@@ -1,0 +1,1 @@
+"""The dashboard's page scripts, run by app.py's st.navigation (not imported)."""

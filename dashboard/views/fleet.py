@@ -1,0 +1,77 @@
+"""Fleet: allocated, used and idle GPU capacity over time; utilization and its trend; sharing."""
+import altair as alt
+import streamlit as st
+
+from dashboard import common, data, fmt
+
+common.header("Fleet", "Physical GPU capacity: used by kernels, reserved but idle, unallocated")
+b = common.bounds()
+summary = data.query("dash_fleet_summary", **b).iloc[0]
+daily = data.query("dash_fleet_daily", **b)
+hourly = data.query("dash_fleet_hourly", **b)
+if common.no_rows(hourly, "metered GPU-hours"):
+    st.stop()
+
+util_7d, util_delta = fmt.trend(daily["utilization"].tolist())
+c1, c2, c3, c4, c5 = st.columns(5)
+c1.metric("Fleet utilization", fmt.pct(summary.utilization),
+          delta=None if util_delta is None else f"{util_delta * 100:+.1f} pts (7 d)",
+          help="NVML SM busy time / metered GPU time over the month. Industry fleets sit at 20-25 %.")
+c2.metric("Allocated", fmt.pct(summary.allocation), help="Share of metered capacity granted to slices (dominant share).")
+c3.metric("Slices per GPU", f"{summary.slices_per_gpu:.2f}",
+          help=f"Average containers sharing a GPU; {fmt.pct(summary.shared_fraction)} of GPU-hours were shared.")
+c4.metric("GPUs · nodes · tenants", f"{int(summary.gpus)} · {int(summary.nodes)} · {int(summary.tenants)}")
+c5.metric("Capacity (GPU-hours)", f"{summary.capacity_gpu_h:,.0f}", help="GPU-hours metered this month.")
+
+st.subheader("Capacity over time")
+long = hourly.melt(id_vars=["hour"], value_vars=["used_gpu_h", "reserved_idle_gpu_h", "unallocated_gpu_h"],
+                   var_name="kind", value_name="gpu_h")
+names = {"used_gpu_h": "used", "reserved_idle_gpu_h": "allocated, idle", "unallocated_gpu_h": "unallocated"}
+long["kind"] = long["kind"].map(names)
+order = list(names.values())
+common.chart(
+    alt.Chart(long).mark_area(interpolate="step-after").encode(
+        x=alt.X("hour:T", title=None),
+        y=alt.Y("gpu_h:Q", stack="zero", title="GPUs (GPU-hours per hour)"),
+        color=alt.Color("kind:N", sort=order, title=None,
+                        scale=alt.Scale(domain=order, range=["#2e7d32", "#f9a825", "#cfd8dc"]),
+                        legend=alt.Legend(orient="top")),
+        order=alt.Order("order:Q"),
+        tooltip=[alt.Tooltip("hour:T"), "kind:N", alt.Tooltip("gpu_h:Q", format=".2f", title="GPU-h")],
+    ).transform_calculate(order=f"indexof({order!r}, datum.kind)").properties(height=260)
+)
+
+left, right = st.columns(2)
+with left:
+    st.subheader("Utilization trend")
+    trend = daily.melt(id_vars=["day"], value_vars=["utilization", "allocation"], var_name="measure", value_name="ratio")
+    band = alt.Chart().mark_rect(opacity=0.35, color="#e0e0e0").encode(y=alt.datum(0.20), y2=alt.datum(0.25))
+    lines = alt.Chart().mark_line(point=True).encode(
+        x=alt.X("day:T", title=None),
+        y=alt.Y("ratio:Q", axis=alt.Axis(format="%"), title=None, scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("measure:N", title=None, legend=alt.Legend(orient="top"),
+                        scale=alt.Scale(domain=["utilization", "allocation"], range=["#2e7d32", "#1565c0"])),
+        tooltip=[alt.Tooltip("day:T"), "measure:N", alt.Tooltip("ratio:Q", format=".1%")],
+    )
+    common.chart(alt.layer(band, lines, data=trend).properties(height=220))
+    st.caption("Grey band: the 20-25 % typical of enterprise GPU fleets.")
+with right:
+    st.subheader("Sharing density")
+    common.chart(
+        alt.Chart(daily).mark_area(color="#6a1b9a", opacity=0.25, line={"color": "#6a1b9a"}, interpolate="step-after").encode(
+            x=alt.X("day:T", title=None),
+            y=alt.Y("slices_per_gpu:Q", title="slices per GPU", scale=alt.Scale(zero=True)),
+            tooltip=[alt.Tooltip("day:T"), alt.Tooltip("slices_per_gpu:Q", format=".2f")],
+        ).properties(height=220)
+    )
+
+st.subheader("By tenant")
+by_tenant = data.query("dash_fleet_by_tenant", **b)
+# st.table (HTML, not canvas): small, and readable by screen readers and browser tests
+st.table(by_tenant.assign(
+    capacity_gpu_h=by_tenant["capacity_gpu_h"].map(lambda v: fmt.gpu_hours(v, 0)),
+    allocation=by_tenant["allocation"].map(fmt.pct),
+    utilization=by_tenant["utilization"].map(fmt.pct),
+    slices_per_gpu=by_tenant["slices_per_gpu"].map("{:.2f}".format),
+).rename(columns={"display_name": "name", "capacity_gpu_h": "capacity", "slices_per_gpu": "slices / GPU"})
+ .set_index("tenant"))

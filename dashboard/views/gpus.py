@@ -1,0 +1,69 @@
+"""GPUs: allocation and usage per physical GPU over time; click a GPU to see its slices."""
+import altair as alt
+import streamlit as st
+
+from dashboard import common, data, fmt
+
+common.header("GPUs", "Each physical GPU over time; pick one (or click its row in the heatmap) to see its slices")
+b = common.bounds()
+gpus = data.query("dash_gpu_list", **b)
+if common.no_rows(gpus, "GPUs"):
+    st.stop()
+
+c1, c2 = st.columns(2)
+measure = c1.radio("Show", ["allocation", "utilization"], horizontal=True, key="gpu_measure",
+                   format_func={"allocation": "allocated share", "utilization": "SM utilization"}.get)
+bucket = c2.radio("Resolution", ["hour", "day"], horizontal=True, key="gpu_bucket", index=0 if len(gpus) <= 24 else 1)
+heat = data.query("dash_gpu_heatmap", bucket=bucket, **b)
+
+pick = alt.selection_point(fields=["gpu"], name="pick")
+event = st.altair_chart(
+    alt.Chart(heat).mark_rect().encode(
+        x=alt.X("bucket:T", title=None),
+        y=alt.Y("gpu:N", title=None, sort=gpus["gpu"].tolist(), axis=alt.Axis(labelLimit=260)),
+        color=alt.Color(f"{measure}:Q", title=None, scale=alt.Scale(domain=[0, 1], scheme="viridis"),
+                        legend=alt.Legend(format="%")),
+        opacity=alt.condition(pick, alt.value(1.0), alt.value(0.45)),
+        tooltip=["gpu:N", "model:N", alt.Tooltip("bucket:T", title="from"),
+                 alt.Tooltip("allocation:Q", format=".0%"), alt.Tooltip("utilization:Q", format=".0%")],
+    ).add_params(pick).properties(height=max(160, 24 * len(gpus))),
+    width="stretch", on_select="rerun", key="heatmap",
+)
+picked = [p.get("gpu") for p in (event.selection.get("pick") or [])] if event else []
+labels = gpus["gpu"].tolist()
+if picked and picked[0] in labels:
+    st.session_state["gpu_pick"] = picked[0]
+if st.session_state.get("gpu_pick") not in labels:
+    st.session_state["gpu_pick"] = labels[0]
+
+st.dataframe(common.as_pct(gpus.drop(columns=["gpu_uuid"]), "allocation", "utilization"), hide_index=True, width="stretch",
+             column_config={"metered_h": st.column_config.NumberColumn("metered", format="%.1f h"),
+                            "allocation": common.pct_col("allocated"), "utilization": common.pct_col("SM utilization"),
+                            "max_slices": "max slices"})
+
+st.subheader("Slices on a GPU")
+label = st.selectbox("GPU", labels, key="gpu_pick")
+row = gpus[gpus["gpu"] == label].iloc[0]
+m1, m2, m3, m4 = st.columns(4)
+m1.metric("Model", row.model)
+m2.metric("Tenant", row.tenant)
+m3.metric("Allocated", fmt.pct(row.allocation))
+m4.metric("SM utilization", fmt.pct(row.utilization))
+slices = data.query("dash_gpu_slices", gpu=row.gpu_uuid, **b)
+st.dataframe(common.as_pct(slices, "alloc_cores", "used_of_allocated", "sm_util_max"), hide_index=True, width="stretch",
+             column_config={"alloc_memory_gib": st.column_config.NumberColumn("memory granted", format="%.1f GiB"),
+                            "alloc_cores": common.pct_col("cores granted"),
+                            "hours": st.column_config.NumberColumn("present", format="%.1f h"),
+                            "allocated_gpu_h": common.gpu_h_col("allocated"), "used_gpu_h": common.gpu_h_col("used"),
+                            "used_of_allocated": common.pct_col("used / allocated"),
+                            "sm_util_max": common.pct_col("peak SM"),
+                            "memory_used_max_gib": st.column_config.NumberColumn("peak memory", format="%.1f GiB")})
+hourly = data.query("dash_gpu_slice_hourly", gpu=row.gpu_uuid, **b)
+if not hourly.empty:
+    long = hourly.melt(id_vars=["hour", "slice"], value_vars=["allocation", "usage"], var_name="measure", value_name="share")
+    common.chart(alt.Chart(long).mark_line(interpolate="step-after").encode(
+        x=alt.X("hour:T", title=None), y=alt.Y("share:Q", axis=alt.Axis(format="%"), title="share of the GPU"),
+        color=alt.Color("slice:N", legend=alt.Legend(orient="bottom", title=None)),
+        strokeDash=alt.StrokeDash("measure:N", legend=alt.Legend(orient="bottom", title=None)),
+        tooltip=[alt.Tooltip("hour:T"), "slice:N", "measure:N", alt.Tooltip("share:Q", format=".1%")],
+    ).properties(height=220))

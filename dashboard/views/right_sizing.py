@@ -1,0 +1,18 @@
+"""Right-sizing: the recommend branch's page (dashboard/pages/right_sizing.py, render(con, month))."""
+import importlib
+
+import streamlit as st
+
+from dashboard import common, data
+
+try:
+    right_sizing = importlib.import_module("dashboard.pages.right_sizing")
+except ModuleNotFoundError as exc:
+    if exc.name not in ("dashboard.pages.right_sizing", "ingest.recommend"):
+        raise
+    common.header("Right-sizing", "Per-slice recommendations and a consolidation plan")
+    st.warning(f"Right-sizing unavailable: {exc.name} module not installed.")
+    st.stop()
+
+with data.open_db() as con:
+    right_sizing.render(con, common.month())

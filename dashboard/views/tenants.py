@@ -1,0 +1,86 @@
+"""Tenants: GPU-hours and cost by tenant and namespace, with the exports' chargeback code."""
+from decimal import Decimal
+
+import altair as alt
+import streamlit as st
+
+from dashboard import common, data, fmt, money
+
+common.header("Tenants", "GPU-hours and cost by tenant (Kamaji control plane) and namespace")
+b = common.bounds()
+usage = data.query("dash_tenant_usage", **b)
+if common.no_rows(usage, "slices"):
+    st.stop()
+
+per_tenant = (usage.groupby(["tenant", "display_name"], as_index=False)
+              [["slices", "allocated_gpu_h", "used_gpu_h"]].sum()
+              .sort_values("allocated_gpu_h", ascending=False))
+
+c1, c2 = st.columns(2)
+basis = c1.radio("Cost basis", ["allocation", "usage", "max"], horizontal=True, key="basis",
+                 help="allocation: pay for what HAMi granted; usage: for what was used; max: the larger.")
+idle = c2.radio("Idle capacity", ["platform", "shared"], horizontal=True, key="idle",
+                format_func={"platform": "kept by the platform", "shared": "shared out to tenants"}.get,
+                help="Capacity nobody was charged for: a platform line, or spread in proportion to charges.")
+
+try:
+    bill = data.chargeback(common.month(), basis, idle)
+except data.ModuleMissing as exc:
+    bill = None
+    st.warning(f"Costs unavailable: {exc}. The GPU-hours below are metered data; costs appear once chargeback is installed.")
+
+cost_col = money.cost_column(bill) if bill is not None else None
+if bill is not None and cost_col is not None:
+    cur = money.currency(bill)
+    totals = money.totals_by(bill, "tenant", cost_col)
+    grand = sum(totals[cost_col], Decimal(0))
+    m1, m2 = st.columns([1, 3])
+    m1.metric(f"Total ({basis}, idle {idle})", fmt.money(grand, cur))
+    totals = totals.merge(per_tenant[["tenant", "display_name", "allocated_gpu_h", "used_gpu_h"]], on="tenant", how="left")
+    # rows chargeback adds beyond the catalog: the platform's idle line, unassigned clusters
+    totals["display_name"] = totals["display_name"].fillna(totals["tenant"].map(
+        {"platform": "idle capacity (nobody's slice)", "unassigned": "not in the tenant catalog"}))
+    totals["cost_text"] = totals[cost_col].map(lambda d: fmt.money(d, cur))
+    totals["share"] = [float(d / grand) if grand else 0.0 for d in totals[cost_col]]
+    totals["cost_value"] = totals[cost_col].map(float)  # chart only; bills stay Decimal
+    with m2:
+        common.chart(alt.Chart(totals).mark_bar().encode(
+            x=alt.X("cost_value:Q", title=f"cost ({cur})"), y=alt.Y("tenant:N", sort="-x", title=None),
+            color=alt.Color("tenant:N", legend=None),
+            tooltip=["tenant:N", alt.Tooltip("cost_text:N", title="cost"), alt.Tooltip("share:Q", format=".1%")],
+        ).properties(height=max(140, 36 * len(totals))))
+    st.subheader("Cost by tenant")
+    st.dataframe(common.as_pct(totals[["tenant", "display_name", "cost_text", "share", "allocated_gpu_h", "used_gpu_h"]], "share"),
+                 hide_index=True, width="stretch",
+                 column_config={"display_name": "tenant name", "cost_text": st.column_config.TextColumn(f"cost ({cur})"),
+                                "share": common.pct_col("share of total"),
+                                "allocated_gpu_h": common.gpu_h_col("allocated"),
+                                "used_gpu_h": common.gpu_h_col("used")})
+    with st.expander("Chargeback detail (tenant × namespace × GPU model)"):
+        detail = bill.drop(columns=[c for c in bill.columns if c.endswith("_raw")])
+        for col in money.money_columns(detail):
+            detail[col] = detail[col].map(lambda d: fmt.money(d, cur))
+        st.dataframe(detail, hide_index=True, width="stretch")
+elif bill is not None:
+    st.warning("The chargeback result has no Decimal cost column; showing GPU-hours only.")
+
+st.subheader("GPU-hours by tenant")
+st.dataframe(per_tenant, hide_index=True, width="stretch",
+             column_config={"display_name": "tenant name", "allocated_gpu_h": common.gpu_h_col("allocated"),
+                            "used_gpu_h": common.gpu_h_col("used")})
+
+st.subheader("Trend")
+daily = data.query("dash_tenant_daily", **b)
+common.chart(alt.Chart(daily).mark_area(opacity=0.85).encode(
+    x=alt.X("day:T", title=None),
+    y=alt.Y("allocated_gpu_h:Q", stack="zero", title="allocated GPU-hours per day"),
+    color=alt.Color("tenant:N", legend=alt.Legend(orient="top", title=None)),
+    tooltip=[alt.Tooltip("day:T"), "tenant:N", alt.Tooltip("allocated_gpu_h:Q", format=",.1f"),
+             alt.Tooltip("used_gpu_h:Q", format=",.1f")],
+).properties(height=240))
+
+st.subheader("By namespace")
+usage["used_of_allocated"] = usage["used_gpu_h"] / usage["allocated_gpu_h"].where(usage["allocated_gpu_h"] > 0)
+st.dataframe(common.as_pct(usage.drop(columns=["display_name"]), "used_of_allocated"), hide_index=True, width="stretch",
+             column_config={"allocated_gpu_h": common.gpu_h_col("allocated"), "used_gpu_h": common.gpu_h_col("used"),
+                            "used_of_allocated": common.pct_col("used / allocated")})

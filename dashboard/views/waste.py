@@ -1,0 +1,52 @@
+"""Waste: slices paying for unused capacity, idle reservations, energy and emissions."""
+import altair as alt
+import streamlit as st
+
+from dashboard import common, data, fmt
+
+common.header("Waste", "Paid for, not used: allocated minus used GPU-hours; idle reservations; energy")
+b = common.bounds()
+
+st.subheader("Slices paying for the most unused capacity")
+top = st.slider("How many slices", 5, 50, 10, key="waste_top")
+waste = data.query("dash_waste_slices", limit=top, **b)
+if not common.no_rows(waste, "slices"):
+    total = data.query("dash_waste_slices", limit=1_000_000, **b)["unused_gpu_h"].sum()
+    st.metric("Allocated but unused, all slices", fmt.gpu_hours(total))
+    waste["slice"] = waste["namespace"] + "/" + waste["pod"] + "/" + waste["container"]
+    common.chart(alt.Chart(waste).mark_bar().encode(
+        x=alt.X("unused_gpu_h:Q", title="unused GPU-hours"), y=alt.Y("slice:N", sort="-x", title=None),
+        color=alt.Color("tenant:N", legend=alt.Legend(orient="top", title=None)),
+        tooltip=["tenant:N", "slice:N", "node:N", alt.Tooltip("unused_gpu_h:Q", format=",.1f"),
+                 alt.Tooltip("unused_fraction:Q", format=".0%")],
+    ).properties(height=max(140, 24 * len(waste))))
+    st.dataframe(common.as_pct(waste.drop(columns=["slice"]), "unused_fraction"), hide_index=True, width="stretch",
+                 column_config={"allocated_gpu_h": common.gpu_h_col("allocated"), "used_gpu_h": common.gpu_h_col("used"),
+                                "unused_gpu_h": common.gpu_h_col("unused"), "unused_fraction": common.pct_col("unused share")})
+
+st.subheader("Idle reservations")
+min_idle_h = st.slider("No kernel for at least (hours)", 1, 72, 4, key="idle_hours")
+idle = data.query("dash_idle_reservations", min_idle_s=min_idle_h * 3600, **b)
+if idle.empty:
+    st.success(f"No reservation has been idle for {min_idle_h} h or more at the latest metered hour.")
+else:
+    st.caption(f"{len(idle)} slices still held at the latest metered hour with no kernel for ≥ {min_idle_h} h (or never).")
+    st.dataframe(common.as_pct(idle, "allocation"), hide_index=True, width="stretch",
+                 column_config={"allocation": common.pct_col("share held"),
+                                "never_ran_kernel": st.column_config.CheckboxColumn("never ran a kernel"),
+                                "idle_h": st.column_config.NumberColumn("no kernel for", format="%.1f h"),
+                                "reserved_h": st.column_config.NumberColumn("held this month", format="%.1f h"),
+                                "allocated_gpu_h": common.gpu_h_col("allocated")})
+
+st.subheader("Energy and emissions by tenant")
+carbon = st.number_input("Grid carbon intensity (gCO2e/kWh)", 0.0, 2000.0, data.carbon_intensity(), 10.0, key="carbon")
+energy = data.query("dash_energy_by_tenant", carbon_g_per_kwh=carbon, **b)
+if not common.no_rows(energy, "energy readings"):
+    e1, e2 = st.columns(2)
+    e1.metric("Energy", f"{energy['energy_kwh'].sum():,.1f} kWh")
+    e2.metric("Emissions", f"{energy['co2e_g'].sum() / 1000:,.1f} kgCO2e")
+    energy["co2e_kg"] = energy["co2e_g"] / 1000
+    st.dataframe(energy.drop(columns=["co2e_g"]), hide_index=True, width="stretch",
+                 column_config={"energy_kwh": st.column_config.NumberColumn("energy", format="%.1f kWh"),
+                                "co2e_kg": st.column_config.NumberColumn("emissions", format="%.1f kgCO2e"),
+                                "gpu_h": common.gpu_h_col("metered")})

@@ -1,0 +1,357 @@
+"""`slicemeter demo`: the whole pipeline on one machine, from one command.
+
+broker (Tansu, unless --kafka) -> ingest (DuckDB + snapshot) <- backfill of N days of the
+scenario -> live exporters (one per simulated node, /metrics on 9400+i) -> `slicemeter
+export` of the current month into ./out -> the dashboard on :8501 against the snapshot.
+
+Every part is a child process running the subcommand's own CLI, exactly as a user would
+run it; logs and databases live in the working directory (./var). Ctrl-C or SIGTERM
+stops every child: SIGTERM first, SIGKILL to the child's process group after a grace
+period.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Callable, TextIO
+
+from slicemeter.cli import COMMANDS, ConfigError
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_SCENARIO = REPO / "examples" / "demo.yaml"
+# subcommands the demo drives; checked before anything starts
+NEEDED = ("ingest", "backfill", "exporter", "export", "dashboard")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kafka", metavar="HOST:PORT", help="use this Kafka instead of starting Tansu")
+    parser.add_argument("--scenario", type=Path, default=DEFAULT_SCENARIO, help="fleet scenario YAML (default examples/demo.yaml)")
+    parser.add_argument("--days", type=int, default=30, help="days of history to backfill (default 30)")
+    parser.add_argument("--workdir", type=Path, default=Path("var"), help="databases and logs (default ./var)")
+    parser.add_argument("--out", type=Path, default=Path("out"), help="export directory (default ./out)")
+    parser.add_argument("--port", type=int, default=8501, help="dashboard port (default 8501)")
+    parser.add_argument("--exporter-port", type=int, default=9400, help="first exporter /metrics port (default 9400)")
+    parser.add_argument("--interval", type=int, default=10, help="seconds between Ticks (default 10)")
+    parser.add_argument("--snapshot-interval", type=float, default=5.0, help="seconds between ingest snapshots")
+    parser.add_argument("--ready-timeout", type=float, default=900.0, help="give up if not ready after this many seconds")
+
+
+# ---------------------------------------------------------------- pure parts (tested)
+
+# Not `python -m slicemeter.cli`: that runs the module as __main__, whose ConfigError is a
+# different class from the one subcommands raise, so configuration errors would escape.
+SLICEMETER = [sys.executable, "-c", "import sys; from slicemeter.cli import main; sys.exit(main())"]
+
+
+def slicemeter_argv(*args: str) -> list[str]:
+    return [*SLICEMETER, *args]
+
+
+@dataclass(frozen=True)
+class Paths:
+    workdir: Path
+    out: Path
+
+    @property
+    def db(self) -> Path:
+        return self.workdir / "slicemeter.duckdb"
+
+    @property
+    def snapshot(self) -> Path:
+        return self.workdir / "snapshot.duckdb"
+
+    @property
+    def export_copy(self) -> Path:
+        return self.workdir / "export-copy.duckdb"
+
+    @property
+    def logs(self) -> Path:
+        return self.workdir / "logs"
+
+    def hami(self, node: str) -> Path:
+        return self.workdir / "hami" / node
+
+
+def backfill_start(now: datetime, days: int) -> datetime:
+    """History ends at today's UTC midnight; live Ticks take over from now."""
+    midnight = now.astimezone(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0, tzinfo=None)
+    return midnight - timedelta(days=days)
+
+
+def plan(args: argparse.Namespace, kafka: str, nodes: list[str], paths: Paths, now: datetime) -> dict[str, list[str]]:
+    """The child command lines, by name, in start order (the CLIs in the BRIEF)."""
+    start = backfill_start(now, args.days)
+    scenario = str(args.scenario)
+    cmds = {
+        "ingest": slicemeter_argv("ingest", "--kafka", kafka, "--db", str(paths.db), "--tenants", scenario,
+                                  "--snapshot", str(paths.snapshot), "--snapshot-interval", str(args.snapshot_interval)),
+        "backfill": slicemeter_argv("backfill", "--scenario", scenario, "--start", start.strftime("%Y-%m-%d"),
+                                    "--days", str(args.days), "--kafka", kafka, "--interval", str(args.interval)),
+    }
+    for i, node in enumerate(nodes):
+        cmds[f"exporter-{node}"] = slicemeter_argv(
+            "exporter", "--simulate", scenario, "--node", node, "--port", str(args.exporter_port + i),
+            "--kafka", kafka, "--hami-dir", str(paths.hami(node)), "--interval", str(args.interval))
+    month = now.astimezone(timezone.utc).strftime("%Y-%m")
+    cmds["export"] = slicemeter_argv("export", "--db", str(paths.export_copy), "--month", month, "--out", str(paths.out))
+    cmds["dashboard"] = slicemeter_argv("dashboard", "--db", str(paths.snapshot), "--port", str(args.port))
+    return cmds
+
+
+def progress_bar(fraction: float, width: int = 30, label: str = "") -> str:
+    fraction = min(1.0, max(0.0, fraction))
+    full = int(round(fraction * width))
+    return f"[{'#' * full}{'.' * (width - full)}] {fraction * 100:5.1f} % {label}".rstrip()
+
+
+def coverage(snapshot: Path, start: datetime, days: int, nodes: int) -> float:
+    """Share of the backfilled period that every node has in the snapshot (0 when absent)."""
+    if not snapshot.is_file():
+        return 0.0
+    import duckdb
+
+    from ingest.store import sql_text
+
+    try:
+        con = duckdb.connect(str(snapshot), read_only=True)
+    except duckdb.Error:
+        return 0.0  # replaced under us, or not a database yet: the next poll sees the new one
+    try:
+        seen, latest = con.execute(sql_text("queries/demo_coverage.sql"), {"start": start}).fetchone()
+    except duckdb.Error:
+        return 0.0
+    finally:
+        con.close()
+    if not seen or latest is None:
+        return 0.0
+    done = (latest + timedelta(hours=1) - start) / timedelta(days=days)
+    return min(1.0, done) * min(1.0, seen / max(1, nodes))
+
+
+def missing_commands() -> list[str]:
+    """Subcommands whose module is not installed (the demo needs every one)."""
+    out = []
+    for name in NEEDED:
+        module = COMMANDS[name][0]
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:
+            found = False
+        if not found:
+            out.append(f"{name} ({module})")
+    return out
+
+
+# ---------------------------------------------------------------- processes
+
+@dataclass
+class Child:
+    name: str
+    proc: subprocess.Popen
+    log: Path
+
+
+@dataclass
+class Supervisor:
+    """Starts children in their own process groups and stops them all, newest first."""
+
+    logs: Path
+    children: list[Child] = field(default_factory=list)
+    grace_s: float = 10.0
+
+    def start(self, name: str, argv: list[str]) -> Child:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        log = self.logs / f"{name}.log"
+        with open(log, "ab") as fh:
+            proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, cwd=os.getcwd())
+        child = Child(name, proc, log)
+        self.children.append(child)
+        return child
+
+    def failed(self) -> Child | None:
+        """A long-running child that exited on its own."""
+        return next((c for c in self.children if c.proc.poll() is not None), None)
+
+    def stop_all(self) -> None:
+        for child in reversed(self.children):
+            if child.proc.poll() is None:
+                child.proc.terminate()
+        deadline = time.monotonic() + self.grace_s
+        for child in reversed(self.children):
+            try:
+                child.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            try:  # the child's own children too (its session = its process group)
+                os.killpg(child.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            child.proc.wait()
+        self.children.clear()
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def wait_until(cond: Callable[[], bool], timeout: float, sup: Supervisor, what: str, poll: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if (bad := sup.failed()) is not None:
+            raise ChildFailed(bad)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not ready within {timeout:.0f} s")
+        time.sleep(poll)  # a poll interval: each pass re-checks the condition
+
+
+def http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+class ChildFailed(RuntimeError):
+    def __init__(self, child: Child):
+        super().__init__(f"{child.name} exited with {child.proc.returncode}; log {child.log}:\n{tail(child.log)}")
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+# ---------------------------------------------------------------- the demo
+
+def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    t0 = time.monotonic()
+    if args.days < 1:
+        raise ConfigError("--days must be at least 1")
+    if missing := missing_commands():
+        print(f"slicemeter demo: cannot run, not installed: {', '.join(missing)}", file=sys.stderr)
+        return 3
+    if not args.scenario.is_file():
+        raise ConfigError(f"--scenario: no such file: {args.scenario}")
+    from simulator.scenario import load_scenario
+
+    nodes = [n.name for n in load_scenario(args.scenario).nodes]
+    paths = Paths(args.workdir.resolve(), args.out.resolve())
+    paths.workdir.mkdir(parents=True, exist_ok=True)
+    paths.out.mkdir(parents=True, exist_ok=True)
+    # a fresh broker has no offsets: start the demo's store fresh too
+    for stale in (paths.db, paths.snapshot, paths.export_copy):
+        for p in (stale, stale.with_name(stale.name + ".wal")):
+            p.unlink(missing_ok=True)
+
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    sup = Supervisor(paths.logs)
+    broker = None
+    now = datetime.now(timezone.utc)
+    try:
+        if args.kafka:
+            kafka = args.kafka
+        else:
+            from slicemeter.broker import TansuBroker
+
+            paths.logs.mkdir(parents=True, exist_ok=True)
+            broker = TansuBroker(log_path=paths.logs / "tansu.log").start()
+            kafka = broker.bootstrap
+            print(f"broker    Tansu on {kafka} (memory storage)", file=out, flush=True)
+        cmds = plan(args, kafka, nodes, paths, now)
+        sup.start("ingest", cmds["ingest"])
+        backfill = sup.start("backfill", cmds["backfill"])
+        start = backfill_start(now, args.days)
+        print(f"backfill  {args.days} days of {args.scenario.name} ({len(nodes)} nodes) from {start:%Y-%m-%d}",
+              file=out, flush=True)
+        _backfill_progress(sup, backfill, paths, start, args, len(nodes), out)
+
+        for name, argv in cmds.items():
+            if name.startswith("exporter-"):
+                sup.start(name, argv)
+        shutil.copyfile(paths.snapshot, paths.export_copy)  # export from a private copy: no lock contention
+        exp = subprocess.run(cmds["export"], capture_output=True, text=True, timeout=600)
+        if exp.returncode != 0:
+            print(f"export    failed ({exp.returncode}): {exp.stderr.strip()[-1500:]}", file=out, flush=True)
+        else:
+            written = sorted(p.name for p in paths.out.iterdir())
+            print(f"export    {now:%Y-%m} -> {paths.out}: {', '.join(written)}", file=out, flush=True)
+
+        sup.start("dashboard", cmds["dashboard"])
+        url = f"http://127.0.0.1:{args.port}/"
+        wait_until(lambda: http_ok(url + "_stcore/health"), 120, sup, "dashboard")
+        for i, node in enumerate(nodes):
+            print(f"exporter  {node}: http://127.0.0.1:{args.exporter_port + i}/metrics", file=out)
+        print(f"logs      {paths.logs}", file=out)
+        print(f"dashboard {url}", file=out)
+        print(f"dashboard ready in {time.monotonic() - t0:.0f} s (Ctrl-C stops everything)", file=out, flush=True)
+        while True:
+            if (bad := sup.failed()) is not None:
+                raise ChildFailed(bad)
+            time.sleep(1.0)  # supervision poll
+    except KeyboardInterrupt:
+        print("\nstopping…", file=out, flush=True)
+        return 0
+    except (ChildFailed, TimeoutError, subprocess.TimeoutExpired, OSError) as exc:
+        print(f"slicemeter demo: {exc}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        sup.stop_all()
+        if broker is not None:
+            broker.stop()
+        print("stopped", file=out, flush=True)
+
+
+def _backfill_progress(sup: Supervisor, backfill: Child, paths: Paths, start: datetime,
+                       args: argparse.Namespace, nodes: int, out: TextIO) -> None:
+    """Progress = share of the backfilled days that ingest has in the snapshot, every node.
+
+    Done when it reaches 100 %, or when the backfill has exited and ingest has added
+    nothing for a while (a scenario may leave nodes unmetered at the end of the period).
+    """
+    deadline = time.monotonic() + args.ready_timeout
+    last, last_change, backfill_done = -1.0, time.monotonic(), False
+    stall_s = max(30.0, 6 * args.snapshot_interval)
+    tty = out.isatty() if hasattr(out, "isatty") else False
+    shown = -1
+    while True:
+        if not backfill_done and backfill.proc.poll() is not None:
+            if backfill.proc.returncode != 0:
+                raise ChildFailed(backfill)
+            sup.children.remove(backfill)
+            backfill_done, last_change = True, time.monotonic()
+        for c in sup.children:
+            if c.proc.poll() is not None:
+                raise ChildFailed(c)
+        frac = coverage(paths.snapshot, start, args.days, nodes)
+        if frac > last:
+            last, last_change = frac, time.monotonic()
+        label = "publishing + ingesting" if not backfill_done else "ingesting"
+        pct = int(frac * 100)
+        if tty:
+            print("\r" + progress_bar(frac, label=label), end="", file=out, flush=True)
+        elif pct // 10 != shown // 10:
+            print(progress_bar(frac, label=label), file=out, flush=True)
+            shown = pct
+        if frac >= 1.0 or (backfill_done and frac > 0 and time.monotonic() - last_change > stall_s):
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"backfill not in the store within {args.ready_timeout:.0f} s ({frac:.0%})")
+        time.sleep(0.5)  # poll interval of the progress bar
+    if tty:
+        print(file=out)
+    print(progress_bar(frac, label="history in the store"), file=out, flush=True)

@@ -1,0 +1,12 @@
+-- Allocation and usage of each physical GPU per time bucket ('hour' or 'day').
+SELECT
+    date_trunc($bucket, hour)                       AS bucket,
+    node || ' · ' || substr(gpu_uuid, 5, 8)        AS gpu,
+    gpu_uuid,
+    any_value(model)                                AS model,
+    sum(alloc_s) / nullif(sum(metered_s), 0)        AS allocation,
+    sum(sm_util_s) / nullif(sum(metered_s), 0)      AS utilization,
+    sum(metered_s) / 3600                           AS metered_h
+FROM dash_gpu_hour
+WHERE hour >= $start AND hour < $end
+GROUP BY ALL ORDER BY gpu, bucket;

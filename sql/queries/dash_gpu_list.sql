@@ -1,0 +1,11 @@
+-- The physical GPUs metered in the month, with their month figures.
+SELECT
+    node || ' · ' || substr(gpu_uuid, 5, 8)        AS gpu,
+    gpu_uuid, node, any_value(tenant) AS tenant, any_value(model) AS model,
+    sum(metered_s) / 3600                           AS metered_h,
+    sum(alloc_s) / nullif(sum(metered_s), 0)        AS allocation,
+    sum(sm_util_s) / nullif(sum(metered_s), 0)      AS utilization,
+    max(slices)                                     AS max_slices
+FROM dash_gpu_hour
+WHERE hour >= $start AND hour < $end
+GROUP BY ALL ORDER BY node, gpu_uuid;

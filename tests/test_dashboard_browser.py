@@ -1,0 +1,87 @@
+"""A real headless Chromium (Debian's) against `slicemeter dashboard` on the fixture database:
+the page renders over Streamlit's websocket, shows the tenants and the fleet utilization."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import duckdb
+import pytest
+from playwright.sync_api import sync_playwright
+
+from dashboard import fmt
+from fleet_fixture import TENANTS, build_fleet_db
+from slicemeter.broker import free_port
+
+pytestmark = pytest.mark.browser
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"]
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"slicemeter dashboard exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url + "_stcore/health", timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)  # polling interval, not synchronisation: the loop checks the condition
+    raise AssertionError(f"dashboard not healthy within {timeout:.0f} s")
+
+
+@pytest.fixture
+def served(tmp_path):
+    db = build_fleet_db(tmp_path / "fleet.duckdb", "2026-11")
+    port = free_port()
+    log = open(tmp_path / "dashboard.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from slicemeter.cli import main; sys.exit(main())", "dashboard", "--db", str(db), "--port", str(port)],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        wait_healthy(url, proc)
+        yield url, db
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+
+
+def test_dashboard_in_headless_chromium(served, artifacts_dir):
+    url, db = served
+    con = duckdb.connect(str(db), read_only=True)
+    util = con.execute("SELECT sum(sm_util_s) / sum(metered_s) FROM gpu_hour").fetchone()[0]
+    con.close()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 1500})
+            page.goto(url)
+            page.wait_for_selector("text=Fleet utilization", timeout=60_000)
+            page.wait_for_selector("[data-testid=stTable] td", timeout=60_000)
+            page.wait_for_selector("canvas, svg.marks", timeout=60_000)   # a Vega chart drew
+            body = page.inner_text("body")
+            assert fmt.pct(util) in body
+            for tenant, display_name, *_ in TENANTS:
+                assert tenant in body and display_name in body
+            page.screenshot(path=str(artifacts_dir / "dashboard-fleet.png"), full_page=True)
+            for name, marker in (("tenants", "GPU-hours by tenant"), ("gpus", "Slices on a GPU"), ("waste", "Idle reservations")):
+                page.goto(url + name)
+                page.wait_for_selector(f"text={marker}", timeout=60_000)
+                page.wait_for_selector("canvas, svg.marks", timeout=60_000)
+                page.screenshot(path=str(artifacts_dir / f"dashboard-{name}.png"), full_page=True)
+        finally:
+            browser.close()
+    assert (artifacts_dir / "dashboard-fleet.png").stat().st_size > 10_000

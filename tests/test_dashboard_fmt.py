@@ -1,0 +1,42 @@
+from datetime import datetime
+from decimal import Decimal
+
+import pandas as pd
+import pytest
+
+from dashboard import fmt, money
+
+
+def test_month_bounds():
+    assert fmt.month_bounds("2026-12") == (datetime(2026, 12, 1), datetime(2027, 1, 1))
+    assert fmt.month_bounds("2026-02") == (datetime(2026, 2, 1), datetime(2026, 3, 1))
+    for bad in ("2026-13", "2026-1", "26-11", "2026-11'; DROP TABLE x", ""):
+        with pytest.raises(ValueError, match="month must look like"):
+            fmt.month_bounds(bad)
+
+
+def test_money_is_decimal_half_even_to_the_cent():
+    assert fmt.money(Decimal("1234.565")) == "$1,234.56"
+    assert fmt.money(Decimal("1234.575")) == "$1,234.58"
+    assert fmt.money(Decimal("-0.5"), "EUR") == "-€0.50"
+    assert fmt.money("10", "CHF") == "10.00 CHF"
+    assert fmt.money(None) == "–"
+
+
+def test_pct_and_trend():
+    assert fmt.pct(0.2345) == "23.4 %" and fmt.pct(None) == "–" and fmt.pct(float("nan")) == "–"
+    assert fmt.trend([0.1] * 7 + [0.3] * 7) == (pytest.approx(0.3), pytest.approx(0.2))
+    assert fmt.trend([0.2, None, 0.4]) == (pytest.approx(0.3), None)
+    assert fmt.trend([]) == (None, None)
+
+
+def test_money_columns_and_decimal_totals():
+    df = pd.DataFrame({"tenant": ["a", "b", "a"], "gpu_hours": [1.0, 2.0, 3.0],
+                       "cost": [Decimal("0.10"), Decimal("0.20"), Decimal("0.20")]})
+    assert money.decimal_columns(df) == ["cost"] and money.cost_column(df) == "cost"
+    df["gco2e"] = [Decimal("1.5")] * 3
+    assert money.money_columns(df) == ["cost"]
+    totals = money.totals_by(df, "tenant", "cost")
+    assert list(totals["tenant"]) == ["a", "b"]
+    assert totals["cost"].tolist() == [Decimal("0.30"), Decimal("0.20")]
+    assert isinstance(totals["cost"][0], Decimal)
