@@ -9,8 +9,12 @@ leaves the project name to the directory or `-p`.
 """
 from __future__ import annotations
 
+import argparse
+import contextlib
 import copy
 import fnmatch
+import importlib
+import io
 import json
 import re
 from pathlib import Path
@@ -77,6 +81,44 @@ def test_images_are_pinned_and_the_project_image_is_built_here():
             image, _, tag = svc["image"].rpartition(":")
             assert image and tag and tag != "latest", f"{name}: pin {svc['image']}"
     assert SERVICES["kafka"]["image"].startswith("apache/kafka:")
+
+
+def parse_cli(argv: list[str]) -> argparse.Namespace | None:
+    """argv (subcommand first) parsed by that subcommand's own parser; None when the module
+    implementing it is not in this checkout yet. A bad option fails the test with argparse's
+    message."""
+    module_name = COMMANDS[argv[0]][0]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            return None
+        raise
+    parser = argparse.ArgumentParser(prog=f"slicemeter {argv[0]}")
+    module.configure(parser)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            return parser.parse_args(argv[1:])
+    except SystemExit:
+        raise AssertionError(f"slicemeter {' '.join(argv)}: {err.getvalue().strip()}") from None
+
+
+def test_project_services_pass_their_subcommands_own_option_parsers():
+    parsed = {}
+    for name, svc in project_services().items():
+        if (args := parse_cli(svc["command"])) is not None:
+            parsed[svc["command"][0]] = args
+    # The node agent, the consumer and the dashboard are always checked.
+    assert {"exporter", "ingest", "dashboard"} <= set(parsed)
+    assert parsed["dashboard"].address == "0.0.0.0"  # reachable through the published port
+
+
+def test_the_option_check_rejects_options_a_subcommand_does_not_have():
+    with pytest.raises(AssertionError, match="--no-such-option"):
+        parse_cli(["exporter", "--kafka", "kafka:9092", "--no-such-option", "1"])
+    with pytest.raises(AssertionError, match="--port"):
+        parse_cli(["exporter", "--port", "ninety"])
 
 
 def test_project_services_run_existing_subcommands_with_files_present_in_the_image():

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from slicemeter.cli import COMMANDS
+from test_compose import parse_cli
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"
@@ -166,6 +167,23 @@ def test_containers_run_existing_subcommands_with_defined_variables():
                 if m and m.group(1) not in ("/usr/local/vgpu", "/proc"):
                     assert any(m.group(1) == p or m.group(1).startswith(p + "/") for p in mounts), \
                         f"{where}/{c['name']}: {m.group(1)} is on no volume"
+
+
+def test_containers_pass_their_subcommands_own_option_parsers():
+    configmaps = {c["metadata"]["name"]: c for c in of_kind("ConfigMap")}
+    parsed = {}
+    for where, spec in pod_specs():
+        for c in spec["containers"]:
+            values = {}
+            for ref in c.get("envFrom", []):
+                values |= configmaps[ref["configMapRef"]["name"]]["data"]
+            values |= {e["name"]: e.get("value", f"<{e['name']}>") for e in c.get("env", [])}
+            argv = [re.sub(r"\$\((\w+)\)", lambda m: values[m.group(1)], a) for a in c["args"]]
+            if (args := parse_cli(argv)) is not None:
+                parsed[argv[0]] = args
+    assert {"exporter", "ingest", "dashboard"} <= set(parsed)
+    assert parsed["exporter"].interval == 10 and parsed["exporter"].kafka.endswith(":9092")
+    assert parsed["dashboard"].address == "0.0.0.0"
 
 
 def test_exporter_daemonset_reads_hami_read_only_and_knows_its_node():
