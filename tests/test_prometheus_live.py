@@ -9,8 +9,9 @@ without error, and exactly the alerts the exporters' numbers call for must be pe
 
 The exporters tick once (--interval 3600) so that their /metrics stay fixed while the test
 compares Prometheus' results with numbers computed here from the same exposition. Ingest's
-metrics come from tests/data/ingest_metrics.prom (a recorded `slicemeter ingest
---metrics-port` exposition with the recommend headline figures) served by a stand-in.
+metrics are ingest's own IngestMetrics registry (ingest/metrics.py) with a few observations,
+served by prometheus_client; the right-sizing headline figures, which no process serves yet,
+come from a small collector beside it.
 """
 from __future__ import annotations
 
@@ -20,23 +21,23 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 import yaml
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
+from ingest.metrics import IngestMetrics
 from slicemeter.broker import TansuBroker, free_port
 
 pytestmark = pytest.mark.prometheus
 
 REPO = Path(__file__).resolve().parent.parent
-DATA = Path(__file__).resolve().parent / "data"
 RULE_FILES = sorted((REPO / "prometheus" / "rules").glob("*.yml"))
 DASHBOARDS = sorted((REPO / "grafana" / "dashboards").glob("*.json"))
 SCENARIO = REPO / "examples" / "demo.yaml"
@@ -47,27 +48,30 @@ INTERVALS = {"$__rate_interval": "1m", "$__range": "1m", "$__interval": "1s"}
 PERCENT_UNITS = {"percentunit"}
 
 
-# --- stand-in HTTP server for the recorded expositions --------------------------------------
+# --- ingest's metrics ------------------------------------------------------------------------
 
-def serve_text(text: str) -> ThreadingHTTPServer:
-    body = text.encode()
+class RecommendHeadline:
+    """slicemeter_recommend_* as docs/metrics.md names them (a right-sizing plan's figures)."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 (http.server's name)
-            if self.path.split("?")[0] != "/metrics":
-                self.send_error(404)
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def collect(self):
+        freeable = GaugeMetricFamily("slicemeter_recommend_freeable_gpus", "GPUs a consolidation plan frees")
+        freeable.add_metric([], 3.0)
+        saving = GaugeMetricFamily("slicemeter_recommend_monthly_saving", "Monthly saving of the plan",
+                                   labels=["currency"])
+        saving.add_metric(["USD"], 5256.0)
+        yield freeable
+        yield saving
 
-        def log_message(self, *args):  # keep pytest output clean
-            pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+def serve_ingest_metrics():
+    metrics = IngestMetrics()
+    metrics.samples.inc(201_960)
+    metrics.dead_letters.inc(2)
+    for partition, lag in (("0", 3), ("1", 0), ("2", 12)):
+        metrics.lag.labels(partition).set(lag)
+    metrics.batch_seconds.observe(0.042)
+    metrics.registry.register(RecommendHeadline())
+    server, _thread = metrics.serve(0, addr="127.0.0.1")
     return server
 
 
@@ -173,7 +177,7 @@ def exporters(tmp_path_factory):
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory, exporters):
     tmp = tmp_path_factory.mktemp("prometheus")
-    ingest = serve_text((DATA / "ingest_metrics.prom").read_text())
+    ingest = serve_ingest_metrics()
     port = free_port()
     config = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
