@@ -131,12 +131,13 @@ def rules_of(kind: str) -> list[dict]:
 def start_exporter(tmp: Path, node: str, tenant: str, kafka: str) -> tuple[subprocess.Popen, int, Path]:
     port = free_port()
     log = tmp / f"exporter-{node}.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "slicemeter.cli", "exporter", "--simulate", str(SCENARIO), "--node", node,
-         "--tenant", tenant, "--hami-dir", str(tmp / node / "hami"), "--spool-dir", str(tmp / node / "spool"),
-         "--kafka", kafka, "--port", str(port), "--listen", "127.0.0.1", "--interval", "3600"],
-        stdout=subprocess.DEVNULL, stderr=log.open("wb"), cwd=REPO,
-    )
+    with log.open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "slicemeter.cli", "exporter", "--simulate", str(SCENARIO), "--node", node,
+             "--tenant", tenant, "--hami-dir", str(tmp / node / "hami"), "--spool-dir", str(tmp / node / "spool"),
+             "--kafka", kafka, "--port", str(port), "--listen", "127.0.0.1", "--interval", "3600"],
+            stdout=subprocess.DEVNULL, stderr=err, cwd=REPO,
+        )
     return proc, port, log
 
 
@@ -156,7 +157,7 @@ def stop(proc: subprocess.Popen) -> None:
 
 @pytest.fixture(scope="module")
 def exporters(tmp_path_factory):
-    """{node: its /metrics text} of two running simulated exporters (first Tick built)."""
+    """{node: (port, /metrics text)} of two running simulated exporters, first Tick built."""
     tmp = tmp_path_factory.mktemp("exporters")
     with TansuBroker(log_path=tmp / "tansu.log") as broker:
         started = {node: start_exporter(tmp, node, tenant, broker.bootstrap) for node, tenant in NODES.items()}
@@ -164,7 +165,8 @@ def exporters(tmp_path_factory):
             texts = {}
             for node, (proc, port, log) in started.items():
                 def first_tick():
-                    assert proc.poll() is None, f"exporter {node} exited: {log.read_text()[-2000:]}"
+                    if proc.poll() is not None:  # not an AssertionError: poll() must not wait it out
+                        raise RuntimeError(f"exporter {node} exited: {log.read_text()[-2000:]}")
                     text = fetch_metrics(port)
                     return text if "slicemeter_gpu_memory_total_bytes{" in text else None
                 texts[node] = poll(first_tick, f"exporter {node} to serve its first Tick")
