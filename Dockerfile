@@ -12,6 +12,7 @@ COPY . /app
 # Editable install on purpose: ingest finds its SQL files (sql/) and the examples next to the
 # package sources, which a wheel install into site-packages would leave behind.
 RUN pip install -e . \
+ && python -m compileall -q /app \
  && useradd --system --uid 10001 --user-group --home-dir /var/lib/slicemeter --create-home slicemeter \
  && mkdir -p /data /var/lib/slicemeter/spool \
  && chown -R 10001:10001 /data /var/lib/slicemeter
