@@ -139,6 +139,8 @@ def test_kafka_is_single_node_kraft_and_advertises_the_address_clients_use():
     assert "PLAINTEXT://kafka:9092" in env["KAFKA_ADVERTISED_LISTENERS"]
     assert env["KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR"] == "1"
     assert "test" in SERVICES["kafka"]["healthcheck"]
+    mounts = dict(v.split(":")[::-1] for v in SERVICES["kafka"]["volumes"])
+    assert env["KAFKA_LOG_DIRS"] in mounts, "Kafka's log dir must be on the volume"
     # Kafka clients wait for a healthy broker; the dashboard waits for ingest (its snapshot).
     for name, svc in project_services().items():
         if svc["command"][0] == "dashboard":

@@ -9,6 +9,8 @@ Service it selects.
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 import re
 import tomllib
 from decimal import Decimal
@@ -255,3 +257,18 @@ def test_config_maps_hold_valid_catalogs_consistent_with_the_exporter():
     mounted = {v["configMap"]["name"] for v in one("Deployment", "slicemeter-ingest")["spec"]["template"]["spec"]["volumes"]
                if "configMap" in v}
     assert {"slicemeter-tenants", "slicemeter-prices"} <= mounted
+
+
+def test_prometheusrule_generator_carries_every_rule_with_the_crd_required_fields():
+    out = subprocess.run([sys.executable, str(DEPLOY / "prometheusrule.py")], capture_output=True, text=True,
+                         check=True, timeout=30).stdout
+    rule = yaml.safe_load(out)
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1" and rule["kind"] == "PrometheusRule"
+    groups = rule["spec"]["groups"]
+    expected = [g for p in sorted((REPO / "prometheus" / "rules").glob("*.yml"))
+                for g in yaml.safe_load(p.read_text())["groups"]]
+    assert groups == expected and len({g["name"] for g in groups}) == len(groups)
+    for g in groups:  # the CRD requires a group name and each rule's expr
+        assert g["name"] and g["rules"]
+        for r in g["rules"]:
+            assert r["expr"] and ("record" in r) != ("alert" in r)
