@@ -8,10 +8,10 @@ recording rule must return series with plausible values, every alert rule must e
 without error, and exactly the alerts the exporters' numbers call for must be pending.
 
 The exporters tick once (--interval 3600) so that their /metrics stay fixed while the test
-compares Prometheus' results with numbers computed here from the same exposition. Ingest's
-metrics are ingest's own IngestMetrics registry (ingest/metrics.py) with a few observations,
-served by prometheus_client; the right-sizing headline figures, which no process serves yet,
-come from a small collector beside it.
+compares Prometheus' results with numbers computed here from the same exposition. A real
+`slicemeter ingest --metrics-port` consumes their Ticks from the broker into DuckDB and is
+scraped too; the right-sizing headline figures, which no process serves yet, come from a
+small collector.
 """
 from __future__ import annotations
 
@@ -29,10 +29,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
-from ingest.metrics import IngestMetrics
 from slicemeter.broker import TansuBroker, free_port
 
 pytestmark = pytest.mark.prometheus
@@ -48,7 +48,7 @@ INTERVALS = {"$__rate_interval": "1m", "$__range": "1m", "$__interval": "1s"}
 PERCENT_UNITS = {"percentunit"}
 
 
-# --- ingest's metrics ------------------------------------------------------------------------
+# --- the right-sizing headline figures -------------------------------------------------------
 
 class RecommendHeadline:
     """slicemeter_recommend_* as docs/metrics.md names them (a right-sizing plan's figures)."""
@@ -63,15 +63,10 @@ class RecommendHeadline:
         yield saving
 
 
-def serve_ingest_metrics():
-    metrics = IngestMetrics()
-    metrics.samples.inc(201_960)
-    metrics.dead_letters.inc(2)
-    for partition, lag in (("0", 3), ("1", 0), ("2", 12)):
-        metrics.lag.labels(partition).set(lag)
-    metrics.batch_seconds.observe(0.042)
-    metrics.registry.register(RecommendHeadline())
-    server, _thread = metrics.serve(0, addr="127.0.0.1")
+def serve_recommend_headline():
+    registry = CollectorRegistry()
+    registry.register(RecommendHeadline())
+    server, _thread = start_http_server(0, addr="127.0.0.1", registry=registry)
     return server
 
 
@@ -128,17 +123,28 @@ def rules_of(kind: str) -> list[dict]:
 
 # --- the server -----------------------------------------------------------------------------
 
-def start_exporter(tmp: Path, node: str, tenant: str, kafka: str) -> tuple[subprocess.Popen, int, Path]:
-    port = free_port()
-    log = tmp / f"exporter-{node}.log"
+def start(tmp: Path, name: str, argv: list[str]) -> tuple[subprocess.Popen, Path]:
+    """`slicemeter ARGV...` as a child process, stderr to tmp/name.log."""
+    log = tmp / f"{name}.log"
     with log.open("wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "slicemeter.cli", "exporter", "--simulate", str(SCENARIO), "--node", node,
-             "--tenant", tenant, "--hami-dir", str(tmp / node / "hami"), "--spool-dir", str(tmp / node / "spool"),
-             "--kafka", kafka, "--port", str(port), "--listen", "127.0.0.1", "--interval", "3600"],
-            stdout=subprocess.DEVNULL, stderr=err, cwd=REPO,
-        )
-    return proc, port, log
+        proc = subprocess.Popen([sys.executable, "-m", "slicemeter.cli", *argv],
+                                stdout=subprocess.DEVNULL, stderr=err, cwd=REPO)
+    return proc, log
+
+
+def wait_for_metrics(proc: subprocess.Popen, log: Path, port: int, ready: str, what: str) -> str:
+    """The process' /metrics text once it contains `ready`."""
+    def check():
+        if proc.poll() is not None:  # not an AssertionError: poll() must not wait it out
+            raise RuntimeError(f"{what} exited: {log.read_text()[-2000:]}")
+        text = fetch_metrics(port)
+        return text if ready in text else None
+    return poll(check, what)
+
+
+def samples_of(text: str, name: str) -> list[tuple[dict, float]]:
+    return [(smp.labels, smp.value) for fam in text_string_to_metric_families(text)
+            for smp in fam.samples if smp.name == name]
 
 
 def fetch_metrics(port: int) -> str:
@@ -156,30 +162,54 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 @pytest.fixture(scope="module")
-def exporters(tmp_path_factory):
-    """{node: (port, /metrics text)} of two running simulated exporters, first Tick built."""
-    tmp = tmp_path_factory.mktemp("exporters")
+def pipeline(tmp_path_factory):
+    """Two simulated exporters -> Tansu -> ingest; yields {"exporters": {node: (port, /metrics
+    text)}, "ingest": port} once ingest has stored both exporters' first Tick."""
+    tmp = tmp_path_factory.mktemp("pipeline")
+    procs = []
     with TansuBroker(log_path=tmp / "tansu.log") as broker:
-        started = {node: start_exporter(tmp, node, tenant, broker.bootstrap) for node, tenant in NODES.items()}
         try:
-            texts = {}
-            for node, (proc, port, log) in started.items():
-                def first_tick():
-                    if proc.poll() is not None:  # not an AssertionError: poll() must not wait it out
-                        raise RuntimeError(f"exporter {node} exited: {log.read_text()[-2000:]}")
-                    text = fetch_metrics(port)
-                    return text if "slicemeter_gpu_memory_total_bytes{" in text else None
-                texts[node] = poll(first_tick, f"exporter {node} to serve its first Tick")
-            yield {node: (port, texts[node]) for node, (_, port, _) in started.items()}
+            started = {}
+            for node, tenant in NODES.items():
+                port = free_port()
+                proc, log = start(tmp, f"exporter-{node}", [
+                    "exporter", "--simulate", str(SCENARIO), "--node", node, "--tenant", tenant,
+                    "--hami-dir", str(tmp / node / "hami"), "--spool-dir", str(tmp / node / "spool"),
+                    "--kafka", broker.bootstrap, "--port", str(port), "--listen", "127.0.0.1",
+                    "--interval", "3600"])
+                procs.append(proc)
+                started[node] = (proc, log, port)
+            ingest_port = free_port()
+            ingest, ingest_log = start(tmp, "ingest", [
+                "ingest", "--kafka", broker.bootstrap, "--db", str(tmp / "slicemeter.duckdb"),
+                "--tenants", str(SCENARIO), "--metrics-port", str(ingest_port)])
+            procs.append(ingest)
+            exporters = {node: (port, wait_for_metrics(proc, log, port, "slicemeter_gpu_memory_total_bytes{",
+                                                       f"exporter {node}'s first Tick"))
+                         for node, (proc, log, port) in started.items()}
+            rows = sum(len(samples_of(text, "slicemeter_gpu_memory_total_bytes"))
+                       + len(samples_of(text, "slicemeter_slice_allocation_ratio")) for _, text in exporters.values())
+
+            def ingested():
+                text = wait_for_metrics(ingest, ingest_log, ingest_port, "slicemeter_ingest_lag_messages{", "ingest")
+                return [v for _, v in samples_of(text, "slicemeter_ingest_samples_total")][0] >= rows
+            poll(ingested, "ingest to store both exporters' first Tick", timeout=45)
+            yield {"exporters": exporters, "ingest": ingest_port, "rows": rows}
         finally:
-            for proc, _, _ in started.values():
+            for proc in procs:
                 stop(proc)
 
 
 @pytest.fixture(scope="module")
-def prom(tmp_path_factory, exporters):
+def exporters(pipeline):
+    return pipeline["exporters"]
+
+
+@pytest.fixture(scope="module")
+def prom(tmp_path_factory, pipeline):
     tmp = tmp_path_factory.mktemp("prometheus")
-    ingest = serve_ingest_metrics()
+    exporters = pipeline["exporters"]
+    recommend = serve_recommend_headline()
     port = free_port()
     config = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
@@ -190,7 +220,9 @@ def prom(tmp_path_factory, exporters):
              "static_configs": [{"targets": [f"127.0.0.1:{p}"], "labels": {"node": node}}
                                 for node, (p, _) in exporters.items()]},
             {"job_name": "slicemeter-ingest",
-             "static_configs": [{"targets": [f"127.0.0.1:{ingest.server_port}"]}]},
+             "static_configs": [{"targets": [f"127.0.0.1:{pipeline['ingest']}"]}]},
+            {"job_name": "slicemeter-recommend",
+             "static_configs": [{"targets": [f"127.0.0.1:{recommend.server_port}"]}]},
         ],
     }
     (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
@@ -202,7 +234,7 @@ def prom(tmp_path_factory, exporters):
         stdout=log, stderr=subprocess.STDOUT,
     )
     api = PromAPI(f"http://127.0.0.1:{port}")
-    targets = len(exporters) + 1
+    targets = len(exporters) + 2
     try:
         poll(lambda: urllib.request.urlopen(f"{api.base}/-/ready", timeout=1).status == 200, "Prometheus to be ready")
         # Every target scraped at least three times (rate() needs two samples in its window)...
@@ -215,7 +247,7 @@ def prom(tmp_path_factory, exporters):
     finally:
         stop(proc)
         log.close()
-        ingest.shutdown()
+        recommend.shutdown()
 
 
 # --- helpers over dashboards ----------------------------------------------------------------
@@ -323,8 +355,14 @@ def test_every_recording_rule_returns_plausible_series(prom):
 
 
 def samples(exporters, name: str) -> list[tuple[dict, float]]:
-    return [(smp.labels, smp.value) for _, text in exporters.values()
-            for fam in text_string_to_metric_families(text) for smp in fam.samples if smp.name == name]
+    return [sample for _, text in exporters.values() for sample in samples_of(text, name)]
+
+
+def test_ingest_stored_every_row_the_exporters_published(prom, pipeline):
+    (stored,) = prom.query("slicemeter_ingest_samples_total")
+    assert float(stored["value"][1]) == pipeline["rows"] > 0
+    lag = prom.query("slicemeter_ingest_lag_messages")
+    assert lag and all(float(s["value"][1]) == 0 for s in lag)
 
 
 def test_recorded_fractions_match_the_exporters_numbers(prom, exporters):
