@@ -29,14 +29,14 @@ sys.path.insert(0, str(REPO))
 import duckdb  # noqa: E402
 
 from ingest import store  # noqa: E402
-from ingest_helpers import TOPIC, create_topic, produce_chunks  # noqa: E402
+from ingest_helpers import SLICEMETER, TOPIC, create_topic, produce_chunks  # noqa: E402
 from slicemeter.broker import TansuBroker  # noqa: E402
 from synth_ticks import fleet, messages  # noqa: E402
 
 
 def run_ingest(bootstrap: str, db: Path, extra: list[str]) -> tuple[int, float, int]:
     """(samples, active seconds, peak RSS bytes) of one ingest child process."""
-    cmd = [sys.executable, "-m", "slicemeter.cli", "ingest", "--kafka", bootstrap, "--db", str(db),
+    cmd = [*SLICEMETER, "ingest", "--kafka", bootstrap, "--db", str(db),
            "--group", "", "--until-idle", "10", *extra]
     proc = subprocess.Popen(cmd, cwd=REPO, stderr=subprocess.PIPE, text=True)
     _, status, usage = os.wait4(proc.pid, 0)

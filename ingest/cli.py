@@ -26,6 +26,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-samples", type=int, default=500_000, help="samples per DuckDB transaction")
     p.add_argument("--batch-max-seconds", type=float, default=1.0)
     p.add_argument("--max-poll-records", type=int, default=200)
+    p.add_argument("--session-timeout-ms", type=int, default=10_000,
+                   help="group session timeout: how soon a dead worker's partitions move")
     p.add_argument("--until-idle", type=float, metavar="S", nargs="?", const=5.0,
                    help="drain and exit: stop once caught up (or after S seconds without a record)")
 
@@ -60,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
         batch_samples=args.batch_samples, batch_max_s=args.batch_max_seconds,
         max_poll_records=args.max_poll_records, until_idle_s=args.until_idle,
         raw_retention_days=args.raw_retention_days, snapshot=args.snapshot,
-        snapshot_interval_s=args.snapshot_interval,
+        snapshot_interval_s=args.snapshot_interval, session_timeout_ms=args.session_timeout_ms,
+        heartbeat_interval_ms=max(100, args.session_timeout_ms // 3),
     )
     ingestor = Ingestor(cfg, metrics=metrics, con=con)
 

@@ -13,6 +13,7 @@ only use stored or committed offsets, seek_to_beginning and highwater().
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,6 +81,7 @@ class Ingestor:
         self.last_flush_at: float | None = None
         self.stopping = False
         self._next: dict[int, int] = {}  # partition -> next offset we will read
+        self._lock = threading.RLock()
 
     # ---- Kafka side -------------------------------------------------------------------
     def _consumer(self) -> KafkaConsumer:
@@ -101,12 +103,10 @@ class Ingestor:
                 self._next[tp.partition] = stored[tp.partition]
                 continue
             # No stored offset: a new store, or a partition handed over by another worker
-            # of the group; the group's committed offset is the best we know, else the start.
-            committed = self.consumer.committed(tp) if self.cfg.group else None
-            if committed is not None:
-                self.consumer.seek(tp, committed)
-                self._next[tp.partition] = committed
-            else:
+            # of the group. In a group the client itself starts from the group's committed
+            # offset, else 'earliest' (this runs on kafka-python's IO thread, where a
+            # blocking committed() call is not allowed); without a group, the start.
+            if not self.cfg.group:
                 self.consumer.seek_to_beginning(tp)
                 self._next[tp.partition] = 0
         log.info("assigned partitions %s, stored offsets %s", sorted(tp.partition for tp in partitions), stored)
@@ -148,6 +148,11 @@ class Ingestor:
                                      or time.monotonic() - self.batch_started >= self.cfg.batch_max_s)
 
     def flush(self) -> None:
+        # The rebalance listener flushes from kafka-python's IO thread.
+        with self._lock:
+            self._flush()
+
+    def _flush(self) -> None:
         b = self.batch
         if not b:
             return
@@ -168,7 +173,7 @@ class Ingestor:
     # ---- main loop --------------------------------------------------------------------
     def _caught_up(self) -> bool:
         assigned = self.consumer.assignment()
-        if not assigned:
+        if not assigned or self.first_record_at is None:  # an empty topic ends by the idle timeout
             return False
         for tp in assigned:
             hw = self.consumer.highwater(tp)
@@ -200,9 +205,10 @@ class Ingestor:
         try:
             while not self.stopping:
                 polled = self.consumer.poll(timeout_ms=100 if self.batch else 500)
-                for tp, records in polled.items():
-                    for r in records:
-                        self.add(tp.topic, tp.partition, r.offset, r.key, r.value)
+                with self._lock:
+                    for tp, records in polled.items():
+                        for r in records:
+                            self.add(tp.topic, tp.partition, r.offset, r.key, r.value)
                 if polled:
                     last_record = time.monotonic()
                     if self.first_record_at is None:
@@ -218,6 +224,8 @@ class Ingestor:
                     self.flush()
                     write_snapshot(self.con, cfg.db, cfg.snapshot)
                     last_snapshot = now
+                if not polled and not self.consumer.assignment():
+                    last_record = now  # still joining the group: not idle yet
                 if cfg.until_idle_s is not None and not self.batch and not polled:
                     if self._caught_up() or now - last_record >= cfg.until_idle_s:
                         break

@@ -156,8 +156,7 @@ class RegionWriter:
     def __init__(self, path: Path, layout: Layout):
         self.path = Path(path)
         self.layout = layout
-        self._slots: list[bytes] = []          # last body written per slot
-        self._seq: list[int] = []
+        self._slots: list[bytes] = []          # last body written per slot (skip unchanged ones)
 
     def write(self, st: RegionState) -> None:
         lay = self.layout
@@ -171,7 +170,6 @@ class RegionWriter:
             tmp.write_bytes(encode_region(lay, st))
             os.replace(tmp, self.path)     # a reader never sees a half-created file
             self._slots = [_slot_body(lay, p) for p in st.procs]
-            self._seq = [2] * len(st.procs)
             return
         fd = os.open(self.path, os.O_RDWR)
         try:

@@ -10,9 +10,13 @@ Errors are pynvml's own exception classes, raised where real NVML would raise th
 from __future__ import annotations
 
 from dataclasses import dataclass
+import warnings
 from typing import Callable, Protocol
 
-import pynvml
+with warnings.catch_warnings():
+    # the `pynvml` wrapper warns that it is deprecated in favour of nvidia-ml-py; same module
+    warnings.simplefilter("ignore", FutureWarning)
+    import pynvml
 
 NVMLError = pynvml.NVMLError
 DRIVER_VERSION = "550.90.07"

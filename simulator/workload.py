@@ -16,6 +16,7 @@ expected power with +-2 % noise; the counter integrates the expected power exact
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -141,6 +142,17 @@ class ContainerState:
     last_kernel_s: np.ndarray  # (T, C) int64 Unix seconds of the last kernel, 0 = never
 
 
+def _batch_running(ca: ContainerArrays, tsec: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(running, day, job) of batch containers at (T, 1) instants in seconds."""
+    day = (tsec - ORIGIN_S) // 86400
+    sod = (tsec - ORIGIN_S) % 86400
+    job = sod // ca.part_s
+    cidx = np.arange(ca.key.shape[1])[None, :]
+    off = ca.batch_off[cidx, np.minimum((day % 7) * 48 + job, 7 * 48 - 1)]
+    start = job * ca.part_s + off
+    return (job < ca.jobs) & (sod >= start) & (sod < start + ca.dur_s), day, job
+
+
 def container_state(ca: ContainerArrays, t_ms: np.ndarray) -> ContainerState:
     """Every container at every instant (t_ms: (T,) int64)."""
     tsec = (np.asarray(t_ms, dtype=np.int64) // 1000)[:, None]
@@ -162,12 +174,7 @@ def container_state(ca: ContainerArrays, t_ms: np.ndarray) -> ContainerState:
     back = ca.nb_back[cidx, wb]
     nb_last = np.where(active, tsec, np.where(back > 0, ORIGIN_S + (abs_block - back + 1) * NB_BLOCK_S - 1, 0))
     # batch jobs
-    day = (tsec - ORIGIN_S) // 86400
-    sod = (tsec - ORIGIN_S) % 86400
-    job = sod // ca.part_s
-    off = ca.batch_off[cidx, np.minimum((day % 7) * 48 + job, 7 * 48 - 1)]
-    start = job * ca.part_s + off
-    running = (job < ca.jobs) & (sod >= start) & (sod < start + ca.dur_s)
+    running, day, job = _batch_running(ca, tsec)
 
     is_b = pat == 4
     present = np.where(is_b, running, True)
@@ -191,16 +198,16 @@ def container_state(ca: ContainerArrays, t_ms: np.ndarray) -> ContainerState:
 
 
 def expected_util(ca: ContainerArrays, t_s: np.ndarray) -> np.ndarray:
-    """Noise-free expected utilisation (fraction of cap) at slot instants: (T, C)."""
-    st = container_state(ca, np.asarray(t_s, dtype=np.int64) * 1000)
-    pat = ca.pattern
+    """Noise-free expected utilisation (fraction of cap) at instants t_s (seconds): (T, C)."""
     tcol = np.asarray(t_s, dtype=np.int64)[:, None]
+    pat = ca.pattern
+    running, _, _ = _batch_running(ca, tcol)
     nb_on = ca.nb_active[np.arange(pat.shape[1])[None, :], ((tcol - ORIGIN_S) // NB_BLOCK_S) % NB_WEEK_BLOCKS]
     return np.select(
         [pat == 0, pat == 1, pat == 2, pat == 3],
         [ca.level, _diurnal_load(tcol, ca.base, ca.peak),
          np.where(nb_on, ca.level * 0.3 + 0.01 * 0.7, 0.0), 0.0],
-        np.where(st.present, ca.level, 0.0),
+        np.where(running, ca.level, 0.0),
     )
 
 
@@ -368,10 +375,15 @@ class FleetModel:
 
 # ---------------------------------------------------------------- batch runs: pods that come and go
 
+@functools.lru_cache(maxsize=4096)
+def _day_label(day: int) -> str:
+    return f"{dt.datetime.fromtimestamp(ORIGIN_S + day * 86400, dt.timezone.utc):%Y%m%d}"
+
+
 def batch_run_name(pod: Pod, run: int) -> str:
+    """A batch run's pod name: <pod>-<UTC date>-<job of the day>."""
     day, job = divmod(int(run), 64)
-    date = dt.datetime.fromtimestamp(ORIGIN_S + day * 86400, dt.timezone.utc)
-    return f"{pod.name}-{date:%Y%m%d}-{job}"
+    return f"{pod.name}-{_day_label(day)}-{job}"
 
 
 def batch_run_uid(cluster: str, pod: Pod, run: int) -> str:

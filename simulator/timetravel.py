@@ -1,0 +1,236 @@
+"""Time travel: any span of a scenario as Tick tables, columnar and fast.
+
+    for node, gpus, slices in generate(scenario, start_ms, end_ms, interval_s=10, seed=0):
+        ...   # Arrow tables in slicemeter.tick.GPU_SCHEMA / SLICE_SCHEMA, many Ticks each
+
+The values are those SimulatedNode produces for the same scenario, seed and instant
+(same workload model, see simulator/workload.py): what the exporter would have read from
+NVML and the HAMi regions, plus the pod annotation's allocation. Nodes are evaluated in
+groups as (ticks x slices) numpy arrays; one yield is one node over one time chunk
+(`chunk_s`, default an hour), chunks in time order, so a backfill can publish in order.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from simulator import workload as wl
+from simulator.scenario import MIB, Node, Scenario
+from slicemeter.tick import GPU_SCHEMA, SLICE_SCHEMA
+
+_CELLS_PER_GROUP = 600_000        # ticks x slices evaluated at once (bounds memory)
+
+
+def _dict_col(indices: np.ndarray, values: list[str] | pa.Array) -> pa.DictionaryArray:
+    if not isinstance(values, pa.Array):
+        values = pa.array(values, pa.string())
+    return pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()), values)
+
+
+def _codes(values: list[str]) -> tuple[np.ndarray, list[str]]:
+    uniq: dict[str, int] = {}
+    codes = np.array([uniq.setdefault(v, len(uniq)) for v in values], dtype=np.int32)
+    return codes, list(uniq)
+
+
+@dataclass
+class _NodeCols:
+    """Per-node constants, computed once per generate() call."""
+
+    node: Node
+    s0: int
+    s1: int
+    g0: int
+    g1: int
+    # slices
+    pod_codes: np.ndarray
+    pod_names: list[str]
+    uid_codes: np.ndarray
+    uids: list[str]
+    ns_codes: np.ndarray
+    namespaces: list[str]
+    ctr_codes: np.ndarray
+    ctrs: list[str]
+    sgpu_codes: np.ndarray
+    vdev: np.ndarray
+    limit_bytes: np.ndarray
+    sm_limit: np.ndarray
+    alloc_cores: np.ndarray
+    whole: np.ndarray
+    nproc: np.ndarray
+    batch_cols: list[int]         # slice columns (node-local) of batch pods
+    # gpus
+    gpu_uuids: list[str]
+    models_codes: np.ndarray
+    models: list[str]
+    mem_total: np.ndarray
+
+    def __post_init__(self) -> None:
+        # Arrow dictionaries built once per node, reused by every chunk
+        self.d_node = pa.array([self.node.name], pa.string())
+        self.d_cluster = pa.array([self.node.cluster], pa.string())
+        self.d_ns = pa.array(self.namespaces, pa.string())
+        self.d_ctr = pa.array(self.ctrs, pa.string())
+        self.d_gpu = pa.array(self.gpu_uuids, pa.string())
+        self.d_model = pa.array(self.models, pa.string())
+
+
+_D_HAMI = pa.array(["hami"], pa.string())
+
+
+def _node_cols(model: wl.FleetModel, ni: int, node: Node) -> _NodeCols:
+    # slices are sorted by GPU and a node's GPUs are contiguous, so its slices are too
+    s0 = int(model.g_start[model.gpu_offset[ni]]) if len(node.gpus) else 0
+    s1 = int(model.g_end[model.gpu_offset[ni + 1] - 1]) if len(node.gpus) else 0
+    sl = model.slices[s0:s1]
+    pod_codes, pod_names = _codes([s.pod.name for s in sl])
+    uid_codes, uids = _codes([s.pod.uid for s in sl])
+    ns_codes, namespaces = _codes([s.pod.namespace for s in sl])
+    ctr_codes, ctrs = _codes([s.container.name for s in sl])
+    gpu_uuids = [g.uuid for g in node.gpus]
+    models_codes, models = _codes([g.model for g in node.gpus])
+    return _NodeCols(
+        node=node, s0=s0, s1=s1, g0=int(model.gpu_offset[ni]), g1=int(model.gpu_offset[ni + 1]),
+        pod_codes=pod_codes, pod_names=pod_names, uid_codes=uid_codes, uids=uids,
+        ns_codes=ns_codes, namespaces=namespaces, ctr_codes=ctr_codes, ctrs=ctrs,
+        sgpu_codes=np.array([s.container.devices[s.vdev] for s in sl], dtype=np.int32),
+        vdev=np.array([s.vdev for s in sl], dtype=np.int16),
+        limit_bytes=np.array([s.container.mem_mib[s.vdev] * MIB for s in sl], dtype=np.int64),
+        sm_limit=np.array([s.container.cores / 100 for s in sl], dtype=np.float32),
+        alloc_cores=np.array([s.container.cores / 100 for s in sl], dtype=np.float32),
+        whole=np.array([s.container.whole_gpu for s in sl], dtype=bool),
+        nproc=np.array([len(s.procs) for s in sl], dtype=np.int16),
+        batch_cols=[i for i, s in enumerate(sl) if s.pod.batch],
+        gpu_uuids=gpu_uuids, models_codes=models_codes, models=models,
+        mem_total=np.array([g.memory_bytes for g in node.gpus], dtype=np.int64),
+    )
+
+
+def _groups(nodes: list[Node], ticks: int) -> list[list[Node]]:
+    budget = max(1, _CELLS_PER_GROUP // max(ticks, 1))
+    groups, cur, cells = [], [], 0
+    for n in nodes:
+        k = max(1, sum(len(c.devices) for p in n.pods for c in p.containers) + len(n.gpus))
+        if cur and cells + k > budget:
+            groups.append(cur)
+            cur, cells = [], 0
+        cur.append(n)
+        cells += k
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+def _gpu_table(nc: _NodeCols, st: wl.FleetState, interval_ms: int) -> pa.Table:
+    T, G = len(st.t_ms), nc.g1 - nc.g0
+    n = T * G
+    cols = slice(nc.g0, nc.g1)
+    zeros = np.zeros(n, dtype=np.int32)
+    arrays = [
+        pa.array(np.repeat(st.t_ms, G), pa.int64()),
+        pa.array(np.full(n, interval_ms, dtype=np.int32)),
+        _dict_col(zeros, nc.d_node),
+        _dict_col(zeros, nc.d_cluster),
+        _dict_col(np.tile(np.arange(G, dtype=np.int32), T), nc.d_gpu),
+        pa.array(np.tile(np.arange(G, dtype=np.int16), T)),
+        _dict_col(np.tile(nc.models_codes, T), nc.d_model),
+        pa.array(np.tile(nc.mem_total, T)),
+        pa.array(st.gpu_mem_used_bytes[:, cols].ravel()),
+        pa.array((st.gpu_sm_pct[:, cols] / 100).astype(np.float32).ravel()),
+        pa.array((st.gpu_mem_util_pct[:, cols] / 100).astype(np.float32).ravel()),
+        pa.array((st.gpu_power_mw[:, cols] / 1000).astype(np.float32).ravel()),
+        pa.array(st.gpu_energy_mj[:, cols].ravel() / 1000),
+        pa.array(st.gpu_slices[:, cols].astype(np.int16).ravel()),
+    ]
+    return pa.Table.from_arrays(arrays, schema=GPU_SCHEMA)
+
+
+def _slice_table(nc: _NodeCols, model: wl.FleetModel, st: wl.FleetState, interval_ms: int) -> pa.Table:
+    T, S = len(st.t_ms), nc.s1 - nc.s0
+    cols = slice(nc.s0, nc.s1)
+    present = st.present[:, cols]
+    mask = present.ravel()
+    n = int(mask.sum())
+
+    def flat(x: np.ndarray) -> np.ndarray:      # (T, S) -> present rows, tick-major
+        return x.ravel()[mask]
+
+    def per_slice(x: np.ndarray) -> np.ndarray:  # (S,) constants -> present rows
+        return np.broadcast_to(x, (T, S)).ravel()[mask]
+
+    uid_idx = np.broadcast_to(nc.uid_codes, (T, S)).copy()
+    pod_idx = np.broadcast_to(nc.pod_codes, (T, S)).copy()
+    uids, pods = list(nc.uids), list(nc.pod_names)
+    for j in nc.batch_cols:                     # each batch run is its own pod
+        ref = model.slices[nc.s0 + j]
+        at = present[:, j]
+        runs, inverse = np.unique(st.containers.run[at, ref.ci], return_inverse=True)
+        uid_idx[at, j] = len(uids) + inverse
+        pod_idx[at, j] = len(pods) + inverse
+        names = [wl.batch_run_name(ref.pod, int(run)) for run in runs]
+        pods.extend(names)
+        uids.extend(wl.stable_uuid("pod", nc.node.cluster, ref.pod.namespace, name) for name in names)
+    ts = np.repeat(st.t_ms, S)[mask]
+    ctx, mod, data = st.ctx_mib[:, cols], st.mod_mib[:, cols], st.data_mib[:, cols]
+    if nc.node.layout == "v1":
+        last = st.containers.last_kernel_s[:, [model.slices[i].ci for i in range(nc.s0, nc.s1)]]
+        age = flat((st.t_ms[:, None] / 1000 - last).astype(np.float32))
+        age_arr = pa.array(age, pa.float32(), mask=flat(last == 0))
+    else:                                       # v0 regions carry no last_kernel_time
+        age_arr = pa.nulls(n, pa.float32())
+    zeros = np.zeros(n, dtype=np.int32)
+    arrays = [
+        pa.array(ts, pa.int64()),
+        pa.array(np.full(n, interval_ms, dtype=np.int32)),
+        _dict_col(zeros, nc.d_node),
+        _dict_col(zeros, nc.d_cluster),
+        _dict_col(flat(uid_idx), uids),
+        _dict_col(flat(pod_idx), pods),
+        _dict_col(per_slice(nc.ns_codes), nc.d_ns),
+        _dict_col(per_slice(nc.ctr_codes), nc.d_ctr),
+        _dict_col(per_slice(nc.sgpu_codes), nc.d_gpu),
+        pa.array(per_slice(nc.vdev)),
+        pa.array(per_slice(nc.limit_bytes)),
+        pa.array(flat(ctx + mod + data) * MIB),
+        pa.array(flat(ctx) * MIB),
+        pa.array(flat(mod) * MIB),
+        pa.array(flat(data) * MIB),
+        pa.array(per_slice(nc.sm_limit)),
+        pa.array(flat(st.sm_pct[:, cols] / 100).astype(np.float32)),
+        age_arr,
+        pa.array(per_slice(nc.nproc)),
+        pa.array(flat(st.used_mib[:, cols]) * MIB),
+        pa.array(per_slice(nc.limit_bytes)),
+        pa.array(per_slice(nc.alloc_cores)),
+        pa.array(per_slice(nc.whole)),
+        _dict_col(zeros, _D_HAMI),
+    ]
+    return pa.Table.from_arrays(arrays, schema=SLICE_SCHEMA)
+
+
+def generate(scenario: Scenario, start_ms: int, end_ms: int, interval_s: float = 10, seed: int = 0,
+             chunk_s: float = 3600, nodes: list[str] | None = None) -> Iterator[tuple[str, pa.Table, pa.Table]]:
+    """Yield (node, gpu_table, slice_table) per node and time chunk for ticks in [start_ms, end_ms)."""
+    interval_ms = int(round(interval_s * 1000))
+    if interval_ms <= 0:
+        raise ValueError("interval_s must be positive")
+    if end_ms <= start_ms:
+        return
+    chosen = [scenario.node(n) for n in nodes] if nodes else scenario.nodes
+    per_chunk = max(1, int(chunk_s * 1000 // interval_ms))
+    models = []
+    for group in _groups(chosen, per_chunk):
+        model = wl.FleetModel(group, seed)
+        models.append((model, [_node_cols(model, i, n) for i, n in enumerate(group)]))
+    t = int(start_ms)
+    while t < end_ms:
+        ticks = np.arange(t, min(end_ms, t + per_chunk * interval_ms), interval_ms, dtype=np.int64)
+        for model, ncs in models:
+            st = model.state(ticks)
+            for nc in ncs:
+                yield nc.node.name, _gpu_table(nc, st, interval_ms), _slice_table(nc, model, st, interval_ms)
+        t = int(ticks[-1]) + interval_ms
+

@@ -1,0 +1,140 @@
+"""Tenant catalog: YAML, Kamaji /metrics import, attribution and re-attribution."""
+from __future__ import annotations
+
+import http.server
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ingest import store, tenants
+from slicemeter.cli import ConfigError
+
+DATA = Path(__file__).parent / "data"
+
+CATALOG = """
+tenants:
+  - name: acme
+    display_name: ACME Research
+    kamaji: {namespace: tenant-acme, name: acme}
+    api_server: https://acme.tenants.example:6443
+    cost_center: CC-1001
+    namespace_overrides: [{namespace: shared-tools, tenant: platform}]
+  - name: platform
+    display_name: Platform team
+    kamaji: {namespace: tenant-platform, name: platform}
+    api_server: https://platform.tenants.example:6443
+"""
+
+
+def _write(tmp_path, text):
+    p = tmp_path / "tenants.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_yaml_catalog_loads(tmp_path):
+    cat = tenants.load_catalog(_write(tmp_path, CATALOG))
+    assert [t.name for t in cat.tenants] == ["acme", "platform"]
+    acme = cat.tenants[0]
+    assert (acme.tcp_namespace, acme.tcp_name, acme.cost_center) == ("tenant-acme", "acme", "CC-1001")
+    assert cat.overrides == [tenants.Override("https://acme.tenants.example:6443", "shared-tools", "platform")]
+
+
+@pytest.mark.parametrize("mutate, key", [
+    (lambda d: d["tenants"][0].update(name="ACME Corp"), "tenants[0].name"),
+    (lambda d: d["tenants"][1]["kamaji"].pop("name"), "tenants[1].kamaji.name"),
+    (lambda d: d["tenants"][0]["namespace_overrides"][0].update(tenant="nobody"), "tenants[0].namespace_overrides[0].tenant"),
+    (lambda d: d["tenants"][1].update(name="acme"), "tenants[1].name"),
+    (lambda d: d.update(tenants={"acme": 1}), "tenants"),
+    (lambda d: d["tenants"][0].update(api_server=["x"]), "tenants[0].api_server"),
+])
+def test_bad_catalog_names_the_key(tmp_path, mutate, key):
+    doc = yaml.safe_load(CATALOG)
+    mutate(doc)
+    with pytest.raises(ConfigError) as err:
+        tenants.load_catalog(_write(tmp_path, yaml.safe_dump(doc)))
+    assert str(err.value).startswith(key + ":") or str(err.value).startswith(key + " "), str(err.value)
+
+
+def test_unreadable_catalog_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="--tenants"):
+        tenants.load_catalog(_write(tmp_path, "tenants: [unclosed"))
+
+
+def _slice_rows(con):
+    # rollup rows of three clusters: acme, platform and one the catalog does not know
+    rows = [("https://acme.tenants.example:6443", "team-a"), ("https://acme.tenants.example:6443", "shared-tools"),
+            ("https://platform.tenants.example:6443", "infra"), ("https://stray.example:6443", "x")]
+    for i, (cluster, ns) in enumerate(rows):
+        con.execute("""INSERT INTO slice_hour (hour, cluster, node, gpu_uuid, namespace, pod_uid, container, whole_gpu,
+                       metered_s, sample_count, alloc_mem_share_s, alloc_cores_share_s, alloc_dominant_share_s,
+                       used_mem_share_s, used_sm_share_s, usage_share_s, hami_nvml_disagree_s)
+                       VALUES (TIMESTAMP '2026-11-01 00:00:00', ?, 'n', 'GPU-1', ?, ?, 'main', false,
+                               3600, 360, 900, 900, 900, 0, 0, 0, 0)""", [cluster, ns, f"uid-{i}"])
+
+
+def _attribution(con):
+    return dict(con.execute("SELECT pod_uid, tenant FROM slice_hour_tenant ORDER BY pod_uid").fetchall())
+
+
+def test_attribution_unassigned_and_reattribution(tmp_path):
+    con = store.connect(tmp_path / "t.duckdb")
+    _slice_rows(con)
+    tenants.store_catalog(con, tenants.load_catalog(_write(tmp_path, CATALOG)))
+    assert _attribution(con) == {"uid-0": "acme", "uid-1": "platform", "uid-2": "platform", "uid-3": "unassigned"}
+    # the stray cluster is adopted by a new tenant; acme's override is dropped
+    doc = yaml.safe_load(CATALOG)
+    doc["tenants"][0].pop("namespace_overrides")
+    doc["tenants"].append({"name": "stray", "api_server": "https://stray.example:6443"})
+    tenants.store_catalog(con, tenants.load_catalog(_write(tmp_path, yaml.safe_dump(doc))))
+    assert _attribution(con) == {"uid-0": "acme", "uid-1": "acme", "uid-2": "platform", "uid-3": "stray"}
+
+
+@pytest.fixture
+def kamaji_server():
+    body = (DATA / "kamaji_metrics.txt").read_bytes()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            if self.path != "/metrics":
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    server.shutdown()
+    server.server_close()
+
+
+def test_kamaji_import_over_http(kamaji_server, tmp_path):
+    imported = tenants.fetch_kamaji_tenants(kamaji_server)
+    assert [(t.name, t.tcp_namespace, t.api_server, t.kubernetes_version) for t in imported] == [
+        ("acme", "tenant-acme", "https://acme.tenants.example:6443", "v1.30.2"),
+        ("globex", "tenant-globex", "https://globex.tenants.example:6443", "v1.31.0"),
+        ("initech", "tenant-initech", None, "v1.29.6"),
+    ]
+    merged = tenants.merge(tenants.load_catalog(_write(tmp_path, CATALOG)), imported)
+    assert [t.name for t in merged.tenants] == ["acme", "platform", "globex", "initech"]
+    assert merged.tenants[0].display_name == "ACME Research"  # the YAML wins
+    con = store.connect(tmp_path / "k.duckdb")
+    tenants.store_catalog(con, merged)
+    # initech has no address: its cluster identity is "namespace/name"
+    assert con.execute("SELECT tenant FROM cluster_tenant WHERE cluster = 'tenant-initech/initech'").fetchone() == ("initech",)
+
+
+def test_kamaji_unreachable_is_a_config_error():
+    with pytest.raises(ConfigError, match="--kamaji-metrics"):
+        tenants.fetch_kamaji_tenants("http://127.0.0.1:9/metrics", timeout=2)
+    with pytest.raises(ConfigError, match="--kamaji-metrics"):
+        tenants.fetch_kamaji_tenants("file:///etc/passwd")
