@@ -109,8 +109,7 @@ def test_project_services_pass_their_subcommands_own_option_parsers():
     for name, svc in project_services().items():
         if (args := parse_cli(svc["command"])) is not None:
             parsed[svc["command"][0]] = args
-    # The node agent, the consumer and the dashboard are always checked.
-    assert {"exporter", "ingest", "dashboard"} <= set(parsed)
+    assert {"exporter", "ingest", "dashboard", "backfill"} <= set(parsed)
     assert parsed["dashboard"].address == "0.0.0.0"  # reachable through the published port
 
 
