@@ -121,7 +121,7 @@ def rules_of(kind: str) -> list[dict]:
     return out
 
 
-# --- the server -----------------------------------------------------------------------------
+# --- the processes: exporters, ingest, Prometheus ------------------------------------------
 
 def start(tmp: Path, name: str, argv: list[str]) -> tuple[subprocess.Popen, Path]:
     """`slicemeter ARGV...` as a child process, stderr to tmp/name.log."""
@@ -132,14 +132,14 @@ def start(tmp: Path, name: str, argv: list[str]) -> tuple[subprocess.Popen, Path
     return proc, log
 
 
-def wait_for_metrics(proc: subprocess.Popen, log: Path, port: int, ready: str, what: str) -> str:
-    """The process' /metrics text once it contains `ready`."""
+def wait_for_metrics(proc: subprocess.Popen, log: Path, port: int, ready, what: str, timeout: float = 30.0) -> str:
+    """The process' /metrics text once ready(text) holds; fails at once if the process dies."""
     def check():
         if proc.poll() is not None:  # not an AssertionError: poll() must not wait it out
             raise RuntimeError(f"{what} exited: {log.read_text()[-2000:]}")
         text = fetch_metrics(port)
-        return text if ready in text else None
-    return poll(check, what)
+        return text if ready(text) else None
+    return poll(check, what, timeout)
 
 
 def samples_of(text: str, name: str) -> list[tuple[dict, float]]:
@@ -184,16 +184,17 @@ def pipeline(tmp_path_factory):
                 "ingest", "--kafka", broker.bootstrap, "--db", str(tmp / "slicemeter.duckdb"),
                 "--tenants", str(SCENARIO), "--metrics-port", str(ingest_port)])
             procs.append(ingest)
-            exporters = {node: (port, wait_for_metrics(proc, log, port, "slicemeter_gpu_memory_total_bytes{",
+            exporters = {node: (port, wait_for_metrics(proc, log, port,
+                                                       lambda text: "slicemeter_gpu_memory_total_bytes{" in text,
                                                        f"exporter {node}'s first Tick"))
                          for node, (proc, log, port) in started.items()}
+            # One Tick each: a row per GPU and per slice.
             rows = sum(len(samples_of(text, "slicemeter_gpu_memory_total_bytes"))
                        + len(samples_of(text, "slicemeter_slice_allocation_ratio")) for _, text in exporters.values())
-
-            def ingested():
-                text = wait_for_metrics(ingest, ingest_log, ingest_port, "slicemeter_ingest_lag_messages{", "ingest")
-                return [v for _, v in samples_of(text, "slicemeter_ingest_samples_total")][0] >= rows
-            poll(ingested, "ingest to store both exporters' first Tick", timeout=45)
+            # Ingest's first group join takes about half its session timeout (TANSU.md).
+            wait_for_metrics(ingest, ingest_log, ingest_port,
+                             lambda text: sum(v for _, v in samples_of(text, "slicemeter_ingest_samples_total")) >= rows,
+                             "ingest to store both exporters' first Tick", timeout=45)
             yield {"exporters": exporters, "ingest": ingest_port, "rows": rows}
         finally:
             for proc in procs:
