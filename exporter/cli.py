@@ -166,12 +166,10 @@ def build_exporter(args: argparse.Namespace) -> tuple[Exporter, ExporterStats]:
 
 
 def serve_metrics(stats: ExporterStats, port: int, addr: str = "0.0.0.0") -> Any:
-    from prometheus_client import CollectorRegistry, start_http_server
+    """/metrics over HTTP in a background thread: fresh families from the Collector per scrape."""
+    from exporter.exposition import serve
 
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(ExporterCollector(stats))
-    server, _thread = start_http_server(port, addr=addr, registry=registry)
-    return server
+    return serve(ExporterCollector(stats).collect, port, addr)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -19,12 +19,21 @@ from slicemeter.tick import SCHEMA_VERSION
 SOURCES = ("nvml", "hami", "pods", "kafka")
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("slicemeter")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 @dataclass
 class ExporterStats:
     """Counters that outlive a Tick; updated by the tick loop and the publisher."""
 
     tenant: str
-    version: str = "0.1.0"
+    version: str = field(default_factory=_version)
     lock: threading.Lock = field(default_factory=threading.Lock)
     last: BuildResult | None = None
     source_errors: dict[str, int] = field(default_factory=lambda: {s: 0 for s in SOURCES})
@@ -145,38 +154,39 @@ class ExporterCollector(Collector):
                 alloc_sum[s.gpu_uuid] = alloc_sum.get(s.gpu_uuid, 0.0) + (a or 0.0)
                 used_sum[s.gpu_uuid] = used_sum.get(s.gpu_uuid, 0.0) + (u or 0.0)
                 names[s.pod_uid] = (s.namespace, s.pod)
-                lv = base + [_s(s.namespace), _s(s.pod or s.pod_uid), s.container, s.gpu_uuid, _s(s.vdevice_index)]
-                hv = base + [_s(s.namespace), _s(s.pod or s.pod_uid), s.container, _s(s.vdevice_index), s.gpu_uuid]
+                # one label dict per slice, shared by its families (exposition.render escapes it once)
+                lv = dict(zip(slice_l, base + [_s(s.namespace), _s(s.pod or s.pod_uid), s.container, s.gpu_uuid, _s(s.vdevice_index)]))
+                hv = dict(zip(hami_l, base + [_s(s.namespace), _s(s.pod or s.pod_uid), s.container, _s(s.vdevice_index), s.gpu_uuid]))
                 for key, v in (("alloc", a), ("usage", u), ("limit", s.hami_memory_limit_bytes),
                                ("used", s.hami_memory_used_bytes), ("nvml", s.nvml_memory_used_bytes),
                                ("sm_limit", s.sm_limit_ratio), ("sm", s.sm_util_ratio),
                                ("age", s.last_kernel_age_s), ("procs", s.process_count)):
                     if v is not None:
-                        sl[key].add_metric(lv, v)
+                        sl[key].add_sample(sl[key].name, lv, v)
                 d = last.disagreement.get((s.pod_uid, s.container, s.gpu_uuid))
                 if d is not None:
-                    sl["disagree"].add_metric(lv, 1 if d else 0)
-                if s.hami_memory_used_bytes is not None:
-                    h_used.add_metric(hv, s.hami_memory_used_bytes)
-                if s.hami_memory_limit_bytes is not None:
-                    h_limit.add_metric(hv, s.hami_memory_limit_bytes)
-                if s.sm_util_ratio is not None:
-                    h_util.add_metric(hv, s.sm_util_ratio)
+                    sl["disagree"].add_sample(sl["disagree"].name, lv, 1 if d else 0)
+                for fam_, v in ((h_used, s.hami_memory_used_bytes), (h_limit, s.hami_memory_limit_bytes),
+                                (h_util, s.sm_util_ratio)):
+                    if v is not None:
+                        fam_.add_sample(fam_.name, hv, v)
             for g in t.gpus:
-                lv = base + [g.gpu_uuid, str(g.gpu_index), _s(g.model)]
+                vals = base + [g.gpu_uuid, str(g.gpu_index), _s(g.model)]
+                lv = dict(zip(gpu_l, vals))
+                hv = dict(zip(hami_host_l, vals))
                 for key, v in (("memory_total", g.memory_total_bytes), ("memory_used", g.memory_used_bytes),
                                ("sm", g.sm_util_ratio), ("mem_util", g.mem_util_ratio), ("power", g.power_watts),
                                ("slices", g.slice_count)):
                     if v is not None:
-                        gpu_f[key].add_metric(lv, v)
-                gpu_f["alloc"].add_metric(lv, min(1.0, alloc_sum.get(g.gpu_uuid, 0.0)))
-                gpu_f["used"].add_metric(lv, min(1.0, used_sum.get(g.gpu_uuid, 0.0)))
+                        gpu_f[key].add_sample(gpu_f[key].name, lv, v)
+                gpu_f["alloc"].add_sample(gpu_f["alloc"].name, lv, min(1.0, alloc_sum.get(g.gpu_uuid, 0.0)))
+                gpu_f["used"].add_sample(gpu_f["used"].name, lv, min(1.0, used_sum.get(g.gpu_uuid, 0.0)))
                 if g.energy_joules is not None:
-                    energy.add_metric(lv, g.energy_joules)
+                    energy.add_sample(energy.name + "_total", lv, g.energy_joules)
                 if g.memory_used_bytes is not None:
-                    h_host_mem.add_metric(lv, g.memory_used_bytes)
+                    h_host_mem.add_sample(h_host_mem.name, hv, g.memory_used_bytes)
                 if g.sm_util_ratio is not None:
-                    h_host_util.add_metric(lv, g.sm_util_ratio)
+                    h_host_util.add_sample(h_host_util.name, hv, g.sm_util_ratio)
             for (uid, container), good in sorted(last.hami_ok.items()):
                 ns, pod = names.get(uid, (None, None))
                 ok.add_metric(base + [_s(ns), _s(pod or uid), container], 1 if good else 0)

@@ -350,7 +350,9 @@ def parse_region_bytes(buf: bytes, device_memory: Mapping[str, int] | None = Non
 class RegionFile:
     pod_uid: str
     container: str
-    path: str     # absolute, inside the HAMi containers dir
+    dir_name: str     # <podUID>_<container>, validated
+    cache_name: str   # *.cache, validated
+    path: str         # for logs and hami-dump; reading goes through openat (read_region_entry)
 
 
 def parse_dir_name(name: str) -> tuple[str, str] | None:
@@ -359,14 +361,17 @@ def parse_dir_name(name: str) -> tuple[str, str] | None:
     return (m.group("uid"), m.group("container")) if m else None
 
 
+def containers_dir(hami_dir: str) -> str:
+    return os.path.join(os.path.realpath(hami_dir), "containers")
+
+
 def discover(hami_dir: str) -> tuple[list[RegionFile], list[tuple[str, RegionError]]]:
     """List region files; returns (files, [(entry name, error)]) and never raises."""
-    root = os.path.join(hami_dir, "containers")
+    root = containers_dir(hami_dir)
     files: list[RegionFile] = []
     errors: list[tuple[str, RegionError]] = []
     try:
-        real_root = os.path.realpath(root)
-        entries = list(os.scandir(real_root))
+        entries = list(os.scandir(root))
     except OSError:
         return files, errors     # no HAMi on this node (yet): not an error
     for entry in entries:
@@ -387,8 +392,55 @@ def discover(hami_dir: str) -> tuple[list[RegionFile], list[tuple[str, RegionErr
         if len(caches) > 1:
             errors.append((entry.name, RegionError("ambiguous", f"{len(caches)} .cache files")))
             continue
-        files.append(RegionFile(parsed[0], parsed[1], os.path.join(real_root, entry.name, caches[0])))
+        files.append(RegionFile(parsed[0], parsed[1], entry.name, caches[0], os.path.join(root, entry.name, caches[0])))
     return files, errors
+
+
+_RO = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def _open_error(what: str, exc: OSError) -> RegionError:
+    # ELOOP: O_NOFOLLOW met a link; ENOTDIR: a link or file where a directory should be
+    reason = "symlink" if exc.errno in (errno.ELOOP, errno.ENOTDIR) else "unreadable"
+    return RegionError(reason, f"open {what}: {exc.strerror}")
+
+
+def _read_fd(fd: int, name: str, device_memory: Mapping[str, int] | None, now_s: float | None) -> Region | RegionError:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        return RegionError("not_regular", f"{name} is not a regular file")
+    return parse_region(lambda off, n: os.pread(fd, n, off), st.st_size, device_memory, now_s)
+
+
+def read_region_entry(
+    root_fd: int,
+    rf: RegionFile,
+    device_memory: Mapping[str, int] | None = None,
+    now_s: float | None = None,
+) -> Region | RegionError:
+    """Open `<containers>/<dir>/<cache>` component by component (openat, no links followed),
+    so nothing outside the HAMi directory can be reached whatever the tenant renames."""
+    try:
+        dfd = os.open(rf.dir_name, _RO | os.O_DIRECTORY, dir_fd=root_fd)
+    except OSError as exc:
+        return _open_error(rf.dir_name, exc)
+    try:
+        fd = os.open(rf.cache_name, _RO | os.O_NONBLOCK, dir_fd=dfd)
+    except OSError as exc:
+        return _open_error(f"{rf.dir_name}/{rf.cache_name}", exc)
+    finally:
+        os.close(dfd)
+    try:
+        return _read_fd(fd, rf.cache_name, device_memory, now_s)
+    finally:
+        os.close(fd)
+
+
+def open_containers_dir(hami_dir: str) -> int | None:
+    try:
+        return os.open(containers_dir(hami_dir), os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
 
 
 def read_region_file(
@@ -397,20 +449,16 @@ def read_region_file(
     device_memory: Mapping[str, int] | None = None,
     now_s: float | None = None,
 ) -> Region | RegionError:
-    """Open read-only without following links, check it stays inside the HAMi dir, parse."""
+    """One file by path (hami-dump): must resolve inside `hami_dir`; the file itself may not be a link."""
     root = os.path.realpath(hami_dir)
     real = os.path.realpath(path)
     if os.path.commonpath([root, real]) != root:
         return RegionError("outside_dir", f"{path} resolves outside {root}")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, _RO | os.O_NONBLOCK)
     except OSError as exc:
-        reason = "symlink" if exc.errno == errno.ELOOP else "unreadable"   # O_NOFOLLOW on a link
-        return RegionError(reason, f"open {os.path.basename(path)}: {exc.strerror}")
+        return _open_error(os.path.basename(path), exc)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return RegionError("not_regular", f"{os.path.basename(path)} is not a regular file")
-        return parse_region(lambda off, n: os.pread(fd, n, off), st.st_size, device_memory, now_s)
+        return _read_fd(fd, os.path.basename(path), device_memory, now_s)
     finally:
         os.close(fd)

@@ -7,7 +7,10 @@ acknowledgement (acks=all) and only then deletes it. So:
 - while Kafka is unreachable Ticks accumulate on disk, bounded by `max_bytes` (the oldest
   are dropped first and counted), and are replayed in order when it is back;
 - one Tick is in flight at a time, so a retry can never reorder Ticks; after a failure the
-  producer is rebuilt (a restarted broker has lost the old session).
+  producer is rebuilt (a restarted broker has lost the old session);
+- an acknowledged offset that goes backwards means the broker lost its log (Tansu keeps
+  topics in memory; after its restart a producer with stale metadata is acked into a topic
+  that does not exist): that Tick is resent through a fresh producer.
 A Tick is the Kafka message value `slicemeter.tick.encode_ticks([tick])`, key = node.
 """
 from __future__ import annotations
@@ -113,9 +116,14 @@ def kafka_producer(bootstrap: str) -> Any:
         max_in_flight_requests_per_connection=1,
         enable_idempotence=False,   # a restarted broker forgets producer ids; order is kept by sending one at a time
         linger_ms=0,
-        request_timeout_ms=5000,
-        delivery_timeout_ms=12000,
-        max_block_ms=5000,
+        # Fail fast (well inside one 10 s tick) so that the spool, not the client, holds Ticks
+        # through an outage, and a rebuilt producer starts from fresh metadata.
+        request_timeout_ms=3000,
+        delivery_timeout_ms=6000,
+        max_block_ms=3000,
+        # Refresh metadata often: after a broker restart between ticks the topic is known
+        # (and re-created where auto-creation is on) before the next send.
+        metadata_max_age_ms=5000,
         reconnect_backoff_max_ms=2000,
     )
 
@@ -138,6 +146,7 @@ class Publisher:
         self.max_backoff_s = max_backoff_s
         self.published = 0
         self._producer: Any = None
+        self._last_offset: dict[int, int] = {}
         self._wake = threading.Condition()
         self._stop = False
         self._thread: threading.Thread | None = None
@@ -189,7 +198,17 @@ class Publisher:
             try:
                 if self._producer is None:
                     self._producer = self.producer_factory()
-                self._producer.send(self.topic, key=self.key, value=payload).get(timeout=self.send_timeout_s)
+                    self._last_offset.clear()   # a new session: offsets are compared from here on
+                    self._producer.partitions_for(self.topic)   # fresh metadata (creates the topic where allowed)
+                md = self._producer.send(self.topic, key=self.key, value=payload).get(timeout=self.send_timeout_s)
+                last = self._last_offset.get(md.partition)
+                if last is not None and md.offset <= last:
+                    # Offsets only grow: the broker lost its log (a memory-storage broker restarted, or the
+                    # topic was recreated) and a client with stale metadata may have been acked into nothing.
+                    self._last_offset.clear()
+                    raise RuntimeError(f"partition {md.partition} acknowledged offset {md.offset} after {last}: "
+                                       "broker lost its log; resending with fresh metadata")
+                self._last_offset[md.partition] = md.offset
             except Exception as exc:   # broker down, timeout, metadata: keep it spooled, retry later
                 log.warning("Kafka publish failed (%s: %s); %d Tick(s) spooled", type(exc).__name__, exc, len(self.spool))
                 if self.on_error:

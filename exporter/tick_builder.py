@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from exporter.hami import Region, RegionError, aggregate, discover, read_region_file
+from exporter.hami import Region, RegionError, aggregate, discover, open_containers_dir, read_region_entry
 from exporter.nvml import GpuSample, NvmlReader
 from exporter.pods import Grant, PodCache, PodInfo, pid_to_pod
 from slicemeter.tick import GpuReading, SliceReading, Tick
@@ -110,25 +110,55 @@ class TickBuilder:
         files, dir_errors = discover(self.hami_dir)
         for entry, err in dir_errors:
             self._region_error(res, None, None, entry, err)
+        root_fd = open_containers_dir(self.hami_dir) if files else None
+        try:
+            self._hami_slices(res, files, root_fd, pods, gpus, devmem, snap, seen, hami_pids, ts_ms)
+        finally:
+            if root_fd is not None:
+                os.close(root_fd)
+
+        self._annotation_slices(res, pods.pods.values(), gpus, seen)
+        if self.proc_root is not None:
+            self._cgroup_slices(res, snap.gpus, pods, hami_pids)
+
+        counts: dict[str, int] = {}
+        for s in slices:
+            counts[s.gpu_uuid] = counts.get(s.gpu_uuid, 0) + 1
+        for g in snap.gpus:
+            res.tick.gpus.append(_gpu_reading(g, counts.get(g.uuid, 0)))
+        res.duration_s = time.perf_counter() - t0
+        return res
+
+    def _hami_slices(self, res, files, root_fd, pods, gpus, devmem, snap, seen, hami_pids, ts_ms) -> None:
+        slices = res.tick.slices
+        # every GPU process on the node, when NVML could list them all (else: unknown, keep slots)
+        nvml_pids = None
+        if snap.gpus and all(g.processes is not None for g in snap.gpus):
+            nvml_pids = {pid for g in snap.gpus for pid in g.processes}
         for f in files:
             pod = pods.pods.get(f.pod_uid)
             if pods.fetched and pod is None:
                 continue   # stale directory of a deleted pod
-            region = read_region_file(f.path, self.hami_dir, devmem, now_s=ts_ms / 1000)
+            if root_fd is None:
+                region: Region | RegionError = RegionError("unreadable", "HAMi containers directory vanished")
+            else:
+                region = read_region_entry(root_fd, f, devmem, now_s=ts_ms / 1000)
             if isinstance(region, Region) and snap.gpus:
                 stray = [d.uuid for d in region.devices if d.uuid not in gpus]
                 if stray:
                     region = RegionError("unknown_gpu", f"device UUID {stray[0]} is not a GPU of this node")
             if isinstance(region, RegionError):
-                self._region_error(res, f.pod_uid, f.container, os.path.basename(os.path.dirname(f.path)), region)
+                self._region_error(res, f.pod_uid, f.container, f.dir_name, region)
                 res.hami_ok[(f.pod_uid, f.container)] = False
                 continue
             res.hami_ok[(f.pod_uid, f.container)] = True
             grants = _grants_for(pod, f.container)
             devices = region.devices
-            if self.pid_alive is not None:
-                # HAMi-core frees an exited process's slot lazily: drop it so memory is not stuck high.
-                live = [p for p in region.procs if not p.hostpid or self.pid_alive(p.hostpid)]
+            if nvml_pids is not None:
+                # HAMi-core frees an exited process's slot lazily, so its memory would stay at the
+                # high-water mark: drop a slot whose host pid NVML no longer lists and /proc lacks.
+                live = [p for p in region.procs
+                        if not p.hostpid or p.hostpid in nvml_pids or (self.pid_alive is not None and self.pid_alive(p.hostpid))]
                 if len(live) != len(region.procs):
                     devices = aggregate(region.devices, live)
             age = max(0.0, ts_ms / 1000 - region.last_kernel_time) if region.last_kernel_time else None
@@ -162,18 +192,6 @@ class TickBuilder:
                 seen.add((f.pod_uid, f.container, dev.uuid))
                 res.disagreement[(f.pod_uid, f.container, dev.uuid)] = memory_disagrees(
                     s.hami_memory_used_bytes, nvml_mem, self.tolerance_bytes, self.tolerance_ratio)
-
-        self._annotation_slices(res, pods.pods.values(), gpus, seen)
-        if self.proc_root is not None:
-            self._cgroup_slices(res, snap.gpus, pods, hami_pids)
-
-        counts: dict[str, int] = {}
-        for s in slices:
-            counts[s.gpu_uuid] = counts.get(s.gpu_uuid, 0) + 1
-        for g in snap.gpus:
-            res.tick.gpus.append(_gpu_reading(g, counts.get(g.uuid, 0)))
-        res.duration_s = time.perf_counter() - t0
-        return res
 
     def _region_error(self, res: BuildResult, uid: str | None, container: str | None, entry: str, err: RegionError) -> None:
         res.region_errors.append((uid, container, entry, err))

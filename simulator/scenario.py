@@ -91,8 +91,9 @@ class Workload:
     pattern: str
     params: tuple[tuple[str, float], ...]
 
-    def p(self, name: str, default: float = 0.0) -> float:
-        return dict(self.params).get(name, default)
+    @property
+    def params_dict(self) -> dict[str, float]:
+        return dict(self.params)
 
 
 @dataclass(frozen=True)

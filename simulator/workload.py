@@ -78,7 +78,11 @@ def _diurnal_load(t_s: np.ndarray, base: np.ndarray, peak: np.ndarray) -> np.nda
 
 @dataclass
 class ContainerArrays:
-    """Per-container parameters as (1, C) rows, so patterns broadcast over (T, C)."""
+    """Per-container parameters as (1, C) rows, so patterns broadcast over (T, C).
+
+    `groups` maps a pattern id to its container columns; each pattern is evaluated on its own
+    columns only. Schedules are kept for their pattern's columns only (rows in group order).
+    """
 
     key: np.ndarray
     pattern: np.ndarray
@@ -86,50 +90,52 @@ class ContainerArrays:
     memory: np.ndarray
     base: np.ndarray
     peak: np.ndarray
-    session_prob: np.ndarray
     jobs: np.ndarray          # batch: jobs per day
     part_s: np.ndarray        # batch: seconds per job period
     dur_s: np.ndarray         # batch: job duration
-    nb_active: np.ndarray     # (C, NB_WEEK_BLOCKS) notebook session schedule
-    nb_back: np.ndarray       # (C, NB_WEEK_BLOCKS) blocks back to the last session, -1 = none
-    batch_off: np.ndarray     # (C, 7 * 48) batch job start offsets per weekday and job
+    groups: dict[int, np.ndarray]
+    nb_active: np.ndarray     # (notebooks, NB_WEEK_BLOCKS) session schedule
+    nb_back: np.ndarray       # (notebooks, NB_WEEK_BLOCKS) blocks back to the last session, -1 = none
+    batch_off: np.ndarray     # (batch containers, 7 * 48) job start offsets per weekday and job
 
 
 def container_arrays(containers: list[Container], seed: int) -> ContainerArrays:
-    C = len(containers)
     key = np.array([stable_hash(c.key, seed) for c in containers], dtype=np.uint64)
     sched = np.array([stable_hash(c.sched_key, seed) for c in containers], dtype=np.uint64)
+    params = [c.workload.params_dict for c in containers]
 
     def param(name: str, default: float = 0.0) -> np.ndarray:
-        return np.array([c.workload.p(name, default) for c in containers], dtype=np.float64)
+        return np.array([p.get(name, default) for p in params], dtype=np.float64)
 
     pattern = np.array([PATTERN_IDS[c.workload.pattern] for c in containers], dtype=np.int64)
+    groups = {pid: np.flatnonzero(pattern == pid) for pid in range(len(PATTERN_IDS))}
+    groups = {pid: cols for pid, cols in groups.items() if len(cols)}
     jobs = param("jobs_per_day", 1).astype(np.int64)
     part = np.maximum((86400 // np.maximum(jobs, 1)) // SLOT_S * SLOT_S, SLOT_S)
     dur = np.minimum(np.ceil(param("duration_min", 15) * 60 / SLOT_S).astype(np.int64) * SLOT_S, part)
     # notebook sessions: a weekly habit (working hours far more likely)
+    nb = groups.get(2, np.zeros(0, np.int64))
     blocks = np.arange(NB_WEEK_BLOCKS)
     block_t = ORIGIN_S + blocks * NB_BLOCK_S
     hod = _hour_of_day(block_t)
     working = (_weekday(block_t) < 5) & (hod >= 9) & (hod < 19)
-    prob = np.where(working[None, :], param("session_prob")[:, None], 0.03)
-    nb_active = (u01(sched[:, None], blocks[None, :], 3) < prob) & (pattern[:, None] == 2)
+    prob = np.where(working[None, :], param("session_prob")[nb][:, None], 0.03)
+    nb_active = u01(sched[nb][:, None], blocks[None, :], 3) < prob
     # blocks back to the nearest earlier session (cyclic over the week), -1 if none
     twice = np.concatenate([nb_active, nb_active], axis=1)
     pos = np.where(twice, np.arange(2 * NB_WEEK_BLOCKS)[None, :], -1)
     last = np.maximum.accumulate(pos, axis=1)[:, NB_WEEK_BLOCKS - 1:2 * NB_WEEK_BLOCKS - 1]
     nb_back = np.where(last >= 0, NB_WEEK_BLOCKS + blocks[None, :] - last, -1)
     # batch: job k on weekday w starts at a slot-aligned offset inside its period
-    slots_free = (part - dur) // SLOT_S
+    bt = groups.get(4, np.zeros(0, np.int64))
+    slots_free = (part[bt] - dur[bt]) // SLOT_S
     idx = np.arange(7 * 48)
-    batch_off = (np.floor(u01(sched[:, None], idx[None, :], 5) * (slots_free[:, None] + 1)) * SLOT_S).astype(np.int32)
-    batch_off[pattern != 4] = 0
+    batch_off = (np.floor(u01(sched[bt][:, None], idx[None, :], 5) * (slots_free[:, None] + 1)) * SLOT_S)
     row = lambda a: a[None, :]  # noqa: E731
     return ContainerArrays(
         key=row(key), pattern=row(pattern), level=row(param("level")), memory=row(param("memory")),
-        base=row(param("base")), peak=row(param("peak")), session_prob=row(param("session_prob")),
-        jobs=row(jobs), part_s=row(part), dur_s=row(dur), nb_active=nb_active, nb_back=nb_back,
-        batch_off=batch_off,
+        base=row(param("base")), peak=row(param("peak")), jobs=row(jobs), part_s=row(part), dur_s=row(dur),
+        groups=groups, nb_active=nb_active, nb_back=nb_back, batch_off=batch_off.astype(np.int64),
     )
 
 
@@ -143,72 +149,83 @@ class ContainerState:
 
 
 def _batch_running(ca: ContainerArrays, tsec: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(running, day, job) of batch containers at (T, 1) instants in seconds."""
+    """(running, day, job) of the batch columns at (T, 1) instants in seconds."""
+    cols = ca.groups[4]
     day = (tsec - ORIGIN_S) // 86400
     sod = (tsec - ORIGIN_S) % 86400
-    job = sod // ca.part_s
-    cidx = np.arange(ca.key.shape[1])[None, :]
-    off = ca.batch_off[cidx, np.minimum((day % 7) * 48 + job, 7 * 48 - 1)]
-    start = job * ca.part_s + off
-    return (job < ca.jobs) & (sod >= start) & (sod < start + ca.dur_s), day, job
+    part = ca.part_s[:, cols]
+    job = sod // part
+    off = ca.batch_off[np.arange(len(cols))[None, :], np.minimum((day % 7) * 48 + job, 7 * 48 - 1)]
+    start = job * part + off
+    return (job < ca.jobs[:, cols]) & (sod >= start) & (sod < start + ca.dur_s[:, cols]), day, job
+
+
+def _notebook_blocks(ca: ContainerArrays, tsec: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(in session, blocks back to the last session, absolute block) of the notebook columns."""
+    abs_block = (tsec - ORIGIN_S) // NB_BLOCK_S
+    wb = abs_block % NB_WEEK_BLOCKS
+    rows = np.arange(len(ca.groups[2]))[None, :]
+    return ca.nb_active[rows, wb], ca.nb_back[rows, wb], abs_block
 
 
 def container_state(ca: ContainerArrays, t_ms: np.ndarray) -> ContainerState:
     """Every container at every instant (t_ms: (T,) int64)."""
     tsec = (np.asarray(t_ms, dtype=np.int64) // 1000)[:, None]
     T, C = tsec.shape[0], ca.key.shape[1]
-    pat = ca.pattern
-    z = znoise(ca.key, tsec, 1)
-    cidx = np.arange(C)[None, :]
-    # steady training / batch: a level with a little jitter
-    steady = np.clip(ca.level + 0.04 * z, 0.0, 1.0)
-    # diurnal inference
-    load = _diurnal_load(tsec, ca.base, ca.peak)
-    diurnal = np.clip(load * (1 + 0.1 * z), 0.0, 1.0)
-    # bursty notebook
-    abs_block = (tsec - ORIGIN_S) // NB_BLOCK_S
-    wb = abs_block % NB_WEEK_BLOCKS
-    active = ca.nb_active[cidx, wb]
-    burst = u01(ca.key, tsec // 10, 4) < 0.3
-    notebook = np.where(active, np.where(burst, ca.level * (0.8 + 0.4 * u01(ca.key, tsec, 6)), 0.01), 0.0)
-    back = ca.nb_back[cidx, wb]
-    nb_last = np.where(active, tsec, np.where(back > 0, ORIGIN_S + (abs_block - back + 1) * NB_BLOCK_S - 1, 0))
-    # batch jobs
-    running, day, job = _batch_running(ca, tsec)
-
-    is_b = pat == 4
-    present = np.where(is_b, running, True)
-    util = np.select([pat == 0, pat == 1, pat == 2, pat == 3], [steady, diurnal, notebook, 0.0], steady)
-    util = np.where(present, util, 0.0)
-    mem_jitter = 0.01 * (u01(ca.key, tsec // 60, 2) - 0.5)
-    memfrac = np.select(
-        [pat == 0, pat == 1, pat == 2, pat == 3],
-        [ca.memory + mem_jitter,
-         ca.memory + 0.3 * (load - ca.base),
-         np.where(active, ca.memory, ca.memory * 0.5),
-         ca.memory],
-        ca.memory + mem_jitter,
-    )
-    memfrac = np.where(present, np.clip(memfrac, 0.0, 1.0), 0.0)
-    last = np.select([pat == 2, pat == 3], [nb_last, 0], tsec)
-    last = np.where(present, last, 0)
-    run = np.where(is_b & running, day * 64 + job, 0)
-    return ContainerState(present=np.broadcast_to(present, (T, C)), run=run, util=util, memfrac=memfrac,
-                          last_kernel_s=np.broadcast_to(last, (T, C)).astype(np.int64))
+    present = np.ones((T, C), dtype=bool)
+    run = np.zeros((T, C), dtype=np.int64)
+    util = np.zeros((T, C))
+    memfrac = np.zeros((T, C))
+    last = np.zeros((T, C), dtype=np.int64)
+    for pid, cols in ca.groups.items():
+        key, level, mem = ca.key[:, cols], ca.level[:, cols], ca.memory[:, cols]
+        if pid in (0, 4):                     # steady training / batch: a level with a little jitter
+            steady = np.clip(level + 0.04 * znoise(key, tsec, 1), 0.0, 1.0)
+            steady_mem = mem + 0.01 * (u01(key, tsec // 60, 2) - 0.5)
+        if pid == 0:
+            util[:, cols], memfrac[:, cols], last[:, cols] = steady, steady_mem, tsec
+        elif pid == 1:                        # diurnal inference
+            base = ca.base[:, cols]
+            load = _diurnal_load(tsec, base, ca.peak[:, cols])
+            util[:, cols] = np.clip(load * (1 + 0.1 * znoise(key, tsec, 1)), 0.0, 1.0)
+            memfrac[:, cols] = mem + 0.3 * (load - base)
+            last[:, cols] = tsec
+        elif pid == 2:                        # bursty notebook
+            active, back, abs_block = _notebook_blocks(ca, tsec)
+            burst = u01(key, tsec // 10, 4) < 0.3
+            util[:, cols] = np.where(active, np.where(burst, level * (0.8 + 0.4 * u01(key, tsec, 6)), 0.01), 0.0)
+            memfrac[:, cols] = np.where(active, mem, mem * 0.5)
+            last[:, cols] = np.where(active, tsec,
+                                     np.where(back > 0, ORIGIN_S + (abs_block - back + 1) * NB_BLOCK_S - 1, 0))
+        elif pid == 3:                        # idle reservation: memory held, no kernels
+            memfrac[:, cols] = mem
+        else:                                 # batch jobs: the pod exists only while a job runs
+            running, day, job = _batch_running(ca, tsec)
+            present[:, cols] = running
+            util[:, cols] = np.where(running, steady, 0.0)
+            memfrac[:, cols] = np.where(running, steady_mem, 0.0)
+            last[:, cols] = np.where(running, tsec, 0)
+            run[:, cols] = np.where(running, day * 64 + job, 0)
+    return ContainerState(present=present, run=run, util=util, memfrac=np.clip(memfrac, 0.0, 1.0),
+                          last_kernel_s=last)
 
 
 def expected_util(ca: ContainerArrays, t_s: np.ndarray) -> np.ndarray:
     """Noise-free expected utilisation (fraction of cap) at instants t_s (seconds): (T, C)."""
     tcol = np.asarray(t_s, dtype=np.int64)[:, None]
-    pat = ca.pattern
-    running, _, _ = _batch_running(ca, tcol)
-    nb_on = ca.nb_active[np.arange(pat.shape[1])[None, :], ((tcol - ORIGIN_S) // NB_BLOCK_S) % NB_WEEK_BLOCKS]
-    return np.select(
-        [pat == 0, pat == 1, pat == 2, pat == 3],
-        [ca.level, _diurnal_load(tcol, ca.base, ca.peak),
-         np.where(nb_on, ca.level * 0.3 + 0.01 * 0.7, 0.0), 0.0],
-        np.where(running, ca.level, 0.0),
-    )
+    out = np.zeros((len(tcol), ca.key.shape[1]))
+    for pid, cols in ca.groups.items():
+        level = ca.level[:, cols]
+        if pid == 0:
+            out[:, cols] = level
+        elif pid == 1:
+            out[:, cols] = _diurnal_load(tcol, ca.base[:, cols], ca.peak[:, cols])
+        elif pid == 2:
+            active, _, _ = _notebook_blocks(ca, tcol)
+            out[:, cols] = np.where(active, level * 0.3 + 0.01 * 0.7, 0.0)   # burst share x level + floor
+        elif pid == 4:
+            out[:, cols] = np.where(_batch_running(ca, tcol)[0], level, 0.0)
+    return out
 
 
 # ---------------------------------------------------------------- slices and GPUs of nodes
@@ -364,7 +381,8 @@ class FleetModel:
         rel_ms = t_ms[:, None] - ORIGIN_S * 1000
         slot = (rel_ms % (WEEK_S * 1000)) // (SLOT_S * 1000)
         pw = self.w_power[slot, np.arange(G)[None, :]]
-        power_mw = np.rint(pw * 1000 * (1 + 0.02 * znoise(self.g_key[None, :], t_ms[:, None] // 1000, 7))).astype(np.int64)
+        noisy = pw * (1 + 0.02 * znoise(self.g_key[None, :], t_ms[:, None] // 1000, 7))
+        power_mw = np.rint(np.clip(noisy, self.g_idle, self.g_tdp) * 1000).astype(np.int64)   # within idle..TDP
         return FleetState(
             t_ms=t_ms, containers=cs, present=present, sm_pct=sm, used_mib=used, ctx_mib=ctx, mod_mib=mod,
             data_mib=data, gpu_sm_pct=gsm, gpu_mem_util_pct=gmu,

@@ -21,7 +21,6 @@ MiB = 1 << 20
 T0 = 1_795_000_000_000   # a fixed instant: runs are reproducible
 
 SCENARIO = """
-seed: 3
 tenants:
   - name: acme
     display_name: ACME
@@ -189,7 +188,7 @@ def test_corrupt_region_costs_one_container(scenario, tmp_path):
     stats = ExporterStats(tenant="acme")
     stats.record(res)
     text = _exposition(stats)
-    assert 'slicemeter_hami_region_errors_total{reason="bad_proc_num"} 1.0' in text
+    assert 'slicemeter_hami_region_errors_total{reason="bad_proc_num"} 1\n' in text
     assert 'container="encoder"' in text and "slicemeter_hami_region_ok{" in text
 
 
@@ -257,11 +256,29 @@ def _hami_pids(hami_dir):
 
 
 def _exposition(stats) -> str:
-    from prometheus_client import CollectorRegistry, generate_latest
+    from exporter.exposition import render
 
+    return render(ExporterCollector(stats).collect()).decode()
+
+
+def test_fast_rendering_equals_prometheus_client(scenario, tmp_path):
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    sim, tick = make(scenario, "node-v1", tmp_path)
+    stats = ExporterStats(tenant="acme")
+    stats.record(tick(T0))
+    stats.spool_stats = lambda: {"ticks": 1, "bytes": 10, "dropped": 0, "published": 3}
     reg = CollectorRegistry(auto_describe=False)
     reg.register(ExporterCollector(stats))
-    return generate_latest(reg).decode()
+
+    def parsed(text):
+        return sorted((s.name, tuple(sorted(s.labels.items())), s.value)
+                      for fam in text_string_to_metric_families(text) for s in fam.samples
+                      if s.name != "slicemeter_scrape_duration_seconds")
+
+    ours, theirs = parsed(_exposition(stats)), parsed(generate_latest(reg).decode())
+    assert ours == theirs and len(ours) > 100
 
 
 def test_metrics_pass_promtool_and_serve_over_http(scenario, tmp_path):
@@ -277,7 +294,7 @@ def test_metrics_pass_promtool_and_serve_over_http(scenario, tmp_path):
         server.shutdown()
     for name in ("slicemeter_gpu_memory_total_bytes", "slicemeter_slice_allocation_ratio", "slicemeter_gpu_energy_joules_total",
                  "hami_vgpu_memory_used_bytes", "hami_container_device_utilization_ratio", "hami_host_gpu_utilization_ratio",
-                 "slicemeter_spool_ticks 2.0", "slicemeter_published_ticks_total 5.0", "slicemeter_build_info{"):
+                 "slicemeter_spool_ticks 2\n", "slicemeter_published_ticks_total 5\n", "slicemeter_build_info{"):
         assert name in text, name
     alloc = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("slicemeter_gpu_allocated_ratio{")]
     assert len(alloc) == 2 and all(0 < a <= 1 for a in alloc)
@@ -303,3 +320,46 @@ def test_missing_nvml_is_a_clear_startup_error(tmp_path, capsys):
     rc = main(["exporter", "--hami-dir", str(tmp_path), "--once", "--cluster", "c"])
     err = capsys.readouterr().err
     assert rc == 2 and "NVML" in err and "--simulate" in err
+
+
+def test_exited_process_slot_does_not_keep_memory(scenario, tmp_path):
+    """HAMi-core leaves an exited process's slot behind; its memory must not be counted."""
+    sim, tick = make(scenario, "node-v0", tmp_path)
+    before = {s.container: s for s in tick(T0).tick.slices}
+    nb = before["nb"]
+    from exporter.hami import LAYOUT_V0 as L
+
+    cache = next((tmp_path / "containers" / f"{nb.pod_uid}_nb").glob("*.cache"))
+    with open(cache, "r+b") as f:
+        f.seek(L.tail_off)
+        n = struct.unpack("<i", f.read(4))[0]
+        f.seek(L.procs_off)
+        slot = bytearray(f.read(L.slot_size))
+        struct.pack_into("<i", slot, 4, 999_999)          # a host pid that no longer exists
+        f.seek(L.procs_off + n * L.slot_size)
+        f.write(slot)
+        f.seek(L.tail_off)
+        f.write(struct.pack("<i", n + 1))
+    builder = TickBuilder("node-v0", sim.cluster, NvmlReader(sim.nvml, initialised=True), str(tmp_path),
+                          _refreshed(PodCache(sim.pods)), proc_root=None)
+    after = {s.container: s for s in builder.build(T0).tick.slices}["nb"]
+    assert after.hami_memory_used_bytes == nb.hami_memory_used_bytes > 0
+    assert after.process_count == nb.process_count
+
+
+def test_failing_nvml_calls_cost_only_their_values(tmp_path):
+    """Unsupported NVML calls (as on some GPUs) leave the rest of the Tick intact and are counted."""
+    text = SCENARIO.replace("    hami_layout: v0\n", "    hami_layout: v0\n    nvml_unsupported: [nvmlDeviceGetPowerUsage, "
+                            "nvmlDeviceGetTotalEnergyConsumption, nvmlDeviceGetProcessUtilization]\n")
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    sim, tick = make(load_scenario(str(path)), "node-v0", tmp_path / "h")
+    res = tick(T0)
+    assert len(res.tick.gpus) == 2 and res.nvml_errors == 6          # 3 calls x 2 GPUs
+    for g in res.tick.gpus:
+        assert g.power_watts is None and g.energy_joules is None
+        assert g.memory_total_bytes > 0 and g.sm_util_ratio is not None
+    assert {s.pod for s in res.tick.slices} == {"vision", "notebook"}
+    stats = ExporterStats(tenant="acme")
+    stats.record(res)
+    assert 'slicemeter_source_errors_total{source="nvml"} 6\n' in _exposition(stats)

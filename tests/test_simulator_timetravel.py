@@ -4,12 +4,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 
 from hami_reader import read_region
 from simulator.node import SimulatedNode
-from simulator.scenario import MIB, load_scenario
+from simulator.scenario import MIB, load_scenario, parse_scenario
 from simulator.timetravel import generate
 from slicemeter.tick import GPU_SCHEMA, SLICE_SCHEMA, decode, encode_tables
 
@@ -126,7 +127,6 @@ def test_week_of_history_shape(demo):
         sp = s.select(["pod", "pod_uid", "last_kernel_age_s"]).to_pandas()
         sp["node"] = n
         slice_rows.append(sp)
-    import pandas as pd
     gdf, sdf = pd.concat(gpu_rows), pd.concat(slice_rows)
     # energy counters only grow
     for _, grp in gdf.sort_values("ts_ms").groupby("gpu_uuid"):
@@ -139,3 +139,17 @@ def test_week_of_history_shape(demo):
     # the v0 node has no last_kernel_time; v1 slices that ran a kernel do
     assert sdf[sdf["node"] == "gpu-node-2"]["last_kernel_age_s"].isna().all()
     assert sdf[sdf["node"] == "gpu-node-1"]["last_kernel_age_s"].notna().mean() > 0.5
+
+
+def test_an_under_reporting_region_disagrees_with_nvml():
+    text = (REPO / "examples/demo.yaml").read_text().replace(
+        "            workload: {pattern: steady-training, level: 0.8}\n",
+        "            workload: {pattern: steady-training, level: 0.8}\n            hami_underreport: 0.5\n", 1)
+    s = parse_scenario(text)
+    _, _, t = next(generate(s, TS, TS + 1, nodes=["gpu-node-1"]))
+    rows = {r["pod"]: r for r in t.to_pylist()}
+    liar, honest = rows["llm-finetune"], rows["chat-api"]
+    assert honest["hami_memory_used_bytes"] == honest["nvml_memory_used_bytes"]
+    assert liar["hami_memory_used_bytes"] < 0.6 * liar["nvml_memory_used_bytes"]
+    assert liar["hami_buffer_bytes"] == pytest.approx(
+        0.5 * (liar["nvml_memory_used_bytes"] - liar["hami_context_bytes"] - liar["hami_module_bytes"]), rel=1e-3)
