@@ -1,0 +1,260 @@
+"""Writes grafana/dashboards/*.json: `python grafana/build_dashboards.py`.
+
+The dashboards are generated so that every panel follows one layout and one set of template
+variables; the JSON is committed (Grafana provisions it as is) and
+tests/test_prometheus_dashboards.py checks that it matches this file's output and that every
+panel's PromQL returns data from a real Prometheus.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+OUT = Path(__file__).resolve().parent / "dashboards"
+DS = {"type": "prometheus", "uid": "${datasource}"}
+
+# Label filters, spelled once. Ingest metrics carry no tenant/node labels. The exporter's
+# health families are filtered by node only: Prometheus attaches the node as a target label
+# (prometheus/prometheus.yml, the ServiceMonitor's relabeling), the exporter may not.
+N = 'node=~"$node"'
+T = 'tenant=~"$tenant"'
+TN = f'{T}, node=~"$node"'
+TNS = f'{T}, namespace=~"$namespace"'
+NG = f'{T}, node=~"$node", gpu_uuid=~"$gpu"'
+NGS = f'{NG}, namespace=~"$namespace"'
+
+
+def _var_datasource() -> dict:
+    return {"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus",
+            "current": {}, "hide": 0, "refresh": 1}
+
+
+def _var(name: str, label: str, query: str) -> dict:
+    return {
+        "name": name, "label": label, "type": "query", "datasource": DS,
+        "query": {"query": query, "refId": f"{name}-var"}, "definition": query,
+        "includeAll": True, "multi": True, "allValue": ".*",
+        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+        "refresh": 2, "sort": 1, "hide": 0,
+    }
+
+
+VAR_TENANT = _var("tenant", "Tenant", "label_values(slicemeter_gpu_memory_total_bytes, tenant)")
+VAR_NAMESPACE = _var("namespace", "Namespace",
+                     f"label_values(slicemeter_slice_allocation_ratio{{{T}}}, namespace)")
+VAR_NODE = _var("node", "Node", f"label_values(slicemeter_gpu_memory_total_bytes{{{T}}}, node)")
+VAR_GPU = _var("gpu", "GPU", f'label_values(slicemeter_gpu_memory_total_bytes{{{TN}}}, gpu_uuid)')
+
+
+def panel(kind: str, title: str, targets: list[tuple[str, str]], unit: str, w: int = 12, h: int = 8,
+          description: str = "", instant: bool = False) -> dict:
+    """One panel; targets are (PromQL, legend). Units drive the tests' plausibility checks."""
+    defaults: dict = {"unit": unit}
+    if unit == "percentunit":
+        defaults.update(min=0, max=1)
+    p = {
+        "type": kind, "title": title, "description": description, "datasource": DS,
+        "gridPos": {"w": w, "h": h},
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": {},
+        "targets": [
+            {"refId": chr(ord("A") + i), "datasource": DS, "expr": expr, "legendFormat": legend,
+             "instant": instant or kind in ("stat", "table", "bargauge", "gauge"),
+             "range": not (instant or kind in ("stat", "table", "bargauge", "gauge"))}
+            for i, (expr, legend) in enumerate(targets)
+        ],
+    }
+    if kind == "table":
+        p["transformations"] = [{"id": "merge", "options": {}}]
+    if kind == "stat":
+        p["options"] = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+                        "colorMode": "value", "graphMode": "area"}
+    return p
+
+
+def row(title: str) -> dict:
+    return {"type": "row", "title": title, "collapsed": False, "gridPos": {"w": 24, "h": 1}, "panels": []}
+
+
+def layout(panels: list[dict]) -> list[dict]:
+    """Left to right, top to bottom, 24 columns; ids in order."""
+    x = y = row_h = 0
+    for i, p in enumerate(panels, start=1):
+        w, h = p["gridPos"]["w"], p["gridPos"]["h"]
+        if x + w > 24:
+            x, y, row_h = 0, y + row_h, 0
+        p["gridPos"].update(x=x, y=y)
+        p["id"] = i
+        x, row_h = x + w, max(row_h, h)
+    return panels
+
+
+def dashboard(uid: str, title: str, description: str, variables: list[dict], panels: list[dict]) -> dict:
+    return {
+        "uid": uid, "title": title, "description": description, "tags": ["slicemeter", "gpu"],
+        "editable": True, "graphTooltip": 1, "schemaVersion": 39, "version": 1,
+        "time": {"from": "now-6h", "to": "now"}, "refresh": "1m", "timezone": "",
+        "links": [{"type": "dashboards", "tags": ["slicemeter"], "asDropdown": True,
+                   "title": "slicemeter", "includeVars": True, "keepTime": True}],
+        "annotations": {"list": []},
+        "templating": {"list": [_var_datasource(), *variables]},
+        "panels": layout(panels),
+    }
+
+
+def fleet() -> dict:
+    return dashboard(
+        "slicemeter-fleet", "slicemeter / Fleet",
+        "GPU fleet: how much of the GPUs is allocated to slices and how much is used.",
+        [VAR_TENANT, VAR_NODE],
+        [
+            row("Now"),
+            panel("stat", "GPUs", [(f"count(slicemeter_gpu_memory_total_bytes{{{TN}}})", "GPUs")], "none", w=4),
+            panel("stat", "Allocated", [(f"avg(slicemeter_gpu_allocated_ratio{{{TN}}})", "allocated")],
+                  "percentunit", w=4, description="Mean over GPUs of the slices' allocation shares."),
+            panel("stat", "Used", [(f"avg(slicemeter_gpu_used_ratio{{{TN}}})", "used")], "percentunit", w=4),
+            panel("stat", "Allocated but unused (GPUs)",
+                  [(f"sum(gpu:slicemeter_gpu_allocated_unused:ratio{{{TN}}})", "GPU-equivalents")], "none", w=4,
+                  description="Paid for, not used: allocated minus used, in whole GPUs."),
+            panel("stat", "GPUs without slices",
+                  [(f"count(slicemeter_gpu_slices{{{TN}}} == 0) or vector(0)", "GPUs")], "none", w=4),
+            panel("stat", "Power", [(f"sum(slicemeter_gpu_power_watts{{{TN}}})", "W")], "watt", w=4),
+            row("Over time"),
+            panel("timeseries", "Allocated and used, fleet average",
+                  [(f"avg(slicemeter_gpu_allocated_ratio{{{TN}}})", "allocated"),
+                   (f"avg(slicemeter_gpu_used_ratio{{{TN}}})", "used")], "percentunit"),
+            panel("timeseries", "Used by GPU model",
+                  [(f"avg by (model) (slicemeter_gpu_used_ratio{{{TN}}})", "{{model}}")], "percentunit"),
+            panel("timeseries", "Used by tenant",
+                  [(f'tenant:slicemeter_gpu_used:ratio{{{T}}}', "{{tenant}}")], "percentunit"),
+            panel("timeseries", "Energy draw",
+                  [(f"sum by (node) (rate(slicemeter_gpu_energy_joules_total{{{TN}}}[$__rate_interval]))",
+                    "{{node}}")], "watt", description="Rate of NVML's energy counter."),
+            row("GPUs"),
+            panel("table", "Idle capacity per GPU",
+                  [(f"gpu:slicemeter_gpu_idle:ratio{{{TN}}}", "idle"),
+                   (f"gpu:slicemeter_gpu_unallocated:ratio{{{TN}}}", "unallocated")], "percentunit", w=24,
+                  description="Idle: nobody used it. Unallocated: nobody holds a slice of it."),
+            row("Pipeline health"),
+            panel("timeseries", "Spooled Ticks (Kafka unreachable)",
+                  [(f"sum by (node) (slicemeter_spool_ticks{{{N}}})", "{{node}}")], "none", w=8),
+            # The error counter has no series until a file is rejected: show 0 per node until then.
+            panel("timeseries", "HAMi region errors",
+                  [(f"sum by (node) (increase(slicemeter_hami_region_errors_total{{{N}}}[$__range]))"
+                    f" or sum by (node) (0 * slicemeter_gpu_slices{{{TN}}})", "{{node}}")], "none", w=8),
+            panel("timeseries", "Ingest lag (messages)",
+                  [("sum(slicemeter_ingest_lag_messages)", "lag")], "none", w=8),
+            panel("stat", "Freeable GPUs (right-sizing plan)",
+                  [("max(slicemeter_recommend_freeable_gpus)", "GPUs")], "none", w=12),
+            panel("stat", "Monthly saving (right-sizing plan)",
+                  [("max by (currency) (slicemeter_recommend_monthly_saving)", "{{currency}}")], "none", w=12),
+        ],
+    )
+
+
+def tenants() -> dict:
+    return dashboard(
+        "slicemeter-tenants", "slicemeter / Tenants",
+        "Per Kamaji tenant and namespace: GPU shares allocated and used, and what is paid for but idle.",
+        [VAR_TENANT, VAR_NAMESPACE],
+        [
+            panel("bargauge", "Allocated fraction of the tenant's GPUs",
+                  [(f"tenant:slicemeter_gpu_allocated:ratio{{{T}}}", "{{tenant}}")], "percentunit", w=8),
+            panel("bargauge", "Used fraction of the tenant's GPUs",
+                  [(f"tenant:slicemeter_gpu_used:ratio{{{T}}}", "{{tenant}}")], "percentunit", w=8),
+            panel("bargauge", "GPUs per tenant", [(f"tenant:slicemeter_gpus:count{{{T}}}", "{{tenant}}")],
+                  "none", w=8),
+            panel("timeseries", "GPU-equivalents allocated and used",
+                  [(f"tenant:slicemeter_gpu_allocated:sum{{{T}}}", "{{tenant}} allocated"),
+                   (f"tenant:slicemeter_gpu_used:sum{{{T}}}", "{{tenant}} used")], "none", w=24),
+            panel("timeseries", "GPU-equivalents allocated per namespace",
+                  [(f"namespace:slicemeter_slice_allocated:sum{{{TNS}}}", "{{tenant}}/{{namespace}}")], "none"),
+            panel("timeseries", "GPU-equivalents used per namespace",
+                  [(f"namespace:slicemeter_slice_used:sum{{{TNS}}}", "{{tenant}}/{{namespace}}")], "none"),
+            panel("timeseries", "Allocated but unused per namespace (GPU-equivalents)",
+                  [(f"sum by (tenant, namespace) (slice:slicemeter_slice_allocated_unused:ratio{{{TNS}}})",
+                    "{{tenant}}/{{namespace}}")], "none"),
+            panel("timeseries", "GPU memory used per namespace (HAMi)",
+                  [(f"sum by (tenant, namespace) (slicemeter_slice_memory_used_bytes{{{TNS}}})",
+                    "{{tenant}}/{{namespace}}")], "bytes"),
+            panel("table", "Most idle slices",
+                  [(f"topk(20, slice:slicemeter_slice_allocated_unused:ratio{{{TNS}}})", "allocated - used")],
+                  "percentunit", w=24, description="Allocated share minus used share, per container slice."),
+        ],
+    )
+
+
+def node() -> dict:
+    return dashboard(
+        "slicemeter-node", "slicemeter / Node and GPU",
+        "One node's GPUs and the container slices on them: NVML's view next to HAMi's.",
+        [VAR_TENANT, VAR_NODE, VAR_GPU, VAR_NAMESPACE],
+        [
+            row("GPUs (NVML)"),
+            panel("timeseries", "SM utilization", [(f"slicemeter_gpu_sm_utilization_ratio{{{NG}}}",
+                                                    "{{node}} GPU {{gpu_index}}")], "percentunit", w=8),
+            panel("timeseries", "Memory controller utilization",
+                  [(f"slicemeter_gpu_memory_utilization_ratio{{{NG}}}", "{{node}} GPU {{gpu_index}}")],
+                  "percentunit", w=8),
+            panel("timeseries", "Memory used", [(f"slicemeter_gpu_memory_used_bytes{{{NG}}}", "{{node}} GPU {{gpu_index}} used"),
+                                                (f"slicemeter_gpu_memory_total_bytes{{{NG}}}", "{{node}} GPU {{gpu_index}} total")],
+                  "bytes", w=8),
+            panel("timeseries", "Power", [(f"slicemeter_gpu_power_watts{{{NG}}}", "{{node}} GPU {{gpu_index}}")], "watt", w=8),
+            panel("timeseries", "Allocated and used share",
+                  [(f"slicemeter_gpu_allocated_ratio{{{NG}}}", "{{node}} GPU {{gpu_index}} allocated"),
+                   (f"slicemeter_gpu_used_ratio{{{NG}}}", "{{node}} GPU {{gpu_index}} used")], "percentunit", w=8),
+            panel("timeseries", "Slices", [(f"slicemeter_gpu_slices{{{NG}}}", "{{node}} GPU {{gpu_index}}")], "none", w=8),
+            row("Slices (HAMi)"),
+            panel("table", "Slices on the GPU",
+                  [(f"slicemeter_slice_allocation_ratio{{{NGS}}}", "allocated"),
+                   (f"slicemeter_slice_usage_ratio{{{NGS}}}", "used"),
+                   (f"slicemeter_slice_sm_limit_ratio{{{NGS}}}", "SM limit"),
+                   (f"slicemeter_slice_sm_utilization_ratio{{{NGS}}}", "SM used")], "percentunit", w=24),
+            panel("timeseries", "Slice memory: HAMi used vs limit",
+                  [(f"slicemeter_slice_memory_used_bytes{{{NGS}}}", "{{namespace}}/{{pod}}/{{container}} used"),
+                   (f"slicemeter_slice_memory_limit_bytes{{{NGS}}}", "{{namespace}}/{{pod}}/{{container}} limit")],
+                  "bytes"),
+            panel("timeseries", "Slice memory: NVML vs HAMi",
+                  [(f"slicemeter_slice_memory_used_nvml_bytes{{{NGS}}}", "{{namespace}}/{{pod}}/{{container}} NVML"),
+                   (f"slicemeter_slice_memory_used_bytes{{{NGS}}}", "{{namespace}}/{{pod}}/{{container}} HAMi")],
+                  "bytes", description="Differences beyond tolerance raise SlicemeterMemoryDisagreement."),
+            panel("timeseries", "Seconds since last kernel",
+                  [(f"slicemeter_slice_last_kernel_age_seconds{{{NGS}}}", "{{namespace}}/{{pod}}/{{container}}")],
+                  "s", w=8),
+            panel("timeseries", "CUDA processes", [(f"slicemeter_slice_processes{{{NGS}}}",
+                                                    "{{namespace}}/{{pod}}/{{container}}")], "none", w=8),
+            panel("stat", "HAMi regions read / rejected",
+                  [(f"sum(slicemeter_hami_region_ok{{{NGS}}} == 1) or vector(0)", "read"),
+                   (f"count(slicemeter_hami_region_ok{{{NGS}}} == 0) or vector(0)", "rejected")], "none", w=8),
+            row("Exporter"),
+            panel("timeseries", "Tick build time", [(f"slicemeter_scrape_duration_seconds{{{N}}}", "{{node}}")], "s", w=8),
+            panel("timeseries", "Source errors",
+                  [(f"sum by (node, source) (rate(slicemeter_source_errors_total{{{N}}}[$__rate_interval]))",
+                    "{{node}} {{source}}")], "none", w=8),
+            panel("timeseries", "Ticks published",
+                  [(f"sum by (node) (rate(slicemeter_published_ticks_total{{{N}}}[$__rate_interval]))",
+                    "{{node}}")], "none", w=8),
+            panel("timeseries", "Spool size", [(f"slicemeter_spool_bytes{{{N}}}", "{{node}}")], "bytes", w=12),
+            panel("table", "Exporter build", [(f"slicemeter_build_info{{{N}}}", "{{version}}")], "none", w=12),
+        ],
+    )
+
+
+DASHBOARDS = {"fleet.json": fleet, "tenants.json": tenants, "node.json": node}
+
+
+def render() -> dict[str, str]:
+    return {name: json.dumps(build(), indent=2) + "\n" for name, build in DASHBOARDS.items()}
+
+
+def main() -> int:
+    OUT.mkdir(exist_ok=True)
+    for name, text in render().items():
+        (OUT / name).write_text(text)
+        print(f"wrote {OUT / name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

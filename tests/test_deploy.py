@@ -1,0 +1,274 @@
+"""deploy/: Kubernetes manifests valid against the Kubernetes API schemas (offline, from the
+kubernetes-validate package, strict: unknown fields are errors) and consistent with each other
+and with the project (CLI subcommands, ports, config keys, image, non-root user).
+
+The ServiceMonitor is a Prometheus Operator CRD, not in those schemas: it is checked against
+the CRD's required fields (apiVersion, kind, spec.selector, spec.endpoints) and against the
+Service it selects.
+"""
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+import re
+import tomllib
+from decimal import Decimal
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from slicemeter.cli import COMMANDS
+from test_compose import parse_cli
+
+REPO = Path(__file__).resolve().parent.parent
+DEPLOY = REPO / "deploy"
+K8S_VERSION = "1.30"
+
+
+def load() -> list[tuple[str, dict]]:
+    docs = []
+    for path in sorted(DEPLOY.rglob("*.yaml")):
+        if path.name == "kustomization.yaml":
+            continue
+        docs += [(str(path.relative_to(REPO)), d) for d in yaml.safe_load_all(path.read_text()) if d]
+    return docs
+
+
+DOCS = load()
+
+
+def of_kind(kind: str) -> list[dict]:
+    return [d for _, d in DOCS if d["kind"] == kind]
+
+
+def one(kind: str, name: str) -> dict:
+    found = [d for d in of_kind(kind) if d["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind}/{name}: {len(found)} found"
+    return found[0]
+
+
+def pod_specs() -> list[tuple[str, dict]]:
+    return [(f"{d['kind']}/{d['metadata']['name']}", d["spec"]["template"]["spec"])
+            for d in of_kind("DaemonSet") + of_kind("Deployment")]
+
+
+def test_manifests_cover_the_pipeline():
+    kinds = {(d["kind"], d["metadata"]["name"]) for _, d in DOCS}
+    assert {("DaemonSet", "slicemeter-exporter"), ("Service", "slicemeter-exporter"),
+            ("ServiceMonitor", "slicemeter-exporter"), ("Deployment", "slicemeter-ingest"),
+            ("PersistentVolumeClaim", "slicemeter-data"), ("ConfigMap", "slicemeter-tenants"),
+            ("ConfigMap", "slicemeter-prices"), ("ClusterRole", "slicemeter-exporter"),
+            ("ClusterRoleBinding", "slicemeter-exporter"), ("ServiceAccount", "slicemeter-exporter")} <= kinds
+
+
+@pytest.mark.parametrize("where,doc", [(w, d) for w, d in DOCS if d["apiVersion"] != "monitoring.coreos.com/v1"],
+                         ids=lambda x: x if isinstance(x, str) else f"{x['kind']}/{x['metadata']['name']}")
+def test_valid_against_the_kubernetes_api_schema(where, doc):
+    assert kubernetes_validate.validate(doc, K8S_VERSION, strict=True) == K8S_VERSION
+
+
+def test_the_schema_check_rejects_broken_manifests():
+    ds = copy.deepcopy(one("DaemonSet", "slicemeter-exporter"))
+    ds["spec"]["template"]["spec"]["containers"][0]["ports"][0]["contianerPort"] = 9400  # misspelt
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(ds, K8S_VERSION, strict=True)
+    ds = copy.deepcopy(one("DaemonSet", "slicemeter-exporter"))
+    del ds["spec"]["selector"]  # required
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(ds, K8S_VERSION, strict=True)
+
+
+def test_service_monitors_have_the_crd_required_fields_and_match_a_service():
+    monitors = of_kind("ServiceMonitor")
+    assert {m["metadata"]["name"] for m in monitors} == {"slicemeter-exporter", "slicemeter-ingest"}
+    for m in monitors:
+        assert m["apiVersion"] == "monitoring.coreos.com/v1" and m["metadata"]["name"]
+        spec = m["spec"]
+        assert spec["selector"]["matchLabels"] and spec["endpoints"], m["metadata"]["name"]
+        services = [s for s in of_kind("Service")
+                    if spec["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()]
+        assert len(services) == 1, m["metadata"]["name"]
+        port_names = {p["name"] for p in services[0]["spec"]["ports"]}
+        for ep in spec["endpoints"]:
+            assert ep["port"] in port_names and ep["path"] == "/metrics"
+            assert re.fullmatch(r"\d+s", ep["interval"])
+    (ep,) = one("ServiceMonitor", "slicemeter-exporter")["spec"]["endpoints"]
+    assert ep["honorLabels"] is True
+    assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node", "action": "replace"} \
+        in ep["relabelings"]
+
+
+def test_kustomizations_list_every_manifest_and_nothing_missing():
+    listed = set()
+    for kust in DEPLOY.rglob("kustomization.yaml"):
+        k = yaml.safe_load(kust.read_text())
+        assert k["namespace"] == "slicemeter"
+        for res in k["resources"]:
+            target = kust.parent / res
+            assert target.exists(), f"{kust}: {res} missing"
+            listed.add(target if target.is_file() else target / "kustomization.yaml")
+    files = {p for p in DEPLOY.rglob("*.yaml") if p.name != "kustomization.yaml"}
+    assert files <= listed, f"not in any kustomization: {files - listed}"
+
+
+def test_services_select_pods_and_name_their_ports():
+    for svc in of_kind("Service"):
+        workloads = [d for d in of_kind("DaemonSet") + of_kind("Deployment")
+                     if svc["spec"]["selector"].items() <= d["spec"]["template"]["metadata"]["labels"].items()]
+        assert len(workloads) == 1, svc["metadata"]["name"]
+        ports = {p["name"]: p["containerPort"] for c in workloads[0]["spec"]["template"]["spec"]["containers"]
+                 for p in c.get("ports", [])}
+        for p in svc["spec"]["ports"]:
+            assert ports[p["targetPort"]] == p["port"], (svc["metadata"]["name"], p)
+
+
+def test_workloads_selectors_match_their_pod_labels():
+    for d in of_kind("DaemonSet") + of_kind("Deployment"):
+        assert d["spec"]["selector"]["matchLabels"].items() <= d["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_containers_have_requests_limits_and_run_as_the_images_non_root_user():
+    dockerfile_user = re.search(r"^USER (\d+)", (REPO / "Dockerfile").read_text(), re.M).group(1)
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    for where, spec in pod_specs():
+        psc = spec["securityContext"]
+        assert psc["runAsNonRoot"] is True and str(psc["runAsUser"]) == dockerfile_user, where
+        assert psc["seccompProfile"]["type"] == "RuntimeDefault", where
+        for c in spec["containers"]:
+            r = c["resources"]
+            assert {"cpu", "memory"} <= set(r["requests"]) and {"cpu", "memory"} <= set(r["limits"]), (where, c["name"])
+            sc = c["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"]["drop"] == ["ALL"], (where, c["name"])
+            assert sc["readOnlyRootFilesystem"] is True
+            assert c["image"].endswith(f":{version}"), (where, c["image"])
+            assert not any(k.startswith("nvidia.com/") for k in r["requests"]), "must not take a GPU from HAMi"
+
+
+def _env_names(container: dict, configmaps: dict[str, dict]) -> set[str]:
+    names = {e["name"] for e in container.get("env", [])}
+    for ref in container.get("envFrom", []):
+        names |= set(configmaps[ref["configMapRef"]["name"]]["data"])
+    return names
+
+
+def test_containers_run_existing_subcommands_with_defined_variables():
+    configmaps = {c["metadata"]["name"]: c for c in of_kind("ConfigMap")}
+    for where, spec in pod_specs():
+        for c in spec["containers"]:
+            args = c["args"]
+            assert args[0] in COMMANDS, f"{where}/{c['name']}: {args[0]} is not a slicemeter subcommand"
+            for var in re.findall(r"\$\((\w+)\)", " ".join(args)):
+                assert var in _env_names(c, configmaps), f"{where}/{c['name']}: $({var}) undefined"
+            mounts = {m["mountPath"] for m in c.get("volumeMounts", [])}
+            for arg in args:
+                m = re.match(r"--[\w-]+=(/[^$]+)", arg)
+                # HOOK_PATH (its containers/ is mounted) and /proc (the host's, through hostPID)
+                if m and m.group(1) not in ("/usr/local/vgpu", "/proc"):
+                    assert any(m.group(1) == p or m.group(1).startswith(p + "/") for p in mounts), \
+                        f"{where}/{c['name']}: {m.group(1)} is on no volume"
+
+
+def test_containers_pass_their_subcommands_own_option_parsers():
+    configmaps = {c["metadata"]["name"]: c for c in of_kind("ConfigMap")}
+    parsed = {}
+    for where, spec in pod_specs():
+        for c in spec["containers"]:
+            values = {}
+            for ref in c.get("envFrom", []):
+                values |= configmaps[ref["configMapRef"]["name"]]["data"]
+            values |= {e["name"]: e.get("value", f"<{e['name']}>") for e in c.get("env", [])}
+            argv = [re.sub(r"\$\((\w+)\)", lambda m: values[m.group(1)], a) for a in c["args"]]
+            if (args := parse_cli(argv)) is not None:
+                parsed[argv[0]] = args
+    assert {"exporter", "ingest", "dashboard"} <= set(parsed)
+    assert parsed["exporter"].interval == 10 and parsed["exporter"].kafka.endswith(":9092")
+    assert parsed["dashboard"].address == "0.0.0.0"
+
+
+def test_exporter_daemonset_reads_hami_read_only_and_knows_its_node():
+    spec = one("DaemonSet", "slicemeter-exporter")["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    hami = [m for m in c["volumeMounts"] if m["mountPath"] == "/usr/local/vgpu/containers"]
+    assert len(hami) == 1 and hami[0]["readOnly"] is True
+    assert volumes[hami[0]["name"]]["hostPath"]["path"] == "/usr/local/vgpu/containers"
+    assert "--hami-dir=/usr/local/vgpu" in c["args"]
+    # Every other hostPath would be a write path into the node: none.
+    assert [v["name"] for v in spec["volumes"] if "hostPath" in v] == [hami[0]["name"]]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert "--node=$(NODE_NAME)" in c["args"]
+    # The exporter's default pod source: https://$NODE_IP:10250/pods with the service-account
+    # token (a --pods-url would be fetched without the token).
+    assert env["NODE_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
+    assert not any(a.startswith(("--pods-url", "--pods-file")) for a in c["args"])
+    assert spec.get("automountServiceAccountToken", True) is not False
+    assert spec["runtimeClassName"] == "nvidia" and env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
+    # hostPID only for the whole-GPU cgroup attribution through --proc-root, and documented.
+    if spec.get("hostPID"):
+        assert "--proc-root=/proc" in c["args"]
+        assert "## hostPID" in (REPO / "docs" / "deploy.md").read_text()
+    assert "--port=9400" in c["args"]
+
+
+def test_exporter_may_read_the_kubelet_and_nothing_more():
+    ds = one("DaemonSet", "slicemeter-exporter")
+    sa = ds["spec"]["template"]["spec"]["serviceAccountName"]
+    binding = one("ClusterRoleBinding", "slicemeter-exporter")
+    assert {"kind": "ServiceAccount", "name": sa, "namespace": "slicemeter"} in binding["subjects"]
+    role = one("ClusterRole", binding["roleRef"]["name"])
+    grants = {(res, verb) for rule in role["rules"] for res in rule["resources"] for verb in rule["verbs"]}
+    assert ("nodes/proxy", "get") in grants
+    assert {verb for _, verb in grants} == {"get"}
+    assert not any("secrets" in res for res, _ in grants)
+
+
+def test_ingest_is_a_single_writer_with_its_data_on_the_claim():
+    dep = one("Deployment", "slicemeter-ingest")
+    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"]["type"] == "Recreate"
+    spec = dep["spec"]["template"]["spec"]
+    claims = {v["name"] for v in spec["volumes"] if "persistentVolumeClaim" in v}
+    pvc = one("PersistentVolumeClaim", "slicemeter-data")
+    assert {v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v} == {"slicemeter-data"}
+    assert pvc["spec"]["accessModes"] == ["ReadWriteOnce"]
+    containers = {c["name"]: c for c in spec["containers"]}
+    ingest_args = dict(a.split("=", 1) for a in containers["ingest"]["args"][1:])
+    dash_args = dict(a.split("=", 1) for a in containers["dashboard"]["args"][1:])
+    assert dash_args["--db"] == ingest_args["--snapshot"] != ingest_args["--db"]
+    for c in containers.values():
+        assert any(m["name"] in claims and m["mountPath"] == "/data" for m in c["volumeMounts"])
+
+
+def test_config_maps_hold_valid_catalogs_consistent_with_the_exporter():
+    tenants = yaml.safe_load(one("ConfigMap", "slicemeter-tenants")["data"]["tenants.yaml"])["tenants"]
+    for t in tenants:
+        assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", t["name"]) and t["api_server"].startswith("https://")
+        assert set(t["kamaji"]) == {"namespace", "name"}
+    exporter = one("ConfigMap", "slicemeter-exporter")["data"]
+    assert {"name": exporter["TENANT"], "api_server": exporter["CLUSTER"]}.items() <= \
+        next(t for t in tenants if t["name"] == exporter["TENANT"]).items()
+    prices = yaml.safe_load(one("ConfigMap", "slicemeter-prices")["data"]["prices.yaml"])
+    assert prices["currency"] == "USD"
+    for model, price in prices["gpu_hour"].items():
+        assert isinstance(price, str) and Decimal(price) > 0, f"{model}: prices are strings (Decimal), not floats"
+    mounted = {v["configMap"]["name"] for v in one("Deployment", "slicemeter-ingest")["spec"]["template"]["spec"]["volumes"]
+               if "configMap" in v}
+    assert {"slicemeter-tenants", "slicemeter-prices"} <= mounted
+
+
+def test_prometheusrule_generator_carries_every_rule_with_the_crd_required_fields():
+    out = subprocess.run([sys.executable, str(DEPLOY / "prometheusrule.py")], capture_output=True, text=True,
+                         check=True, timeout=30).stdout
+    rule = yaml.safe_load(out)
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1" and rule["kind"] == "PrometheusRule"
+    groups = rule["spec"]["groups"]
+    expected = [g for p in sorted((REPO / "prometheus" / "rules").glob("*.yml"))
+                for g in yaml.safe_load(p.read_text())["groups"]]
+    assert groups == expected and len({g["name"] for g in groups}) == len(groups)
+    for g in groups:  # the CRD requires a group name and each rule's expr
+        assert g["name"] and g["rules"]
+        for r in g["rules"]:
+            assert r["expr"] and ("record" in r) != ("alert" in r)
