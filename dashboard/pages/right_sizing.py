@@ -36,9 +36,10 @@ def _prices():
     price option of its own)."""
     if not PRICES_FILE.is_file():
         return None, "USD"
-    from ingest.recommend_cli import load_prices
+    from ingest.prices import load_prices
     try:
-        return load_prices(PRICES_FILE)
+        catalog = load_prices(PRICES_FILE)
+        return catalog.gpu_hour, catalog.currency
     except Exception as exc:  # a broken catalog costs the money figure, not the page
         st.warning(f"Price catalog not used: {exc}")
         return None, "USD"
