@@ -1,7 +1,8 @@
 """`slicemeter demo`: the whole pipeline on one machine, from one command.
 
 broker (Tansu, unless --kafka) -> ingest (DuckDB + snapshot) <- backfill of N days of the
-scenario -> live exporters (one per simulated node, /metrics on 9400+i) -> `slicemeter
+scenario -> live exporters (one per simulated node, /metrics on 9400+i; ingest's, with the
+right-sizing figures, on the port after them) -> `slicemeter
 export` of the current month into ./out -> the dashboard on :8501 against the snapshot.
 
 Every part is a child process running the subcommand's own CLI, exactly as a user would
@@ -31,6 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SCENARIO = REPO / "examples" / "demo.yaml"
 # subcommands the demo drives; checked before anything starts
 NEEDED = ("ingest", "backfill", "exporter", "export", "dashboard")
+RECOMMEND_INTERVAL_S = 300  # ingest replans the month's right-sizing figures this often
 TOPIC = "slicemeter.ticks"  # the exporter's, backfill's and ingest's default topic
 
 
@@ -89,13 +91,20 @@ def backfill_start(now: datetime, days: int) -> datetime:
     return midnight - timedelta(days=days)
 
 
+def ingest_metrics_port(args: argparse.Namespace, nodes: list[str]) -> int:
+    """The port after the exporters'."""
+    return args.exporter_port + len(nodes)
+
+
 def plan(args: argparse.Namespace, kafka: str, nodes: list[str], paths: Paths, now: datetime) -> dict[str, list[str]]:
     """The child command lines, by name, in start order (the CLIs in the BRIEF)."""
     start = backfill_start(now, args.days)
     scenario = str(args.scenario)
     cmds = {
         "ingest": slicemeter_argv("ingest", "--kafka", kafka, "--db", str(paths.db), "--tenants", scenario,
-                                  "--snapshot", str(paths.snapshot), "--snapshot-interval", str(args.snapshot_interval)),
+                                  "--snapshot", str(paths.snapshot), "--snapshot-interval", str(args.snapshot_interval),
+                                  "--metrics-port", str(ingest_metrics_port(args, nodes)),
+                                  "--recommend-interval", str(RECOMMEND_INTERVAL_S)),
         "backfill": slicemeter_argv("backfill", "--scenario", scenario, "--start", start.strftime("%Y-%m-%d"),
                                     "--days", str(args.days), "--kafka", kafka, "--interval", str(args.interval)),
     }
@@ -320,6 +329,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         wait_until(lambda: http_ok(url + "_stcore/health"), 120, sup, "dashboard")
         for i, node in enumerate(nodes):
             print(f"exporter  {node}: http://127.0.0.1:{args.exporter_port + i}/metrics", file=out)
+        print(f"ingest    http://127.0.0.1:{ingest_metrics_port(args, nodes)}/metrics", file=out)
         print(f"logs      {paths.logs}", file=out)
         print(f"dashboard {url}", file=out)
         print(f"dashboard ready in {time.monotonic() - t0:.0f} s (Ctrl-C stops everything)", file=out, flush=True)

@@ -37,6 +37,9 @@ def test_plan_uses_the_brief_clis():
     sub = {name: argv[3:] for name, argv in cmds.items()}
     assert sub["ingest"][:5] == ["ingest", "--kafka", "127.0.0.1:9092", "--db", "/w/var/slicemeter.duckdb"]
     assert sub["ingest"][sub["ingest"].index("--snapshot") + 1] == "/w/var/snapshot.duckdb"
+    # ingest serves the right-sizing figures on the port after the two exporters'
+    assert sub["ingest"][sub["ingest"].index("--metrics-port") + 1] == "9402"
+    assert sub["ingest"][sub["ingest"].index("--recommend-interval") + 1] == "300"
     assert sub["backfill"] == ["backfill", "--scenario", str(demo.DEFAULT_SCENARIO), "--start", "2026-10-30",
                                "--days", "30", "--kafka", "127.0.0.1:9092", "--interval", "10"]
     e2 = sub["exporter-gpu-node-2"]
