@@ -91,13 +91,14 @@ def backfill_start(now: datetime, days: int) -> datetime:
     return midnight - timedelta(days=days)
 
 
-def ingest_metrics_port(args: argparse.Namespace, nodes: list[str]) -> int:
+def ingest_metrics_port(args: argparse.Namespace, nodes: dict[str, str]) -> int:
     """The port after the exporters'."""
     return args.exporter_port + len(nodes)
 
 
-def plan(args: argparse.Namespace, kafka: str, nodes: list[str], paths: Paths, now: datetime) -> dict[str, list[str]]:
-    """The child command lines, by name, in start order (the CLIs in the BRIEF)."""
+def plan(args: argparse.Namespace, kafka: str, nodes: dict[str, str], paths: Paths, now: datetime) -> dict[str, list[str]]:
+    """The child command lines, by name, in start order (the CLIs in the BRIEF). `nodes`:
+    node name -> its tenant, the `tenant` label on that exporter's metrics."""
     start = backfill_start(now, args.days)
     scenario = str(args.scenario)
     cmds = {
@@ -108,9 +109,9 @@ def plan(args: argparse.Namespace, kafka: str, nodes: list[str], paths: Paths, n
         "backfill": slicemeter_argv("backfill", "--scenario", scenario, "--start", start.strftime("%Y-%m-%d"),
                                     "--days", str(args.days), "--kafka", kafka, "--interval", str(args.interval)),
     }
-    for i, node in enumerate(nodes):
+    for i, (node, tenant) in enumerate(nodes.items()):
         cmds[f"exporter-{node}"] = slicemeter_argv(
-            "exporter", "--simulate", scenario, "--node", node, "--port", str(args.exporter_port + i),
+            "exporter", "--simulate", scenario, "--node", node, "--tenant", tenant, "--port", str(args.exporter_port + i),
             "--kafka", kafka, "--hami-dir", str(paths.hami(node)), "--interval", str(args.interval))
     month = now.astimezone(timezone.utc).strftime("%Y-%m")
     cmds["export"] = slicemeter_argv("export", "--db", str(paths.export_copy), "--month", month, "--out", str(paths.out))
@@ -279,7 +280,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         raise ConfigError(f"--scenario: no such file: {args.scenario}")
     from simulator.scenario import load_scenario
 
-    nodes = [n.name for n in load_scenario(args.scenario).nodes]
+    nodes = {n.name: n.tenant for n in load_scenario(args.scenario).nodes}
     paths = Paths(args.workdir.resolve(), args.out.resolve())
     paths.workdir.mkdir(parents=True, exist_ok=True)
     paths.out.mkdir(parents=True, exist_ok=True)
@@ -288,7 +289,9 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         for p in (stale, stale.with_name(stale.name + ".wal")):
             p.unlink(missing_ok=True)
 
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    # Explicitly for SIGINT too: started with `&` from a non-interactive shell, the demo
+    # inherits SIGINT ignored and Python would then never raise KeyboardInterrupt.
+    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     sup = Supervisor(paths.logs)
     broker = None
     now = datetime.now(timezone.utc)
@@ -344,7 +347,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         print(f"slicemeter demo: {exc}", file=sys.stderr, flush=True)
         return 1
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         sup.stop_all()
         if broker is not None:
             broker.stop()
