@@ -11,9 +11,9 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
+from ingest.prices import DEFAULT_PRICES as PRICES_FILE
 from ingest.recommend import build_plan
 
-PRICES_FILE = Path(__file__).resolve().parents[2] / "examples" / "prices.yaml"
 FLAGS = {"over_requested": "over-requested (grant > 2x p99)",
          "oom_risk": "OOM risk (p99 > 90 % of limit)",
          "idle": "idle reservation"}
