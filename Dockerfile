@@ -9,9 +9,10 @@ ENV PYTHONUNBUFFERED=1 \
 WORKDIR /app
 COPY . /app
 
-# Editable install on purpose: ingest finds its SQL files (sql/) and the examples next to the
-# package sources, which a wheel install into site-packages would leave behind.
-RUN pip install -e . \
+# A regular install: the SQL files (sql/) ship as package data. The examples stay in /app;
+# SLICEMETER_PRICES points the default price catalog there.
+ENV SLICEMETER_PRICES=/app/examples/prices.yaml
+RUN pip install . \
  && python -m compileall -q /app \
  && useradd --system --uid 10001 --user-group --home-dir /var/lib/slicemeter --create-home slicemeter \
  && mkdir -p /data /var/lib/slicemeter/spool \

@@ -2,6 +2,7 @@
 
     slicemeter exporter --hami-dir DIR --kafka HOST:PORT --port 9400
         [--simulate FILE --node NAME] [--pods-url URL | --pods-file F] [--cluster ID | --kubeconfig F]
+        [--token-file F] [--kubelet-ca FILE | --kubelet-insecure-skip-verify]
         [--tenant NAME] [--interval 10] [--topic slicemeter.ticks] [--spool-dir DIR] [--once]
 
 With --simulate the sources are a simulated node (fake NVML, HAMi files it writes, its pod
@@ -22,7 +23,7 @@ from typing import Any, Callable
 
 from exporter.collector import ExporterCollector, ExporterStats
 from exporter.nvml import NvmlReader, NvmlUnavailable, load_pynvml
-from exporter.pods import PodCache, cluster_from_kubeconfig, file_source, kubelet_source, url_source
+from exporter.pods import SA_DIR, PodCache, cluster_from_kubeconfig, file_source, kubelet_url, url_source
 from exporter.publisher import Publisher, Spool, kafka_producer
 from exporter.tick_builder import BuildResult, TickBuilder
 from slicemeter.cli import ConfigError
@@ -45,6 +46,13 @@ def configure(p: argparse.ArgumentParser) -> None:
     src.add_argument("--pods-url", help="PodList URL (default: the kubelet's https://$NODE_IP:10250/pods)")
     src.add_argument("--pods-file", help="PodList JSON file")
     p.add_argument("--pods-refresh", type=float, default=10.0, help="seconds between pod list refreshes")
+    p.add_argument("--token-file", help="bearer token sent to the kubelet or --pods-url "
+                                        f"(default: {SA_DIR}/token when present)")
+    tls = p.add_mutually_exclusive_group()
+    tls.add_argument("--kubelet-ca", metavar="FILE", help="CA bundle that signed the kubelet's (or --pods-url's) "
+                                                          f"certificate (default for the kubelet: {SA_DIR}/ca.crt when present)")
+    tls.add_argument("--kubelet-insecure-skip-verify", action="store_true",
+                     help="do not verify the kubelet's certificate (self-signed serving certs); the token is still sent")
     p.add_argument("--cluster", help="tenant cluster identity (default: server URL in --kubeconfig)")
     p.add_argument("--kubeconfig", default="/var/lib/kubelet/kubeconfig", help="kubelet kubeconfig, read for the cluster identity")
     p.add_argument("--tenant", help="tenant label on metrics (default: the cluster identity)")
@@ -54,6 +62,26 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--proc-root", default="/proc", help="host /proc, for whole-GPU pods' cgroups")
     p.add_argument("--memory-tolerance-mb", type=float, default=256.0, help="HAMi vs NVML memory disagreement floor")
     p.add_argument("--once", action="store_true", help="print one Tick as JSON and exit")
+
+
+def _existing(path: str) -> str | None:
+    return path if os.path.isfile(path) else None
+
+
+def _pod_source(args: argparse.Namespace):
+    """A pod list file, --pods-url or the node's kubelet (default). Both URLs get the
+    service-account token when there is one, and their certificate is checked against
+    --kubelet-ca (the kubelet: the service account's CA by default) unless skipped."""
+    if args.pods_file:
+        return file_source(args.pods_file)
+    for key, path in (("--token-file", args.token_file), ("--kubelet-ca", args.kubelet_ca)):
+        if path and not os.path.isfile(path):
+            raise ConfigError(f"{key}: no such file: {path}")
+    token = args.token_file or _existing(os.path.join(SA_DIR, "token"))
+    if args.pods_url:
+        return url_source(args.pods_url, token, args.kubelet_ca, args.kubelet_insecure_skip_verify)
+    ca = args.kubelet_ca or _existing(os.path.join(SA_DIR, "ca.crt"))
+    return url_source(kubelet_url(os.environ.get("NODE_IP", "127.0.0.1")), token, ca, args.kubelet_insecure_skip_verify)
 
 
 class Exporter:
@@ -135,12 +163,7 @@ def build_exporter(args: argparse.Namespace) -> tuple[Exporter, ExporterStats]:
             nvml = load_pynvml()
         except NvmlUnavailable as exc:
             raise ConfigError(f"NVML: {exc}") from None
-        if args.pods_url:
-            pod_source = url_source(args.pods_url)
-        elif args.pods_file:
-            pod_source = file_source(args.pods_file)
-        else:
-            pod_source = kubelet_source(os.environ.get("NODE_IP", "127.0.0.1"))
+        pod_source = _pod_source(args)
         proc_root = args.proc_root
     cluster = _cluster(args, sim_cluster)
     stats = ExporterStats(tenant=args.tenant or cluster)

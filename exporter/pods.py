@@ -216,15 +216,21 @@ def file_source(path: str) -> PodListSource:
     return fetch
 
 
-def url_source(url: str, token_path: str | None = None, ca_path: str | None = None, timeout: float = 5.0) -> PodListSource:
-    """GET a PodList; with a token (the kubelet's https://NODE:10250/pods) send it as a bearer."""
-    ctx = None
-    if url.startswith("https://"):
-        ctx = ssl.create_default_context(cafile=ca_path if ca_path and os.path.exists(ca_path) else None)
-        if not (ca_path and os.path.exists(ca_path)):
-            # the kubelet's serving cert is commonly self-signed; the token still authenticates us
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
+def tls_context(ca_path: str | None = None, insecure: bool = False) -> ssl.SSLContext:
+    """Verify the server against `ca_path` (else the system's trust store); skip verification
+    only when asked: kubelet serving certificates are often self-signed."""
+    ctx = ssl.create_default_context(cafile=ca_path)
+    if insecure:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def url_source(url: str, token_path: str | None = None, ca_path: str | None = None, insecure: bool = False,
+               timeout: float = 5.0) -> PodListSource:
+    """GET a PodList; with a token file send its content as a bearer token. The file is
+    read on every fetch: projected service-account tokens are rotated."""
+    ctx = tls_context(ca_path, insecure) if url.startswith("https://") else None
 
     def fetch() -> dict:
         req = urllib.request.Request(url, headers={"Accept": "application/json"})
@@ -236,8 +242,8 @@ def url_source(url: str, token_path: str | None = None, ca_path: str | None = No
     return fetch
 
 
-def kubelet_source(node_ip: str = "127.0.0.1", port: int = 10250) -> PodListSource:
-    return url_source(f"https://{node_ip}:{port}/pods", os.path.join(SA_DIR, "token"), os.path.join(SA_DIR, "ca.crt"))
+def kubelet_url(node_ip: str = "127.0.0.1", port: int = 10250) -> str:
+    return f"https://{node_ip}:{port}/pods"
 
 
 class PodCache:

@@ -30,6 +30,11 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="group session timeout: how soon a dead worker's partitions move")
     p.add_argument("--until-idle", type=float, metavar="S", nargs="?", const=5.0,
                    help="drain and exit: stop once caught up (or after S seconds without a record)")
+    p.add_argument("--recommend-interval", type=float, default=0.0, metavar="S",
+                   help="serve the current month's right-sizing figures (slicemeter_recommend_*), "
+                        "replanned from the snapshot every S seconds; 0 = off (default)")
+    p.add_argument("--prices", type=Path, metavar="FILE",
+                   help="price catalog for --recommend-interval (default examples/prices.yaml when present)")
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -41,6 +46,20 @@ def _check(args: argparse.Namespace) -> None:
         raise ConfigError(f"--batch-samples must be > 0, got {args.batch_samples}")
     if args.snapshot and args.snapshot.resolve() == args.db.resolve():
         raise ConfigError("--snapshot must differ from --db")
+    if args.recommend_interval < 0:
+        raise ConfigError(f"--recommend-interval must be >= 0, got {args.recommend_interval}")
+    if args.recommend_interval and not args.snapshot:
+        raise ConfigError("--recommend-interval needs --snapshot: the plan reads the snapshot, not the live file")
+    if args.recommend_interval and not args.metrics_port:
+        raise ConfigError("--recommend-interval needs --metrics-port: the figures are served there")
+
+
+def _recommend_prices(path: Path | None):
+    from ingest.prices import DEFAULT_PRICES, load_prices
+
+    if path is None and not DEFAULT_PRICES.is_file():
+        return None  # the plan still counts freeable GPUs, without a saving
+    return load_prices(path or DEFAULT_PRICES)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     from ingest.metrics import IngestMetrics
 
     _check(args)
+    prices = _recommend_prices(args.prices) if args.recommend_interval else None
     catalog = tenants.load_catalog(args.tenants) if args.tenants else None
     imported = tenants.fetch_kamaji_tenants(args.kamaji_metrics) if args.kamaji_metrics else None
     con = store.connect(args.db)
@@ -57,6 +77,10 @@ def run(args: argparse.Namespace) -> int:
     metrics = IngestMetrics()
     if args.metrics_port:
         metrics.serve(args.metrics_port)
+    refresher = None
+    if args.recommend_interval:
+        from ingest.recommend_metrics import RecommendRefresher
+        refresher = RecommendRefresher(args.snapshot, args.recommend_interval, metrics.recommend, prices).start()
     cfg = IngestConfig(
         bootstrap=args.kafka, db=args.db, topic=args.topic, group=args.group or None,
         batch_samples=args.batch_samples, batch_max_s=args.batch_max_seconds,
@@ -70,7 +94,11 @@ def run(args: argparse.Namespace) -> int:
     def stop(signum, frame):
         ingestor.stopping = True
     signal.signal(signal.SIGTERM, stop)
-    rc = ingestor.run()
+    try:
+        rc = ingestor.run()
+    finally:
+        if refresher:
+            refresher.stop()
     secs = ingestor.active_seconds()
     # one parseable line: bench/bench_ingest.py reads it
     log.info("ingest done: samples=%d active_seconds=%.3f rate=%.0f", ingestor.samples_written, secs,

@@ -1,7 +1,50 @@
 """Prometheus metrics of the ingest process (docs/metrics.md, "Ingest")."""
 from __future__ import annotations
 
+import threading
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+
+# The right-sizing plan's headline figures (ingest.recommend.headline_metrics): name -> (help, labels)
+RECOMMEND_METRICS = {
+    "slicemeter_recommend_freeable_gpus": ("GPUs the current month's consolidation plan frees", ()),
+    "slicemeter_recommend_monthly_saving": ("Monthly saving of the current month's plan at catalog prices",
+                                            ("currency",)),
+}
+
+
+class RecommendHeadline:
+    """Collector of the latest plan's figures. Serves nothing until the first plan, so a
+    process without --recommend-interval, or one still waiting for its first snapshot,
+    never shows a made-up 0."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+
+    def update(self, samples: dict[str, list[tuple[dict[str, str], float]]]) -> None:
+        unknown = set(samples) - set(RECOMMEND_METRICS)
+        if unknown:
+            raise ValueError(f"not a recommend metric: {sorted(unknown)}")
+        with self._lock:
+            self._samples = {name: list(values) for name, values in samples.items()}
+
+    def _families(self, samples):
+        for name, (help_text, labels) in RECOMMEND_METRICS.items():
+            family = GaugeMetricFamily(name, help_text, labels=list(labels))
+            for label_values, value in samples.get(name, []):
+                family.add_metric([label_values[k] for k in labels], value)
+            yield family
+
+    def describe(self):
+        return list(self._families({}))
+
+    def collect(self):
+        with self._lock:
+            samples = self._samples
+        if samples:
+            yield from self._families(samples)
 
 
 class IngestMetrics:
@@ -15,6 +58,8 @@ class IngestMetrics:
                          ["partition"], registry=r)
         self.batch_seconds = Histogram("slicemeter_ingest_batch_seconds", "Time to write one batch transaction",
                                        buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=r)
+        self.recommend = RecommendHeadline()  # filled by ingest.recommend_metrics
+        r.register(self.recommend)
 
     def serve(self, port: int, addr: str = "0.0.0.0"):
         return start_http_server(port, addr=addr, registry=self.registry)

@@ -14,6 +14,7 @@ A bad value raises ConfigError naming the key, e.g. `gpu_hour["NVIDIA L4"]`.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -160,4 +161,7 @@ def load_prices(path: str | Path) -> PriceCatalog:
     return parse_prices_text(text, str(p))
 
 
-DEFAULT_PRICES = Path(__file__).resolve().parent.parent / "examples" / "prices.yaml"
+# $SLICEMETER_PRICES (as the dashboard reads it) for installs without the source tree's
+# examples/ (the container image sets it).
+DEFAULT_PRICES = Path(os.environ.get("SLICEMETER_PRICES")
+                      or Path(__file__).resolve().parent.parent / "examples" / "prices.yaml")

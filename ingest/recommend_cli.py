@@ -7,14 +7,10 @@ from __future__ import annotations
 
 import argparse
 import csv
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
-import yaml
-
+from ingest.prices import DEFAULT_PRICES, load_prices
 from slicemeter.cli import ConfigError
-
-DEFAULT_PRICES = Path(__file__).resolve().parent.parent / "examples" / "prices.yaml"
 
 SLICE_COLUMNS = ["tenant", "namespace", "pod", "container", "node", "model", "grant_memory_mib",
                  "recommended_gpumem_mib", "grant_cores_pct", "recommended_gpucores_pct",
@@ -34,35 +30,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep", choices=["nodes", "gpus"], default="nodes",
                         help="nodes: free whole nodes (default); gpus: fewest slice moves")
     parser.add_argument("--top", type=int, default=20, help="slices to print")
-
-
-def load_prices(path: str | Path) -> tuple[dict[str, Decimal], str]:
-    """Minimal reader of the price catalog (currency, gpu_hour per model). Per-node
-    overrides and electricity are chargeback's business and ignored here."""
-    try:
-        doc = yaml.safe_load(Path(path).read_text())
-    except OSError as exc:
-        raise ConfigError(f"prices: cannot read {path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"prices: {path} is not valid YAML: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise ConfigError(f"prices: {path} must be a mapping with currency and gpu_hour")
-    currency = doc.get("currency")
-    if not isinstance(currency, str) or not currency.isalpha() or len(currency) != 3:
-        raise ConfigError(f"prices.currency: expected a 3-letter code, got {currency!r}")
-    table = doc.get("gpu_hour")
-    if not isinstance(table, dict) or not table:
-        raise ConfigError("prices.gpu_hour: expected a mapping {model: price per GPU-hour}")
-    out = {}
-    for model, price in table.items():
-        try:
-            value = Decimal(str(price))
-        except InvalidOperation:
-            raise ConfigError(f"prices.gpu_hour[{model!r}]: not a number: {price!r}") from None
-        if not value.is_finite() or value < 0:
-            raise ConfigError(f"prices.gpu_hour[{model!r}]: must be >= 0, got {price!r}")
-        out[str(model)] = value
-    return out, currency
 
 
 def _write_csv(path: Path, df) -> None:
@@ -104,12 +71,12 @@ def run(args: argparse.Namespace) -> int:
     if not db.is_file():
         raise ConfigError(f"--db: no such file: {db}")
     prices_path = args.prices or (DEFAULT_PRICES if DEFAULT_PRICES.is_file() else None)
-    table, currency = load_prices(prices_path) if prices_path else (None, "USD")
+    # the chargeback catalog; recommend prices a freed GPU by model (gpu_hour) only
+    catalog = load_prices(prices_path) if prices_path else None
 
     con = connect(db, read_only=True)
     try:
-        plan = build_plan(con, args.month, args.headroom, table, currency=currency,
-                          keep=args.keep)
+        plan = build_plan(con, args.month, args.headroom, catalog, keep=args.keep)
     finally:
         con.close()
 

@@ -8,11 +8,23 @@ Numbering: 001-099 ingest, 100-199 chargeback and exports, 200-299 recommend,
 """
 from __future__ import annotations
 
+import importlib.resources
 from pathlib import Path
 
 import duckdb
 
-SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+
+def _sql_dir() -> Path:
+    """The installed `sql` package's folder (package data in a wheel, the source tree in an
+    editable install). An editable install made before `sql` became a package does not map
+    it: fall back to the source tree next to this file."""
+    try:
+        return Path(str(importlib.resources.files("sql")))
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parent.parent / "sql"
+
+
+SQL_DIR = _sql_dir()
 
 
 def sql_text(name: str) -> str:

@@ -1,7 +1,8 @@
 """`slicemeter demo`: the whole pipeline on one machine, from one command.
 
 broker (Tansu, unless --kafka) -> ingest (DuckDB + snapshot) <- backfill of N days of the
-scenario -> live exporters (one per simulated node, /metrics on 9400+i) -> `slicemeter
+scenario -> live exporters (one per simulated node, /metrics on 9400+i; ingest's, with the
+right-sizing figures, on the port after them) -> `slicemeter
 export` of the current month into ./out -> the dashboard on :8501 against the snapshot.
 
 Every part is a child process running the subcommand's own CLI, exactly as a user would
@@ -31,6 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SCENARIO = REPO / "examples" / "demo.yaml"
 # subcommands the demo drives; checked before anything starts
 NEEDED = ("ingest", "backfill", "exporter", "export", "dashboard")
+RECOMMEND_INTERVAL_S = 300  # ingest replans the month's right-sizing figures this often
 TOPIC = "slicemeter.ticks"  # the exporter's, backfill's and ingest's default topic
 
 
@@ -89,19 +91,27 @@ def backfill_start(now: datetime, days: int) -> datetime:
     return midnight - timedelta(days=days)
 
 
-def plan(args: argparse.Namespace, kafka: str, nodes: list[str], paths: Paths, now: datetime) -> dict[str, list[str]]:
-    """The child command lines, by name, in start order (the CLIs in the BRIEF)."""
+def ingest_metrics_port(args: argparse.Namespace, nodes: dict[str, str]) -> int:
+    """The port after the exporters'."""
+    return args.exporter_port + len(nodes)
+
+
+def plan(args: argparse.Namespace, kafka: str, nodes: dict[str, str], paths: Paths, now: datetime) -> dict[str, list[str]]:
+    """The child command lines, by name, in start order (the CLIs in the BRIEF). `nodes`:
+    node name -> its tenant, the `tenant` label on that exporter's metrics."""
     start = backfill_start(now, args.days)
     scenario = str(args.scenario)
     cmds = {
         "ingest": slicemeter_argv("ingest", "--kafka", kafka, "--db", str(paths.db), "--tenants", scenario,
-                                  "--snapshot", str(paths.snapshot), "--snapshot-interval", str(args.snapshot_interval)),
+                                  "--snapshot", str(paths.snapshot), "--snapshot-interval", str(args.snapshot_interval),
+                                  "--metrics-port", str(ingest_metrics_port(args, nodes)),
+                                  "--recommend-interval", str(RECOMMEND_INTERVAL_S)),
         "backfill": slicemeter_argv("backfill", "--scenario", scenario, "--start", start.strftime("%Y-%m-%d"),
                                     "--days", str(args.days), "--kafka", kafka, "--interval", str(args.interval)),
     }
-    for i, node in enumerate(nodes):
+    for i, (node, tenant) in enumerate(nodes.items()):
         cmds[f"exporter-{node}"] = slicemeter_argv(
-            "exporter", "--simulate", scenario, "--node", node, "--port", str(args.exporter_port + i),
+            "exporter", "--simulate", scenario, "--node", node, "--tenant", tenant, "--port", str(args.exporter_port + i),
             "--kafka", kafka, "--hami-dir", str(paths.hami(node)), "--interval", str(args.interval))
     month = now.astimezone(timezone.utc).strftime("%Y-%m")
     cmds["export"] = slicemeter_argv("export", "--db", str(paths.export_copy), "--month", month, "--out", str(paths.out))
@@ -270,7 +280,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         raise ConfigError(f"--scenario: no such file: {args.scenario}")
     from simulator.scenario import load_scenario
 
-    nodes = [n.name for n in load_scenario(args.scenario).nodes]
+    nodes = {n.name: n.tenant for n in load_scenario(args.scenario).nodes}
     paths = Paths(args.workdir.resolve(), args.out.resolve())
     paths.workdir.mkdir(parents=True, exist_ok=True)
     paths.out.mkdir(parents=True, exist_ok=True)
@@ -279,7 +289,9 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         for p in (stale, stale.with_name(stale.name + ".wal")):
             p.unlink(missing_ok=True)
 
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    # Explicitly for SIGINT too: started with `&` from a non-interactive shell, the demo
+    # inherits SIGINT ignored and Python would then never raise KeyboardInterrupt.
+    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     sup = Supervisor(paths.logs)
     broker = None
     now = datetime.now(timezone.utc)
@@ -320,6 +332,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         wait_until(lambda: http_ok(url + "_stcore/health"), 120, sup, "dashboard")
         for i, node in enumerate(nodes):
             print(f"exporter  {node}: http://127.0.0.1:{args.exporter_port + i}/metrics", file=out)
+        print(f"ingest    http://127.0.0.1:{ingest_metrics_port(args, nodes)}/metrics", file=out)
         print(f"logs      {paths.logs}", file=out)
         print(f"dashboard {url}", file=out)
         print(f"dashboard ready in {time.monotonic() - t0:.0f} s (Ctrl-C stops everything)", file=out, flush=True)
@@ -334,7 +347,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         print(f"slicemeter demo: {exc}", file=sys.stderr, flush=True)
         return 1
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         sup.stop_all()
         if broker is not None:
             broker.stop()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -30,17 +31,21 @@ def args(**kw) -> argparse.Namespace:
 def test_plan_uses_the_brief_clis():
     now = datetime(2026, 11, 29, 15, 30, tzinfo=timezone.utc)
     paths = demo.Paths(Path("/w/var"), Path("/w/out"))
-    cmds = demo.plan(args(days=30), "127.0.0.1:9092", ["gpu-node-1", "gpu-node-2"], paths, now)
+    cmds = demo.plan(args(days=30), "127.0.0.1:9092", {"gpu-node-1": "acme", "gpu-node-2": "globex"}, paths, now)
     assert list(cmds) == ["ingest", "backfill", "exporter-gpu-node-1", "exporter-gpu-node-2", "export", "dashboard"]
     for argv in cmds.values():
         assert argv[:3] == demo.SLICEMETER
     sub = {name: argv[3:] for name, argv in cmds.items()}
     assert sub["ingest"][:5] == ["ingest", "--kafka", "127.0.0.1:9092", "--db", "/w/var/slicemeter.duckdb"]
     assert sub["ingest"][sub["ingest"].index("--snapshot") + 1] == "/w/var/snapshot.duckdb"
+    # ingest serves the right-sizing figures on the port after the two exporters'
+    assert sub["ingest"][sub["ingest"].index("--metrics-port") + 1] == "9402"
+    assert sub["ingest"][sub["ingest"].index("--recommend-interval") + 1] == "300"
     assert sub["backfill"] == ["backfill", "--scenario", str(demo.DEFAULT_SCENARIO), "--start", "2026-10-30",
                                "--days", "30", "--kafka", "127.0.0.1:9092", "--interval", "10"]
     e2 = sub["exporter-gpu-node-2"]
-    assert e2[:5] == ["exporter", "--simulate", str(demo.DEFAULT_SCENARIO), "--node", "gpu-node-2"]
+    assert e2[:7] == ["exporter", "--simulate", str(demo.DEFAULT_SCENARIO), "--node", "gpu-node-2",
+                      "--tenant", "globex"]
     assert e2[e2.index("--port") + 1] == "9401" and e2[e2.index("--hami-dir") + 1] == "/w/var/hami/gpu-node-2"
     assert sub["export"] == ["export", "--db", "/w/var/export-copy.duckdb", "--month", "2026-11", "--out", "/w/out"]
     assert sub["dashboard"] == ["dashboard", "--db", "/w/var/snapshot.duckdb", "--port", "8501"]
@@ -131,15 +136,26 @@ def test_a_child_that_dies_is_reported_with_its_log(tmp_path):
     sup.stop_all()
 
 
+def fetch_text(url: str) -> str:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.read().decode()
+    except OSError:
+        return ""
+
+
 def test_demo_end_to_end_or_names_what_is_missing(tmp_path):
     """With every branch merged: `slicemeter demo` reaches "dashboard ready", serves the
-    dashboard and an exporter's /metrics, writes exports, and Ctrl-C stops all of it.
-    Before that: it refuses to start and names the missing subcommands."""
+    dashboard, an exporter's /metrics (labelled with its Kamaji tenant) and ingest's
+    right-sizing figures, writes exports, and Ctrl-C stops all of it, even when started
+    with SIGINT ignored (as `demo &` from a script does). Before that: it refuses to start
+    and names the missing subcommands."""
     port, exporter_port = free_port(), free_port()
     cmd = [*demo.SLICEMETER, "demo", "--days", "1", "--workdir", str(tmp_path / "var"),
            "--out", str(tmp_path / "out"), "--port", str(port), "--exporter-port", str(exporter_port)]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     missing = demo.missing_commands()
     try:
         if missing:
@@ -159,7 +175,15 @@ def test_demo_end_to_end_or_names_what_is_missing(tmp_path):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=5) as r:
             assert r.status == 200
         with urllib.request.urlopen(f"http://127.0.0.1:{exporter_port}/metrics", timeout=5) as r:
-            assert b"hami_vgpu_memory_used_bytes" in r.read()
+            text = r.read().decode()
+        assert "hami_vgpu_memory_used_bytes" in text
+        # gpu-node-1's Kamaji tenant, not its cluster URL
+        assert set(re.findall(r'tenant="([^"]*)"', text)) == {"acme"}
+        ingest_port = exporter_port + 5  # after the scenario's 5 exporters
+        deadline = time.monotonic() + 60
+        while "slicemeter_recommend_freeable_gpus " not in (text := fetch_text(f"http://127.0.0.1:{ingest_port}/metrics")):
+            assert time.monotonic() < deadline, f"ingest serves no right-sizing figures: {text[-500:]}"
+            time.sleep(0.2)
         assert any((tmp_path / "out").iterdir())
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)

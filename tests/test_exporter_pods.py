@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+import argparse
 import http.server
 import json
+import os
+import ssl
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -177,3 +181,75 @@ def test_pod_cache_refreshes_on_its_own_timer():
         assert next(iter(cache.get().pods)) != "u1"    # the index follows the newest list
     finally:
         cache.stop()
+
+
+# A self-signed certificate for 127.0.0.1 (openssl req -x509 -days 36500), as a kubelet's
+# default serving certificate is.
+CERT = Path(__file__).resolve().parent / "data" / "kubelet-selfsigned.crt"
+KEY = CERT.with_suffix(".key")
+
+
+@pytest.fixture
+def tls_kubelet():
+    """An HTTPS /pods endpoint with the self-signed certificate; yields its URL."""
+    _Kubelet.body = json.dumps({"items": [_pod("u7", "tls")]}).encode()
+    _Kubelet.seen_auth = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Kubelet)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(CERT, KEY)
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"https://127.0.0.1:{server.server_address[1]}/pods"
+    server.shutdown()
+    server.server_close()
+
+
+def exporter_args(*argv: str):
+    from exporter import cli
+
+    p = argparse.ArgumentParser()
+    cli.configure(p)
+    return p.parse_args(["--hami-dir", "/nonexistent", "--kafka", "127.0.0.1:9", *argv])
+
+
+def test_pods_url_sends_the_token_and_checks_the_kubelet_certificate(tls_kubelet, tmp_path):
+    from exporter.cli import _pod_source
+
+    token = tmp_path / "token"
+    token.write_text("tok-1\n")
+    # verified against the CA given: the token goes along
+    cache = PodCache(_pod_source(exporter_args("--pods-url", tls_kubelet, "--token-file", str(token),
+                                               "--kubelet-ca", str(CERT))))
+    assert cache.refresh() and set(cache.get().pods) == {"u7"}
+    assert _Kubelet.seen_auth == ["Bearer tok-1"]
+    token.write_text("tok-2\n")  # a rotated token is read on the next fetch
+    assert cache.refresh() and _Kubelet.seen_auth[-1] == "Bearer tok-2"
+    # no CA: the self-signed certificate is refused, never silently accepted
+    refused = PodCache(_pod_source(exporter_args("--pods-url", tls_kubelet, "--token-file", str(token))))
+    assert not refused.refresh() and refused.errors_total == 1 and len(_Kubelet.seen_auth) == 2
+    # unless verification is skipped on purpose
+    insecure = PodCache(_pod_source(exporter_args("--pods-url", tls_kubelet, "--token-file", str(token),
+                                                  "--kubelet-insecure-skip-verify")))
+    assert insecure.refresh() and _Kubelet.seen_auth[-1] == "Bearer tok-2"
+
+
+def test_pods_url_without_a_token_file_sends_no_token(tls_kubelet):
+    from exporter.cli import _pod_source
+    from exporter.pods import SA_DIR
+
+    assert not os.path.exists(SA_DIR)  # not in a pod: nothing to send
+    cache = PodCache(_pod_source(exporter_args("--pods-url", tls_kubelet, "--kubelet-ca", str(CERT))))
+    assert cache.refresh() and _Kubelet.seen_auth == [None]
+
+
+def test_pod_source_options_are_checked(tmp_path, capsys):
+    from exporter.cli import _pod_source
+    from slicemeter.cli import ConfigError
+
+    with pytest.raises(ConfigError, match="--token-file"):
+        _pod_source(exporter_args("--pods-url", "https://127.0.0.1:1/pods", "--token-file", str(tmp_path / "no")))
+    with pytest.raises(ConfigError, match="--kubelet-ca"):
+        _pod_source(exporter_args("--kubelet-ca", str(tmp_path / "no.crt")))
+    with pytest.raises(SystemExit):
+        exporter_args("--kubelet-ca", str(CERT), "--kubelet-insecure-skip-verify")
+    assert "not allowed with argument" in capsys.readouterr().err

@@ -10,8 +10,8 @@ without error, and exactly the alerts the exporters' numbers call for must be pe
 The exporters tick once (--interval 3600) so that their /metrics stay fixed while the test
 compares Prometheus' results with numbers computed here from the same exposition. A real
 `slicemeter ingest --metrics-port` consumes their Ticks from the broker into DuckDB and is
-scraped too; the right-sizing headline figures, which no process serves yet, come from a
-small collector.
+scraped too; with --recommend-interval it also serves the right-sizing headline figures,
+planned from its snapshot.
 """
 from __future__ import annotations
 
@@ -29,8 +29,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
 from slicemeter.broker import TansuBroker, free_port
@@ -46,28 +44,6 @@ VARIABLES = ("tenant", "namespace", "node", "gpu")
 # Grafana's interval variables, as a dashboard over the last minutes would set them.
 INTERVALS = {"$__rate_interval": "1m", "$__range": "1m", "$__interval": "1s"}
 PERCENT_UNITS = {"percentunit"}
-
-
-# --- the right-sizing headline figures -------------------------------------------------------
-
-class RecommendHeadline:
-    """slicemeter_recommend_* as docs/metrics.md names them (a right-sizing plan's figures)."""
-
-    def collect(self):
-        freeable = GaugeMetricFamily("slicemeter_recommend_freeable_gpus", "GPUs a consolidation plan frees")
-        freeable.add_metric([], 3.0)
-        saving = GaugeMetricFamily("slicemeter_recommend_monthly_saving", "Monthly saving of the plan",
-                                   labels=["currency"])
-        saving.add_metric(["USD"], 5256.0)
-        yield freeable
-        yield saving
-
-
-def serve_recommend_headline():
-    registry = CollectorRegistry()
-    registry.register(RecommendHeadline())
-    server, _thread = start_http_server(0, addr="127.0.0.1", registry=registry)
-    return server
 
 
 # --- a thin client for Prometheus' HTTP API --------------------------------------------------
@@ -180,9 +156,11 @@ def pipeline(tmp_path_factory):
                 procs.append(proc)
                 started[node] = (proc, log, port)
             ingest_port = free_port()
+            snapshot = tmp / "snapshot.duckdb"
             ingest, ingest_log = start(tmp, "ingest", [
                 "ingest", "--kafka", broker.bootstrap, "--db", str(tmp / "slicemeter.duckdb"),
-                "--tenants", str(SCENARIO), "--metrics-port", str(ingest_port)])
+                "--tenants", str(SCENARIO), "--metrics-port", str(ingest_port),
+                "--snapshot", str(snapshot), "--snapshot-interval", "1", "--recommend-interval", "1"])
             procs.append(ingest)
             exporters = {node: (port, wait_for_metrics(proc, log, port,
                                                        lambda text: "slicemeter_gpu_memory_total_bytes{" in text,
@@ -195,7 +173,10 @@ def pipeline(tmp_path_factory):
             wait_for_metrics(ingest, ingest_log, ingest_port,
                              lambda text: sum(v for _, v in samples_of(text, "slicemeter_ingest_samples_total")) >= rows,
                              "ingest to store both exporters' first Tick", timeout=45)
-            yield {"exporters": exporters, "ingest": ingest_port, "rows": rows}
+            wait_for_metrics(ingest, ingest_log, ingest_port,
+                             lambda text: "slicemeter_recommend_monthly_saving{" in text,
+                             "ingest's first right-sizing figures")
+            yield {"exporters": exporters, "ingest": ingest_port, "rows": rows, "snapshot": snapshot}
         finally:
             for proc in procs:
                 stop(proc)
@@ -210,7 +191,6 @@ def exporters(pipeline):
 def prom(tmp_path_factory, pipeline):
     tmp = tmp_path_factory.mktemp("prometheus")
     exporters = pipeline["exporters"]
-    recommend = serve_recommend_headline()
     port = free_port()
     config = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
@@ -222,8 +202,6 @@ def prom(tmp_path_factory, pipeline):
                                 for node, (p, _) in exporters.items()]},
             {"job_name": "slicemeter-ingest",
              "static_configs": [{"targets": [f"127.0.0.1:{pipeline['ingest']}"]}]},
-            {"job_name": "slicemeter-recommend",
-             "static_configs": [{"targets": [f"127.0.0.1:{recommend.server_port}"]}]},
         ],
     }
     (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
@@ -235,7 +213,7 @@ def prom(tmp_path_factory, pipeline):
         stdout=log, stderr=subprocess.STDOUT,
     )
     api = PromAPI(f"http://127.0.0.1:{port}")
-    targets = len(exporters) + 2
+    targets = len(exporters) + 1
     try:
         poll(lambda: urllib.request.urlopen(f"{api.base}/-/ready", timeout=1).status == 200, "Prometheus to be ready")
         # Every target scraped at least three times (rate() needs two samples in its window)...
@@ -248,7 +226,6 @@ def prom(tmp_path_factory, pipeline):
     finally:
         stop(proc)
         log.close()
-        recommend.shutdown()
 
 
 # --- helpers over dashboards ----------------------------------------------------------------
@@ -364,6 +341,25 @@ def test_ingest_stored_every_row_the_exporters_published(prom, pipeline):
     assert float(stored["value"][1]) == pipeline["rows"] > 0
     lag = prom.query("slicemeter_ingest_lag_messages")
     assert lag and all(float(s["value"][1]) == 0 for s in lag)
+
+
+def test_recommend_figures_are_the_snapshot_plan(prom, pipeline):
+    """The exporters tick once, so the snapshot's plan for this month stays the one served."""
+    from ingest.prices import DEFAULT_PRICES, load_prices
+    from ingest.recommend import build_plan
+    from ingest.store import connect
+
+    con = connect(pipeline["snapshot"], read_only=True)
+    try:
+        summary = build_plan(con, time.strftime("%Y-%m", time.gmtime()), 0.2, load_prices(DEFAULT_PRICES)).summary
+    finally:
+        con.close()
+    assert summary["gpus_total"] > 0
+    (freeable,) = prom.query("slicemeter_recommend_freeable_gpus")
+    assert float(freeable["value"][1]) == summary["gpus_freeable"]
+    (saving,) = prom.query("slicemeter_recommend_monthly_saving")
+    assert saving["metric"]["currency"] == "USD"
+    assert float(saving["value"][1]) == float(summary["monthly_saving"])
 
 
 def test_recorded_fractions_match_the_exporters_numbers(prom, exporters):

@@ -129,10 +129,13 @@ def test_cli_prints_and_writes_csv(fleet, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("content, key", [
-    ('currency: USD\ngpu_hour: {"NVIDIA L4": "cheap"}\n', "prices.gpu_hour['NVIDIA L4']"),
-    ('currency: 12\ngpu_hour: {"NVIDIA L4": "1"}\n', "prices.currency"),
-    ("currency: USD\n", "prices.gpu_hour"),
+    ('currency: USD\ngpu_hour: {"NVIDIA L4": "cheap"}\n', "gpu_hour['NVIDIA L4']: not a decimal"),
+    ('currency: 12\ngpu_hour: {"NVIDIA L4": "1"}\n', "currency: expected an ISO 4217 code"),
+    ("currency: USD\n", "gpu_hour: expected a mapping"),
     ("[1, 2", "not valid YAML"),
+    # the catalog loader's own checks now apply to recommend too
+    ('currency: USD\ngpu_hour: {"NVIDIA L4": 0.8}\n', "write the price as a quoted string"),
+    ('currency: USD\ngpu_hour: {"NVIDIA L4": "1"}\ncolour: red\n', "colour: unknown key"),
 ])
 def test_cli_bad_prices_named(fleet, tmp_path, capsys, content, key):
     con, path = fleet

@@ -11,9 +11,9 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
+from ingest.prices import DEFAULT_PRICES as PRICES_FILE
 from ingest.recommend import build_plan
 
-PRICES_FILE = Path(__file__).resolve().parents[2] / "examples" / "prices.yaml"
 FLAGS = {"over_requested": "over-requested (grant > 2x p99)",
          "oom_risk": "OOM risk (p99 > 90 % of limit)",
          "idle": "idle reservation"}
@@ -36,9 +36,10 @@ def _prices():
     price option of its own)."""
     if not PRICES_FILE.is_file():
         return None, "USD"
-    from ingest.recommend_cli import load_prices
+    from ingest.prices import load_prices
     try:
-        return load_prices(PRICES_FILE)
+        catalog = load_prices(PRICES_FILE)
+        return catalog.gpu_hour, catalog.currency
     except Exception as exc:  # a broken catalog costs the money figure, not the page
         st.warning(f"Price catalog not used: {exc}")
         return None, "USD"

@@ -1,0 +1,71 @@
+"""`slicemeter ingest --recommend-interval S`: the right-sizing plan's headline figures as
+ingest metrics (docs/metrics.md, "Ingest").
+
+A background thread rebuilds the plan for the current UTC month every S seconds and hands
+ingest.recommend.headline_metrics(plan) to the metrics collector. It reads the snapshot,
+as every other reader does, never the live file: the writer's transactions are not
+disturbed and the plan sees one consistent copy. A failed plan keeps the previous figures
+and is logged; the thread never stops ingest.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from ingest.metrics import RecommendHeadline
+
+log = logging.getLogger("slicemeter.ingest.recommend")
+
+RETRY_S = 5.0  # how soon to look again while the first snapshot is not written yet
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class RecommendRefresher:
+    def __init__(self, snapshot: Path, interval_s: float, headline: RecommendHeadline, prices=None,
+                 headroom: float = 0.2, now: Callable[[], datetime] = utc_now):
+        self.snapshot = Path(snapshot)
+        self.interval_s = interval_s
+        self.headline = headline
+        self.prices = prices
+        self.headroom = headroom
+        self.now = now
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="recommend-metrics", daemon=True)
+
+    def refresh(self) -> bool:
+        """Plan the current month from the snapshot; False if there is no snapshot yet."""
+        from ingest.recommend import build_plan, headline_metrics
+        from ingest.store import connect
+
+        if not self.snapshot.is_file():
+            return False
+        con = connect(self.snapshot, read_only=True)
+        try:
+            plan = build_plan(con, self.now().strftime("%Y-%m"), self.headroom, self.prices)
+        finally:
+            con.close()
+        self.headline.update(headline_metrics(plan))
+        return True
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                planned = self.refresh()
+            except Exception:  # a bad snapshot costs this round's figures, not ingest
+                log.exception("recommend metrics: planning from %s failed", self.snapshot)
+                planned = True
+            self._stop.wait(self.interval_s if planned else min(self.interval_s, RETRY_S))
+
+    def start(self) -> "RecommendRefresher":
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
