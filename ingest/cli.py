@@ -23,7 +23,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--snapshot", type=Path, metavar="PATH", help="keep a consistent read-only copy here")
     p.add_argument("--snapshot-interval", type=float, default=60.0, metavar="S")
     p.add_argument("--raw-retention-days", type=float, default=35.0, help="keep raw samples this long (rollups: for ever)")
-    p.add_argument("--batch-samples", type=int, default=200_000, help="samples per DuckDB transaction")
+    p.add_argument("--batch-samples", type=int, default=250_000, help="samples per DuckDB transaction")
     p.add_argument("--batch-max-seconds", type=float, default=1.0)
     p.add_argument("--max-poll-records", type=int, default=200)
     p.add_argument("--session-timeout-ms", type=int, default=10_000,

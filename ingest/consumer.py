@@ -38,7 +38,7 @@ class IngestConfig:
     db: Path
     topic: str = "slicemeter.ticks"
     group: str | None = "slicemeter-ingest"    # None: assign every partition, no group
-    batch_samples: int = 200_000                # flush when a batch holds this many samples
+    batch_samples: int = 250_000                # flush when a batch holds this many samples
     batch_max_s: float = 1.0                    # ... or when its first message is this old
     max_poll_records: int = 200
     max_partition_fetch_bytes: int = 4 << 20    # bounded fetch buffers: RSS bound (issue 4)
@@ -166,7 +166,7 @@ class Ingestor:
             self.writer.drain()
 
     def submit(self) -> None:
-        """Queue the current batch for the writer; blocks while one batch is already queued."""
+        """Hand the current batch to the writer; blocks while the previous one is being stored."""
         with self._lock:
             b = self.batch
             if not b:

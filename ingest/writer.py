@@ -122,8 +122,9 @@ class BatchWriterThread:
     """Stores batches on a thread of its own, so Kafka fetch and decode of the next batch
     overlap the DuckDB transaction of this one (DuckDB releases the GIL while it works).
 
-    One batch may wait while one is written: with the one being filled, at most three
-    batches are in memory. Batches are written in order, each in its own transaction with
+    A batch is handed over only once the previous one is stored: with the one being
+    filled, at most two batches are in memory (a third, queued one cost as much again and
+    bought nothing: the writer is the slower side). Batches are written in order, each in its own transaction with
     its offsets, so exactly-once is unchanged. A failed batch stops the thread; check()
     re-raises its error in the caller (the process exits; restart replays from DuckDB).
     """
@@ -192,6 +193,7 @@ class BatchWriterThread:
         return time.perf_counter() - started
 
     def put(self, batch: Batch) -> None:
+        self._queue.join()   # the previous batch is stored (memory bound: see the class doc)
         self.check()
         self._queue.put(batch)
 

@@ -108,6 +108,13 @@ def test_raw_retention_keeps_rollups(tmp_path):
     con = store.connect(tmp_path / "r.duckdb")
     _ingest(con, _chunks()[:8], batch_size=4)
     before = con.execute("SELECT sum(sample_count) FROM slice_hour").fetchone()[0]
-    apply_retention(con, days=1, now_ms=DAY_START + 86_400_000 + 3_600_000)  # cut at 01:00
+    minutes_sql = ("SELECT (SELECT count(*) FROM slice_minute), (SELECT sum(sample_count) FROM slice_minute), "
+                   "(SELECT sum(usage_share_s) FROM slice_minute), (SELECT sum(energy_joules) FROM gpu_minute)")
+    minutes = con.execute(minutes_sql).fetchone()
+    apply_retention(con, days=1, now_ms=DAY_START + 86_400_000 + 3_600_000 + 30_000)  # cut at 01:00:30
     assert con.execute("SELECT min(ts_ms) FROM raw_slice").fetchone()[0] >= DAY_START + 3_600_000
     assert con.execute("SELECT sum(sample_count) FROM slice_hour").fetchone()[0] == before
+    # minutes of the deleted rows were materialised in the same transaction (one minute split)
+    assert con.execute("SELECT count(*) FROM slice_minute_part").fetchone()[0] > 0
+    after = con.execute(minutes_sql).fetchone()
+    assert after[:2] == minutes[:2] and np.allclose(after[2:], minutes[2:], rtol=1e-12)

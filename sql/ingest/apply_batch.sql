@@ -2,7 +2,10 @@
 -- Inputs (Arrow, registered by ingest/writer.py): batch_strings (id, value) new string ids,
 -- batch_gpu and batch_slice (slicemeter.tick columns, strings replaced by *_id integers).
 -- Everything is set-based over the batch: append raw rows, refresh the GPU inventory,
--- aggregate the batch into minute partials (appended) and hour deltas (upserted).
+-- aggregate the batch straight to hour deltas (upserted). Minute rollups are not written
+-- here: they are views over the raw rows, materialised when retention deletes those rows
+-- (sql/ingest/retention.sql) -- aggregating every batch to the minute and appending the
+-- partials cost more than the raw insert itself.
 
 INSERT INTO ingest_strings SELECT id, value FROM batch_strings;
 INSERT INTO raw_gpu_rows BY NAME SELECT * FROM batch_gpu;
@@ -23,72 +26,23 @@ ON CONFLICT (gpu_uuid_id) DO UPDATE SET
     first_seen_ms = least(gpu_inventory.first_seen_ms, excluded.first_seen_ms),
     last_seen_ms = greatest(gpu_inventory.last_seen_ms, excluded.last_seen_ms);
 
-CREATE OR REPLACE TEMP TABLE gpu_minute_delta AS
-SELECT make_timestamp(ts_ms // 60000 * 60000000) AS minute, gpu_uuid_id,
-       any_value(cluster_id) AS cluster_id, any_value(node_id) AS node_id,
-       any_value(model_id) AS model_id, max(memory_total_bytes) AS memory_total_bytes,
-       sum(interval_ms) / 1000.0 AS metered_s, count(*) AS sample_count,
-       sum(sm_util_ratio * interval_ms) / 1000.0 AS sm_util_s,
-       sum(memory_used_bytes::DOUBLE * interval_ms) / 1000.0 AS memory_used_byte_s,
-       sum(power_watts * interval_ms) / 1000.0 AS power_j,
-       min(ts_ms) FILTER (WHERE energy_joules IS NOT NULL) AS first_ts_ms,
-       arg_min(energy_joules, ts_ms) AS first_energy_j,
-       arg_min(power_watts * interval_ms / 1000.0, ts_ms) FILTER (WHERE energy_joules IS NOT NULL) AS first_power_j,
-       max(ts_ms) FILTER (WHERE energy_joules IS NOT NULL) AS last_ts_ms,
-       arg_max(energy_joules, ts_ms) AS last_energy_j,
-       max(ts_ms) AS latest_ts_ms
-FROM batch_gpu GROUP BY ALL;
+-- The batch aggregated per GPU-hour and slice-hour (macros in sql/views/011_ingest.sql).
+CREATE OR REPLACE TEMP TABLE gpu_hour_delta AS
+SELECT bucket AS hour, * EXCLUDE (bucket) REPLACE (least(3600, metered_s) AS metered_s)
+FROM gpu_rollup('batch_gpu', 3600000, 9223372036854775807);
 
-INSERT INTO gpu_minute_part BY NAME SELECT * FROM gpu_minute_delta;
+CREATE OR REPLACE TEMP TABLE slice_hour_delta AS
+SELECT bucket AS hour, * EXCLUDE (bucket) REPLACE (least(3600, metered_s) AS metered_s)
+FROM slice_rollup('batch_slice', 3600000, 9223372036854775807);
 
--- Per-sample shares (semantics: sql/schema/001_contract.sql), summed per slice-minute.
--- cluster/node/namespace/pod are fixed for a (GPU, pod UID) within a minute: any_value.
-CREATE OR REPLACE TEMP TABLE slice_minute_delta AS
-WITH s AS (
-    SELECT b.*, b.interval_ms / 1000.0 AS dt,
-           capped_share(b.whole_gpu, coalesce(b.alloc_memory_bytes, b.hami_memory_limit_bytes) / i.memory_total_bytes) AS a_mem,
-           capped_share(b.whole_gpu, coalesce(b.alloc_cores_ratio, b.sm_limit_ratio)) AS a_cores,
-           trusted_memory(b.hami_memory_used_bytes, b.nvml_memory_used_bytes) AS mem_used,
-           capped_share(false, trusted_memory(b.hami_memory_used_bytes, b.nvml_memory_used_bytes) / i.memory_total_bytes) AS u_mem,
-           capped_share(false, b.sm_util_ratio) AS u_sm,
-           memory_disagrees(b.hami_memory_used_bytes, b.nvml_memory_used_bytes) AS disagree
-    FROM batch_slice b LEFT JOIN gpu_inventory i ON i.gpu_uuid_id = b.gpu_uuid_id
-)
-SELECT make_timestamp(ts_ms // 60000 * 60000000) AS minute, gpu_uuid_id, pod_uid_id, container_id,
-       any_value(cluster_id) AS cluster_id, any_value(node_id) AS node_id,
-       any_value(namespace_id) AS namespace_id, any_value(pod_id) AS pod_id,
-       bool_or(coalesce(whole_gpu, false)) AS whole_gpu, sum(dt) AS metered_s, count(*) AS sample_count,
-       arg_max(alloc_memory_bytes, ts_ms) AS alloc_memory_bytes, arg_max(alloc_cores_ratio, ts_ms) AS alloc_cores_ratio,
-       sum(a_mem * dt) AS alloc_mem_share_s, sum(a_cores * dt) AS alloc_cores_share_s,
-       sum(greatest(a_mem, a_cores) * dt) AS alloc_dominant_share_s,
-       sum(u_mem * dt) AS used_mem_share_s, sum(u_sm * dt) AS used_sm_share_s,
-       sum(greatest(u_mem, u_sm) * dt) AS usage_share_s,
-       sum(mem_used * dt) AS memory_used_byte_s, max(mem_used) AS memory_used_max_bytes,
-       max(sm_util_ratio) AS sm_util_max, sum(CASE WHEN disagree THEN dt ELSE 0 END) AS hami_nvml_disagree_s,
-       arg_max_null(last_kernel_age_s, ts_ms) AS last_kernel_age_s, max(ts_ms) AS latest_ts_ms
-FROM s GROUP BY minute, gpu_uuid_id, pod_uid_id, container_id;
-
-INSERT INTO slice_minute_part BY NAME SELECT * FROM slice_minute_delta;
-
--- Hour deltas from the minute deltas (60x fewer rows than the batch), named, upserted.
+-- Hour deltas (a few rows per slice per batch), strings resolved, upserted.
 INSERT INTO gpu_hour (hour, cluster, node, gpu_uuid, model, memory_total_bytes, metered_s, sample_count,
                       sm_util_s, memory_used_byte_s, energy_joules, power_j, first_ts_ms, first_energy_j,
                       first_power_j, last_ts_ms, last_energy_j, latest_ts_ms)
 SELECT d.hour, c.value, n.value, g.value, m.value, d.memory_total_bytes, d.metered_s, d.sample_count,
        d.sm_util_s, d.memory_used_byte_s, NULL, d.power_j, d.first_ts_ms, d.first_energy_j,
        d.first_power_j, d.last_ts_ms, d.last_energy_j, d.latest_ts_ms
-FROM (
-    SELECT date_trunc('hour', minute) AS hour, gpu_uuid_id,
-           arg_max(cluster_id, latest_ts_ms) AS cluster_id, arg_max(node_id, latest_ts_ms) AS node_id,
-           arg_max(model_id, latest_ts_ms) AS model_id, arg_max(memory_total_bytes, latest_ts_ms) AS memory_total_bytes,
-           least(3600, sum(metered_s)) AS metered_s, sum(sample_count) AS sample_count, sum(sm_util_s) AS sm_util_s,
-           sum(memory_used_byte_s) AS memory_used_byte_s, sum(power_j) AS power_j,
-           min(first_ts_ms) AS first_ts_ms, arg_min(first_energy_j, first_ts_ms) AS first_energy_j,
-           arg_min(first_power_j, first_ts_ms) AS first_power_j,
-           max(last_ts_ms) AS last_ts_ms, arg_max(last_energy_j, last_ts_ms) AS last_energy_j,
-           max(latest_ts_ms) AS latest_ts_ms
-    FROM gpu_minute_delta GROUP BY ALL
-) d
+FROM gpu_hour_delta d
 JOIN ingest_strings c ON c.id = d.cluster_id
 JOIN ingest_strings n ON n.id = d.node_id
 JOIN ingest_strings g ON g.id = d.gpu_uuid_id
@@ -115,8 +69,8 @@ ON CONFLICT (hour, gpu_uuid) DO UPDATE SET
     latest_ts_ms = greatest(gpu_hour.latest_ts_ms, excluded.latest_ts_ms);
 
 UPDATE gpu_hour SET energy_joules = hour_energy(first_energy_j, last_energy_j, first_power_j, power_j)
-FROM (SELECT DISTINCT date_trunc('hour', d.minute) AS h, s.value AS g
-      FROM gpu_minute_delta d JOIN ingest_strings s ON s.id = d.gpu_uuid_id) d
+FROM (SELECT d.hour AS h, s.value AS g
+      FROM gpu_hour_delta d JOIN ingest_strings s ON s.id = d.gpu_uuid_id) d
 WHERE gpu_hour.hour = d.h AND gpu_hour.gpu_uuid = d.g;
 
 INSERT INTO slice_hour
@@ -125,21 +79,7 @@ SELECT d.hour, c.value, n.value, g.value, ns.value, p.value, u.value, k.value, d
        d.alloc_mem_share_s, d.alloc_cores_share_s, d.alloc_dominant_share_s,
        d.used_mem_share_s, d.used_sm_share_s, d.usage_share_s, d.memory_used_byte_s,
        d.memory_used_max_bytes, d.sm_util_max, d.hami_nvml_disagree_s, d.last_kernel_age_s, d.latest_ts_ms
-FROM (
-    SELECT date_trunc('hour', minute) AS hour, gpu_uuid_id, pod_uid_id, container_id,
-           arg_max(cluster_id, latest_ts_ms) AS cluster_id, arg_max(node_id, latest_ts_ms) AS node_id,
-           arg_max(namespace_id, latest_ts_ms) AS namespace_id, arg_max(pod_id, latest_ts_ms) AS pod_id,
-           bool_or(whole_gpu) AS whole_gpu, least(3600, sum(metered_s)) AS metered_s, sum(sample_count) AS sample_count,
-           arg_max(alloc_memory_bytes, latest_ts_ms) AS alloc_memory_bytes,
-           arg_max(alloc_cores_ratio, latest_ts_ms) AS alloc_cores_ratio,
-           sum(alloc_mem_share_s) AS alloc_mem_share_s, sum(alloc_cores_share_s) AS alloc_cores_share_s,
-           sum(alloc_dominant_share_s) AS alloc_dominant_share_s, sum(used_mem_share_s) AS used_mem_share_s,
-           sum(used_sm_share_s) AS used_sm_share_s, sum(usage_share_s) AS usage_share_s,
-           sum(memory_used_byte_s) AS memory_used_byte_s, max(memory_used_max_bytes) AS memory_used_max_bytes,
-           max(sm_util_max) AS sm_util_max, sum(hami_nvml_disagree_s) AS hami_nvml_disagree_s,
-           arg_max_null(last_kernel_age_s, latest_ts_ms) AS last_kernel_age_s, max(latest_ts_ms) AS latest_ts_ms
-    FROM slice_minute_delta GROUP BY ALL
-) d
+FROM slice_hour_delta d
 JOIN ingest_strings c ON c.id = d.cluster_id
 JOIN ingest_strings n ON n.id = d.node_id
 JOIN ingest_strings g ON g.id = d.gpu_uuid_id

@@ -1,4 +1,8 @@
--- Raw samples older than the retention horizon (parameter cutoff, epoch ms). Rollups stay.
+-- Raw samples older than the retention horizon (parameter cutoff, epoch ms). Rollups stay:
+-- hours are kept up to date per batch, and the minutes of the rows about to be deleted are
+-- appended to *_minute_part first, in the same transaction (sql/views/011_ingest.sql).
 -- ingest/writer.py runs the statements one by one (DuckDB binds one statement per call).
+INSERT INTO gpu_minute_part BY NAME SELECT * FROM gpu_minute_of_raw($cutoff);
+INSERT INTO slice_minute_part BY NAME SELECT * FROM slice_minute_of_raw($cutoff);
 DELETE FROM raw_gpu_rows WHERE ts_ms < $cutoff;
 DELETE FROM raw_slice_rows WHERE ts_ms < $cutoff;

@@ -69,11 +69,13 @@ CREATE TABLE IF NOT EXISTS gpu_inventory (
     last_seen_ms       BIGINT NOT NULL
 );
 
--- Minute rollups are append-only partial aggregates (one row per key per batch that
--- touched the minute); the TEMP views gpu_minute / slice_minute merge them. Appending
--- avoids a primary-key index over a table that grows by a row per slice per minute for
--- ever (an ART index of that size would break the memory bound), and merging partials is
--- exact because every column is a sum, a max, a min or a value at the latest timestamp.
+-- Minute rollups are append-only partial aggregates. While raw rows are retained, minutes
+-- are aggregated from them on read (TEMP views gpu_minute / slice_minute,
+-- sql/views/011_ingest.sql); retention appends the minutes of the rows it deletes here, in
+-- the same transaction, so minutes are kept for ever without costing every batch. No
+-- primary-key index: an ART index over a row per slice per minute for ever would break the
+-- memory bound, and merging partials is exact because every column is a sum, a max, a min
+-- or a value at the latest timestamp.
 CREATE TABLE IF NOT EXISTS gpu_minute_part (
     minute             TIMESTAMP NOT NULL,
     gpu_uuid_id        INTEGER   NOT NULL,

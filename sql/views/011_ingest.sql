@@ -57,6 +57,64 @@ JOIN ingest_strings c ON c.id = i.cluster_id
 JOIN ingest_strings n ON n.id = i.node_id
 LEFT JOIN ingest_strings m ON m.id = i.model_id;
 
+-- One rollup bucket per GPU / per slice over the samples of table `tbl` with ts_ms < cutoff,
+-- in the columns of the *_minute_part tables (bucket_ms 60000: minutes, 3600000: hours).
+-- Shared by the per-batch hour upsert (sql/ingest/apply_batch.sql, tbl = the batch) and the
+-- minute rollups (tbl = the raw rows). Every column is a sum, max, min or the value at the
+-- latest timestamp, so partial buckets merge exactly.
+CREATE OR REPLACE TEMP MACRO gpu_rollup(tbl, bucket_ms, cutoff) AS TABLE
+SELECT make_timestamp(ts_ms // bucket_ms * bucket_ms * 1000) AS bucket, gpu_uuid_id,
+       arg_max(cluster_id, ts_ms) AS cluster_id, arg_max(node_id, ts_ms) AS node_id,
+       arg_max(model_id, ts_ms) AS model_id, arg_max(memory_total_bytes, ts_ms) AS memory_total_bytes,
+       sum(interval_ms) / 1000.0 AS metered_s, count(*) AS sample_count,
+       sum(sm_util_ratio * interval_ms) / 1000.0 AS sm_util_s,
+       sum(memory_used_bytes::DOUBLE * interval_ms) / 1000.0 AS memory_used_byte_s,
+       sum(power_watts * interval_ms) / 1000.0 AS power_j,
+       min(ts_ms) FILTER (WHERE energy_joules IS NOT NULL) AS first_ts_ms,
+       arg_min(energy_joules, ts_ms) AS first_energy_j,
+       arg_min(power_watts * interval_ms / 1000.0, ts_ms) FILTER (WHERE energy_joules IS NOT NULL) AS first_power_j,
+       max(ts_ms) FILTER (WHERE energy_joules IS NOT NULL) AS last_ts_ms,
+       arg_max(energy_joules, ts_ms) AS last_energy_j,
+       max(ts_ms) AS latest_ts_ms
+FROM query_table(tbl) WHERE ts_ms < cutoff GROUP BY bucket, gpu_uuid_id;
+
+-- Per-sample shares (semantics: sql/schema/001_contract.sql), summed per slice and bucket.
+CREATE OR REPLACE TEMP MACRO slice_rollup(tbl, bucket_ms, cutoff) AS TABLE
+WITH s AS (
+    SELECT b.*, b.interval_ms / 1000.0 AS dt,
+           capped_share(b.whole_gpu, coalesce(b.alloc_memory_bytes, b.hami_memory_limit_bytes) / i.memory_total_bytes) AS a_mem,
+           capped_share(b.whole_gpu, coalesce(b.alloc_cores_ratio, b.sm_limit_ratio)) AS a_cores,
+           trusted_memory(b.hami_memory_used_bytes, b.nvml_memory_used_bytes) AS mem_used,
+           capped_share(false, trusted_memory(b.hami_memory_used_bytes, b.nvml_memory_used_bytes) / i.memory_total_bytes) AS u_mem,
+           capped_share(false, b.sm_util_ratio) AS u_sm,
+           memory_disagrees(b.hami_memory_used_bytes, b.nvml_memory_used_bytes) AS disagree
+    FROM query_table(tbl) b LEFT JOIN gpu_inventory i ON i.gpu_uuid_id = b.gpu_uuid_id
+    WHERE b.ts_ms < cutoff
+)
+SELECT make_timestamp(ts_ms // bucket_ms * bucket_ms * 1000) AS bucket, gpu_uuid_id, pod_uid_id, container_id,
+       arg_max(cluster_id, ts_ms) AS cluster_id, arg_max(node_id, ts_ms) AS node_id,
+       arg_max(namespace_id, ts_ms) AS namespace_id, arg_max(pod_id, ts_ms) AS pod_id,
+       bool_or(coalesce(whole_gpu, false)) AS whole_gpu, sum(dt) AS metered_s, count(*) AS sample_count,
+       arg_max(alloc_memory_bytes, ts_ms) AS alloc_memory_bytes, arg_max(alloc_cores_ratio, ts_ms) AS alloc_cores_ratio,
+       sum(a_mem * dt) AS alloc_mem_share_s, sum(a_cores * dt) AS alloc_cores_share_s,
+       sum(greatest(a_mem, a_cores) * dt) AS alloc_dominant_share_s,
+       sum(u_mem * dt) AS used_mem_share_s, sum(u_sm * dt) AS used_sm_share_s,
+       sum(greatest(u_mem, u_sm) * dt) AS usage_share_s,
+       sum(mem_used * dt) AS memory_used_byte_s, max(mem_used) AS memory_used_max_bytes,
+       max(sm_util_ratio) AS sm_util_max, sum(CASE WHEN disagree THEN dt ELSE 0 END) AS hami_nvml_disagree_s,
+       arg_max_null(last_kernel_age_s, ts_ms) AS last_kernel_age_s, max(ts_ms) AS latest_ts_ms
+FROM s GROUP BY bucket, gpu_uuid_id, pod_uid_id, container_id;
+
+-- Minute rollups of the raw samples with ts_ms < cutoff. Minutes are derived lazily: while
+-- raw rows are retained they are aggregated on read; retention (sql/ingest/retention.sql)
+-- appends the minutes of the rows it deletes to *_minute_part in the same transaction, so
+-- every sample counts exactly once and minute rollups are kept for ever. A minute split
+-- across retention runs or late rows merges exactly (see the rollup macros above).
+CREATE OR REPLACE TEMP MACRO gpu_minute_of_raw(cutoff) AS TABLE
+SELECT bucket AS minute, * EXCLUDE (bucket) FROM gpu_rollup('raw_gpu_rows', 60000, cutoff);
+CREATE OR REPLACE TEMP MACRO slice_minute_of_raw(cutoff) AS TABLE
+SELECT bucket AS minute, * EXCLUDE (bucket) FROM slice_rollup('raw_slice_rows', 60000, cutoff);
+
 -- Minute rollups: partials merged, strings resolved.
 CREATE OR REPLACE TEMP VIEW gpu_minute AS
 SELECT d.minute, g.value AS gpu_uuid, c.value AS cluster, n.value AS node, m.value AS model,
@@ -71,7 +129,8 @@ FROM (
            hour_energy(arg_min(first_energy_j, first_ts_ms), arg_max(last_energy_j, last_ts_ms),
                        arg_min(first_power_j, first_ts_ms), sum(power_j)) AS energy_joules,
            max(latest_ts_ms) AS latest_ts_ms
-    FROM gpu_minute_part GROUP BY minute, gpu_uuid_id
+    FROM (SELECT * FROM gpu_minute_part UNION ALL BY NAME SELECT * FROM gpu_minute_of_raw(9223372036854775807))
+    GROUP BY minute, gpu_uuid_id
 ) d
 JOIN ingest_strings g ON g.id = d.gpu_uuid_id
 JOIN ingest_strings c ON c.id = d.cluster_id
@@ -95,7 +154,8 @@ FROM (
            sum(memory_used_byte_s) AS memory_used_byte_s, max(memory_used_max_bytes) AS memory_used_max_bytes,
            max(sm_util_max) AS sm_util_max, sum(hami_nvml_disagree_s) AS hami_nvml_disagree_s,
            arg_max_null(last_kernel_age_s, latest_ts_ms) AS last_kernel_age_s, max(latest_ts_ms) AS latest_ts_ms
-    FROM slice_minute_part GROUP BY minute, gpu_uuid_id, pod_uid_id, container_id
+    FROM (SELECT * FROM slice_minute_part UNION ALL BY NAME SELECT * FROM slice_minute_of_raw(9223372036854775807))
+    GROUP BY minute, gpu_uuid_id, pod_uid_id, container_id
 ) d
 JOIN ingest_strings g ON g.id = d.gpu_uuid_id
 JOIN ingest_strings u ON u.id = d.pod_uid_id
