@@ -223,10 +223,11 @@ def _read_section(buf: memoryview, pos: int, what: str) -> tuple[pa.Table, int]:
 
 def _conform(table: pa.Table, schema: pa.Schema, what: str) -> pa.Table:
     """Project a decoded table onto this version's schema (same major, any minor)."""
+    present = {name: i for i, name in enumerate(table.column_names)}   # once: column_names builds a list
     columns = []
     for f in schema:
-        if f.name in table.column_names:
-            col = table.column(f.name)
+        if f.name in present:
+            col = table.column(present[f.name])
             if not col.type.equals(f.type):
                 try:
                     col = col.cast(f.type)
