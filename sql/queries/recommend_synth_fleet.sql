@@ -36,6 +36,7 @@ INSERT INTO tenants (tenant, display_name, api_server)
 SELECT DISTINCT tenant, upper(tenant), cluster FROM synth_gpu
 ON CONFLICT DO NOTHING;
 
+-- columns named: ingest's migration 002 appended columns to gpu_hour
 INSERT INTO gpu_hour (hour, cluster, node, gpu_uuid, model, memory_total_bytes, metered_s, sample_count,
                       sm_util_s, memory_used_byte_s, energy_joules)
 SELECT
