@@ -9,8 +9,7 @@
 CREATE OR REPLACE TEMP MACRO memory_disagrees(hami, nvml) AS
     coalesce(abs(hami - nvml)::DOUBLE > greatest(134217728.0::DOUBLE, 0.05::DOUBLE * nvml), false);
 CREATE OR REPLACE TEMP MACRO trusted_memory(hami, nvml) AS
-    CASE WHEN hami IS NULL OR abs(hami - nvml)::DOUBLE > greatest(134217728.0::DOUBLE, 0.05::DOUBLE * nvml)
-         THEN nvml ELSE hami END;
+    CASE WHEN hami IS NULL OR memory_disagrees(hami, nvml) THEN nvml ELSE hami END;
 -- A share of the GPU in [0, 1]; whole-GPU slices count 1.
 CREATE OR REPLACE TEMP MACRO capped_share(whole, x) AS
     CASE WHEN whole THEN 1.0::DOUBLE ELSE coalesce(least(1.0::DOUBLE, greatest(0.0::DOUBLE, x::DOUBLE)), 0.0::DOUBLE) END;
