@@ -71,6 +71,7 @@ def main() -> int:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--batch-samples", type=int, default=250_000)
     ap.add_argument("--max-poll-records", type=int, default=None, help="passed to slicemeter ingest")
+    ap.add_argument("--duckdb-memory", default=None, help="passed to slicemeter ingest")
     args = ap.parse_args()
     samples = 50_000_000 if args.backlog else args.samples
     nodes = fleet(40, ["https://acme.tenants.example:6443", "https://beta.tenants.example:6443"])
@@ -84,7 +85,8 @@ def main() -> int:
         print(f"produced {produced:,} samples in {n_msg:,} messages: {produced / produce_s:,.0f} samples/s")
         db = Path(tmp) / "ingest.duckdb"
         stored, active_s, rss = run_ingest(broker.bootstrap, db, ["--batch-samples", str(args.batch_samples)]
-                                       + (["--max-poll-records", str(args.max_poll_records)] if args.max_poll_records else []))
+                                       + (["--max-poll-records", str(args.max_poll_records)] if args.max_poll_records else [])
+                                       + (["--duckdb-memory", args.duckdb_memory] if args.duckdb_memory else []))
         if stored != produced:
             raise SystemExit(f"stored {stored} samples, produced {produced}")
         rate = stored / active_s

@@ -6,10 +6,9 @@ against the issue's target (<= 10 s):
 
 1. simulator.timetravel.generate(scenario, month start, month end, interval_s=3600): the
    simulator's workload model, columnar, in the Tick schema;
-2. each batch of Tick tables string-encoded (ingest.strings.StringIds, as the consumer
-   does after decoding a message) and stored with ingest.writer.write_batch, the function
-   ingest's writer thread calls for every decoded Kafka batch: raw rows + minute/hour
-   rollups in one transaction. No Kafka: the wire encode/decode round trip adds nothing
+2. each batch of Tick tables stored with ingest.writer.write_batch: the same `prepare`
+   (string ids, hour deltas) and `write_prepared` (raw rows + rollups in one transaction)
+   ingest runs for every decoded Kafka batch. No Kafka: the wire encode/decode round trip adds nothing
    to what is stored;
 3. the tenant catalog loaded from the scenario's `tenants:` (ingest.tenants).
 
@@ -88,7 +87,7 @@ def build_scenario_db(scenario_path: Path, path: Path, month: str, interval_s: f
     """Generate the month with the simulator and store it with ingest's writer; returns counts and timings."""
     from ingest.strings import StringIds
     from ingest.tenants import load_catalog, store_catalog
-    from ingest.writer import Batch, write_batch
+    from ingest.writer import Batch, InventoryCache, write_batch
     from simulator.scenario import load_scenario
     from simulator.timetravel import generate
 
@@ -103,19 +102,19 @@ def build_scenario_db(scenario_path: Path, path: Path, month: str, interval_s: f
     con.execute("SET checkpoint_threshold = '64MB'")
     store_catalog(con, load_catalog(scenario_path))
     strings = StringIds(con)
+    inventory = InventoryCache(con)
     batch, n_batches, samples = Batch(), 0, 0
     gen_s = write_s = 0.0
 
     def flush(b: Batch) -> float:
-        b.strings = strings.take_pending()
-        return write_batch(con, b, strings)
+        return write_batch(con, b, strings, inventory)
 
     t = time.perf_counter()
     # chunk_s of a day: 24 ticks per node per yield at 3600 s (fewer, larger tables)
     for _node, gpus, slices in generate(scenario, start_ms, end_ms, interval_s=interval_s, seed=seed,
                                         chunk_s=86_400):
-        batch.gpus.append(strings.encode(gpus))
-        batch.slices.append(strings.encode(slices))
+        batch.gpus.append(gpus)
+        batch.slices.append(slices)
         batch.samples += gpus.num_rows + slices.num_rows
         if batch.samples >= BATCH_SAMPLES:
             gen_s += time.perf_counter() - t

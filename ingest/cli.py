@@ -26,6 +26,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-samples", type=int, default=250_000, help="samples per DuckDB transaction")
     p.add_argument("--batch-max-seconds", type=float, default=1.0)
     p.add_argument("--max-poll-records", type=int, default=200)
+    p.add_argument("--duckdb-memory", default=None, metavar="SIZE",
+                   help="DuckDB's memory limit, e.g. 300MB (default: see docs/ingest.md, Performance)")
     p.add_argument("--session-timeout-ms", type=int, default=10_000,
                    help="group session timeout: how soon a dead worker's partitions move")
     p.add_argument("--until-idle", type=float, metavar="S", nargs="?", const=5.0,
@@ -85,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
         bootstrap=args.kafka, db=args.db, topic=args.topic, group=args.group or None,
         batch_samples=args.batch_samples, batch_max_s=args.batch_max_seconds,
         max_poll_records=args.max_poll_records, until_idle_s=args.until_idle,
+        **({"duckdb_memory": args.duckdb_memory} if args.duckdb_memory else {}),
         raw_retention_days=args.raw_retention_days, snapshot=args.snapshot,
         snapshot_interval_s=args.snapshot_interval, session_timeout_ms=args.session_timeout_ms,
         heartbeat_interval_ms=max(100, args.session_timeout_ms // 3),

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
@@ -26,7 +27,8 @@ from ingest import store
 from ingest.metrics import IngestMetrics
 from ingest.snapshot import write_snapshot
 from ingest.strings import StringIds
-from ingest.writer import Batch, BatchWriterThread, apply_retention, dead_letter, stored_offsets
+from ingest.writer import (Batch, BatchWriterThread, InventoryCache, apply_retention, dead_letter, prepare,
+                           rejected_message, stored_offsets)
 from slicemeter.tick import TickDecodeError, decode
 
 log = logging.getLogger("slicemeter.ingest")
@@ -51,7 +53,7 @@ class IngestConfig:
     snapshot: Path | None = None
     snapshot_interval_s: float = 60.0
     overlap: bool = True                        # store batch N while fetching batch N+1
-    duckdb_memory: str = "160MB"                # DuckDB's buffer pool (part of the RSS bound)
+    duckdb_memory: str = "600MB"                # DuckDB's buffer pool (part of the RSS bound)
     client_id: str = "slicemeter-ingest"
     extra: dict = field(default_factory=dict)   # more KafkaConsumer settings (tests)
 
@@ -80,6 +82,7 @@ class Ingestor:
         # 64 MB cuts it to ~15 % and keeps the not-yet-checkpointed data small (RSS bound).
         self.con.execute("SET checkpoint_threshold = '64MB'")
         self.strings = StringIds(self.con)
+        self.inventory = InventoryCache(self.con)
         self.batch = Batch()
         self.batch_started = 0.0
         self.consumer: KafkaConsumer | None = None
@@ -88,6 +91,10 @@ class Ingestor:
         self.last_flush_at: float | None = None
         self.stopping = False
         self._next: dict[int, int] = {}  # partition -> next offset we will read
+        # (topic, partition) -> end of a batch the store rejected: up to there, every message
+        # is a batch of its own (_recover_rejected)
+        self._one_by_one: dict[tuple[str, int], int] = {}
+        self._seeks = 0                  # bumped by every seek back: records polled before are stale
         self._lock = threading.RLock()
         self.writer = BatchWriterThread(self.con)
 
@@ -138,22 +145,29 @@ class Ingestor:
             if value is None:
                 raise TickDecodeError("empty message (null value)")
             tick = decode(value)
-            gpus, slices = self.strings.encode(tick.gpus), self.strings.encode(tick.slices)
         except TickDecodeError as exc:
             b.dead.append(dead_letter(topic, partition, offset, key, value, str(exc)))
         except Exception as exc:  # noqa: BLE001 - any undecodable message costs only itself
             b.dead.append(dead_letter(topic, partition, offset, key, value, f"undecodable: {exc!r}"))
         else:
-            b.gpus.append(gpus)
-            b.slices.append(slices)
-            b.sources.append((topic, partition, offset, key, value))
-            b.samples += gpus.num_rows + slices.num_rows
+            b.gpus.append(tick.gpus)
+            b.slices.append(tick.slices)
+            if self._one_by_one:
+                b.source = (topic, partition, offset, key, value)
+            b.samples += tick.sample_count
+            b.slice_rows += tick.slices.num_rows
         b.messages += 1
         b.next_offsets[(topic, partition)] = offset + 1
         self._next[partition] = offset + 1
+        if self._one_by_one.get((topic, partition), -1) <= offset + 1:
+            self._one_by_one.pop((topic, partition), None)
+
+    def batch_full(self) -> bool:
+        b = self.batch
+        return bool(b) and (b.full(self.cfg.batch_samples) or b.source is not None)
 
     def batch_due(self) -> bool:
-        return bool(self.batch) and (self.batch.samples >= self.cfg.batch_samples
+        return bool(self.batch) and (self.batch_full()
                                      or time.monotonic() - self.batch_started >= self.cfg.batch_max_s)
 
     def flush(self) -> None:
@@ -163,19 +177,61 @@ class Ingestor:
         partitions move to another worker."""
         with self._lock:
             self.submit()
-            self.writer.drain()
+            self.drain()
 
     def submit(self) -> None:
-        """Hand the current batch to the writer; blocks while the previous one is being stored."""
+        """Prepare the current batch (while the writer stores the previous one) and hand it
+        over; blocks while the previous one is being stored."""
         with self._lock:
             b = self.batch
             if not b:
                 return
             self.batch = Batch()
-            b.strings = self.strings.take_pending()
-            self.writer.put(b)
+            started = time.perf_counter()
+            try:
+                prepared = prepare(self.con, b, self.strings, self.inventory)
+                log.debug("prepared batch: %d samples, %d messages, %.3f s", b.samples, b.messages,
+                          time.perf_counter() - started)
+            except (duckdb.Error, pa.ArrowException) as exc:
+                # say, a timestamp no store can bucket
+                if b.source is None:
+                    log.warning("batch rejected (%s); its %d messages are read again one by one", exc, b.messages)
+                    self.writer.drain()
+                    self._recover_rejected(b.next_offsets)
+                    return
+                prepared = rejected_message(b, exc, self.strings.take_pending())
+            if not self.writer.put(prepared):
+                self._recover_rejected()
+                return
             if not self.cfg.overlap:
-                self.writer.drain()
+                self.drain()
+
+    def drain(self) -> None:
+        """Wait until every handed-over batch is stored (or a rejected one dealt with)."""
+        with self._lock:
+            self.writer.drain()
+            self._recover_rejected()
+
+    def _recover_rejected(self, ends: dict[tuple[str, int], int] | None = None) -> None:
+        """A batch the store rejected (or `ends`, one that could not be prepared): read its
+        messages again from Kafka as one-message batches, where a message the store rejects
+        becomes a dead letter and the rest is stored.
+
+        What was read after it is dropped, the string-id and inventory caches are reloaded
+        (they may hold what never reached the store) and every partition goes back to the
+        offset DuckDB holds: the same path a restart takes, so exactly-once is unchanged."""
+        rejected = self.writer.take_rejected() if self.writer.has_rejected() else None
+        if rejected is None and ends is None:
+            return
+        ends = dict(ends or {})
+        for tp, end in (rejected.next_offsets.items() if rejected else ()):
+            ends[tp] = max(end, ends.get(tp, end))
+        self.batch = Batch()
+        self.strings.reload()
+        self.inventory = InventoryCache(self.con)
+        self._one_by_one = dict(ends)
+        self._seeks += 1
+        self.seek(self.consumer.assignment() if self.consumer is not None else [])
 
     def _finish(self) -> None:
         """Main thread: account for stored batches and commit their offsets to Kafka."""
@@ -228,18 +284,23 @@ class Ingestor:
             while not self.stopping:
                 polled = self.consumer.poll(timeout_ms=100 if self.batch else 500)
                 with self._lock:
+                    seeks = self._seeks
                     for tp, records in polled.items():
                         for r in records:
+                            if self._seeks != seeks:
+                                break  # went back to the stored offsets: these records come again
                             self.add(tp.topic, tp.partition, r.offset, r.key, r.value)
-                            if self.batch.samples >= cfg.batch_samples:  # one fetch may hold many batches
+                            if self.batch_full():  # one fetch may hold many batches
                                 self.submit()
                 if polled:
                     last_record = time.monotonic()
                     if self.first_record_at is None:
                         self.first_record_at = last_record
+                        log.debug("first records received")
                 if self.batch_due() or (self.batch and not polled and self.writer.idle()):
                     self.submit()  # the writer stores it while we fetch and decode the next one
                 self.writer.check()
+                self._recover_rejected()
                 self._finish()
                 self._update_lag()
                 now = time.monotonic()

@@ -1,11 +1,13 @@
-"""String ids for raw samples: map each message's small Arrow dictionaries to stable ids.
+"""String ids for raw samples: map each batch's small Arrow dictionaries to stable ids.
 
 The wire carries node, cluster, GPU, pod, namespace, container, model and source
-dictionary-encoded; a message of thousands of rows has a handful of distinct values. We
-look each distinct value up once (Python dict), then `take` turns the message's dictionary
-indices into id columns without touching a string per row. New strings are written in the
-same transaction as the rows that use them (ingest/writer.py); after a failed transaction
-`reload` forgets ids that never reached the store.
+dictionary-encoded; a batch of a quarter of a million rows has a few hundred distinct
+values. `encode_batch` concatenates a batch's messages and unifies their dictionaries (in
+Arrow, no Python per row), looks each distinct value up once (Python dict), then `take`
+turns the dictionary indices into id columns without touching a string per row. Mapping
+message by message cost ~1 ms of Python per message, more than decoding it. New strings
+are written in the same transaction as the rows that use them (ingest/writer.py); after a
+failed transaction `reload` forgets ids that never reached the store.
 """
 from __future__ import annotations
 
@@ -76,3 +78,14 @@ class StringIds:
                 names.append(f.name)
                 columns.append(col)
         return pa.Table.from_arrays(columns, names=names)
+
+    def encode_batch(self, tables: list[pa.Table]) -> pa.Table | None:
+        """Tables of one schema (decoded messages) as one contiguous, id-encoded table.
+
+        One contiguous chunk: DuckDB scans it into a table ~1.3x faster than thousands of
+        per-message chunks (measured: 1.6 M slice rows, 1.0 s contiguous vs 1.3 s in
+        5,000-row chunks)."""
+        if not tables:
+            return None
+        return self.encode(pa.concat_tables(tables).unify_dictionaries().combine_chunks())
+

@@ -115,7 +115,7 @@ def test_malformed_and_wrong_version_go_to_dead_letters(broker, tmp_path):
     ing = Ingestor(IngestConfig(bootstrap=broker.bootstrap, db=tmp_path / "dl.duckdb", group=None, until_idle_s=5))
     ing.run()
     rows = ing.con.execute('SELECT "offset", error, payload IS NOT NULL FROM dead_letters ORDER BY "offset"').fetchall()
-    assert [r[0] for r in rows] == [1, 2, 3, 4, 6]
+    assert [r[0] for r in rows] == [1, 2, 3, 4, 6], rows
     assert "bad magic" in rows[0][1]
     assert "major version 2" in rows[1][1]
     assert "truncated" in rows[2][1] or "malformed" in rows[2][1]
@@ -127,6 +127,38 @@ def test_malformed_and_wrong_version_go_to_dead_letters(broker, tmp_path):
     assert ing.con.execute("SELECT next_offset FROM ingest_offsets").fetchall() == [(8,)]
     assert ing.metrics.dead_letters._value.get() == 5
     assert ing.samples_written == 3 * 3 * 3  # three good messages of 3 Ticks x (1 GPU + 2 slices)
+
+
+def test_a_batch_the_store_rejects_is_read_again_message_by_message(broker, tmp_path, monkeypatch):
+    """The writer's transaction fails for a whole batch: its messages are read from Kafka
+    again, one per transaction; only the one the store rejects again is a dead letter."""
+    from ingest import writer
+
+    create_topic(broker.bootstrap, partitions=1)
+    produce_raw(broker.bootstrap, [(f"gpu-node-{i}".encode(), _msg(f"gpu-node-{i}")) for i in range(8)])
+    real_write = writer.write_prepared
+    calls = []
+
+    def write_failing_on_offset_5(con, batch):
+        (first_offset_after,) = batch.next_offsets.values()
+        covers_5 = first_offset_after - batch.messages <= 5 < first_offset_after
+        calls.append((batch.messages, covers_5))
+        if covers_5 and batch.gpu is not None:
+            raise duckdb.ConstraintException("test: the store refuses offset 5")
+        return real_write(con, batch)
+
+    monkeypatch.setattr(writer, "write_prepared", write_failing_on_offset_5)
+    ing = Ingestor(IngestConfig(bootstrap=broker.bootstrap, db=tmp_path / "rej.duckdb", group=None, until_idle_s=5))
+    ing.run()
+    assert calls[0] == (8, True)                 # first as one batch ...
+    assert (1, True) in calls[1:]                # ... then offset 5 on its own
+    rows = ing.con.execute('SELECT "offset", error, octet_length(payload) FROM dead_letters').fetchall()
+    assert [(r[0], "refuses offset 5" in r[1], r[2] > 0) for r in rows] == [(5, True, True)]
+    nodes = [r[0] for r in ing.con.execute("SELECT DISTINCT node FROM raw_gpu ORDER BY node").fetchall()]
+    assert nodes == [f"gpu-node-{i}" for i in range(8) if i != 5]
+    assert ing.samples_written == 7 * 3 * 3
+    assert ing.con.execute("SELECT count(*) FROM raw_slice").fetchone() == (7 * 3 * 2,)
+    assert ing.con.execute("SELECT next_offset FROM ingest_offsets").fetchall() == [(8,)]
 
 
 def _assigned(log: Path) -> list[int] | None:

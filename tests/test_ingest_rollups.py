@@ -35,8 +35,8 @@ def _ingest(con, chunks, batch_size):
     for i in range(0, len(chunks), batch_size):
         b = Batch(next_offsets={("t", 0): i})
         for gpus, slices in chunks[i:i + batch_size]:
-            b.gpus.append(ids.encode(gpus))
-            b.slices.append(ids.encode(slices))
+            b.gpus.append(gpus)
+            b.slices.append(slices)
             b.samples += gpus.num_rows + slices.num_rows
         write_batch(con, b, ids)
 

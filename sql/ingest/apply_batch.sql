@@ -1,39 +1,18 @@
 -- One ingest batch, run inside the transaction that also stores the Kafka offsets.
--- Inputs (Arrow, registered by ingest/writer.py): batch_strings (id, value) new string ids,
--- batch_gpu and batch_slice (slicemeter.tick columns, strings replaced by *_id integers).
--- Everything is set-based over the batch: append raw rows, refresh the GPU inventory,
--- aggregate the batch straight to hour deltas (upserted). Minute rollups are not written
--- here: they are views over the raw rows, materialised when retention deletes those rows
--- (sql/ingest/retention.sql) -- aggregating every batch to the minute and appending the
--- partials cost more than the raw insert itself.
+-- Inputs (Arrow, made by ingest/writer.py prepare on the consumer's thread while the
+-- previous batch was being written): batch_strings (id, value) new string ids, batch_gpu
+-- and batch_slice (slicemeter.tick columns, strings replaced by *_id integers),
+-- batch_inventory (sql/ingest/batch_inventory.sql), gpu_hour_delta and slice_hour_delta
+-- (sql/ingest/batch_gpu_hours.sql, batch_slice_hours.sql).
+-- Here: append the raw rows, upsert the GPU inventory and add the hour deltas. Minute
+-- rollups are not written here: they are views over the raw rows, materialised when
+-- retention deletes those rows (sql/ingest/retention.sql) -- aggregating every batch to
+-- the minute and appending the partials cost more than the raw insert itself.
 
 INSERT INTO ingest_strings SELECT id, value FROM batch_strings;
 INSERT INTO raw_gpu_rows BY NAME SELECT * FROM batch_gpu;
 INSERT INTO raw_slice_rows BY NAME SELECT * FROM batch_slice;
-
-INSERT INTO gpu_inventory
-SELECT gpu_uuid_id, arg_max(cluster_id, ts_ms), arg_max(node_id, ts_ms), arg_max(gpu_index, ts_ms),
-       arg_max(model_id, ts_ms), arg_max(memory_total_bytes, ts_ms), min(ts_ms), max(ts_ms)
-FROM batch_gpu GROUP BY gpu_uuid_id
-ON CONFLICT (gpu_uuid_id) DO UPDATE SET
-    cluster_id = CASE WHEN excluded.last_seen_ms >= gpu_inventory.last_seen_ms THEN excluded.cluster_id ELSE gpu_inventory.cluster_id END,
-    node_id = CASE WHEN excluded.last_seen_ms >= gpu_inventory.last_seen_ms THEN excluded.node_id ELSE gpu_inventory.node_id END,
-    gpu_index = CASE WHEN excluded.last_seen_ms >= gpu_inventory.last_seen_ms THEN excluded.gpu_index ELSE gpu_inventory.gpu_index END,
-    model_id = coalesce(CASE WHEN excluded.last_seen_ms >= gpu_inventory.last_seen_ms THEN excluded.model_id END,
-                        gpu_inventory.model_id, excluded.model_id),
-    memory_total_bytes = coalesce(CASE WHEN excluded.last_seen_ms >= gpu_inventory.last_seen_ms THEN excluded.memory_total_bytes END,
-                                  gpu_inventory.memory_total_bytes, excluded.memory_total_bytes),
-    first_seen_ms = least(gpu_inventory.first_seen_ms, excluded.first_seen_ms),
-    last_seen_ms = greatest(gpu_inventory.last_seen_ms, excluded.last_seen_ms);
-
--- The batch aggregated per GPU-hour and slice-hour (macros in sql/views/011_ingest.sql).
-CREATE OR REPLACE TEMP TABLE gpu_hour_delta AS
-SELECT bucket AS hour, * EXCLUDE (bucket) REPLACE (least(3600, metered_s) AS metered_s)
-FROM gpu_rollup('batch_gpu', 3600000, 9223372036854775807);
-
-CREATE OR REPLACE TEMP TABLE slice_hour_delta AS
-SELECT bucket AS hour, * EXCLUDE (bucket) REPLACE (least(3600, metered_s) AS metered_s)
-FROM slice_rollup('batch_slice', 3600000, 9223372036854775807);
+INSERT OR REPLACE INTO gpu_inventory BY NAME SELECT * FROM batch_inventory;
 
 -- Hour deltas (a few rows per slice per batch), strings resolved, upserted.
 INSERT INTO gpu_hour (hour, cluster, node, gpu_uuid, model, memory_total_bytes, metered_s, sample_count,

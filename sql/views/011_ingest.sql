@@ -78,7 +78,8 @@ SELECT make_timestamp(ts_ms // bucket_ms * bucket_ms * 1000) AS bucket, gpu_uuid
 FROM query_table(tbl) WHERE ts_ms < cutoff GROUP BY bucket, gpu_uuid_id;
 
 -- Per-sample shares (semantics: sql/schema/001_contract.sql), summed per slice and bucket.
-CREATE OR REPLACE TEMP MACRO slice_rollup(tbl, bucket_ms, cutoff) AS TABLE
+-- `inventory`: a table of gpu_inventory's columns, the GPU memory sizes shares divide by.
+CREATE OR REPLACE TEMP MACRO slice_rollup(tbl, inventory, bucket_ms, cutoff) AS TABLE
 WITH s AS (
     SELECT b.*, b.interval_ms / 1000.0 AS dt,
            capped_share(b.whole_gpu, coalesce(b.alloc_memory_bytes, b.hami_memory_limit_bytes) / i.memory_total_bytes) AS a_mem,
@@ -87,7 +88,7 @@ WITH s AS (
            capped_share(false, trusted_memory(b.hami_memory_used_bytes, b.nvml_memory_used_bytes) / i.memory_total_bytes) AS u_mem,
            capped_share(false, b.sm_util_ratio) AS u_sm,
            memory_disagrees(b.hami_memory_used_bytes, b.nvml_memory_used_bytes) AS disagree
-    FROM query_table(tbl) b LEFT JOIN gpu_inventory i ON i.gpu_uuid_id = b.gpu_uuid_id
+    FROM query_table(tbl) b LEFT JOIN query_table(inventory) i ON i.gpu_uuid_id = b.gpu_uuid_id
     WHERE b.ts_ms < cutoff
 )
 SELECT make_timestamp(ts_ms // bucket_ms * bucket_ms * 1000) AS bucket, gpu_uuid_id, pod_uid_id, container_id,
@@ -112,7 +113,7 @@ FROM s GROUP BY bucket, gpu_uuid_id, pod_uid_id, container_id;
 CREATE OR REPLACE TEMP MACRO gpu_minute_of_raw(cutoff) AS TABLE
 SELECT bucket AS minute, * EXCLUDE (bucket) FROM gpu_rollup('raw_gpu_rows', 60000, cutoff);
 CREATE OR REPLACE TEMP MACRO slice_minute_of_raw(cutoff) AS TABLE
-SELECT bucket AS minute, * EXCLUDE (bucket) FROM slice_rollup('raw_slice_rows', 60000, cutoff);
+SELECT bucket AS minute, * EXCLUDE (bucket) FROM slice_rollup('raw_slice_rows', 'gpu_inventory', 60000, cutoff);
 
 -- Minute rollups: partials merged, strings resolved.
 CREATE OR REPLACE TEMP VIEW gpu_minute AS
