@@ -4,8 +4,8 @@ Prints the ingest rate of one `slicemeter ingest` process (a child process, so i
 RSS is its own), DuckDB's own Arrow insert rate for the very rows that process stored
 (same run, same machine), their ratio, and the ingest's peak RSS.
 
-    python bench/bench_ingest.py                      # 2 M samples
-    python bench/bench_ingest.py --samples 5000000
+    python bench/bench_ingest.py                      # 10 M samples
+    python bench/bench_ingest.py --samples 2000000
     python bench/bench_ingest.py --backlog            # 50 M-sample backlog: RSS bound check
 
 Goal (issue 4): >= 1,000,000 samples/s, ratio >= 0.5, RSS < 500 MB on the 50 M backlog.
@@ -34,8 +34,8 @@ from slicemeter.broker import TansuBroker  # noqa: E402
 from synth_ticks import fleet, messages  # noqa: E402
 
 
-def run_ingest(bootstrap: str, db: Path, extra: list[str]) -> tuple[int, float, int]:
-    """(samples, active seconds, peak RSS bytes) of one ingest child process."""
+def run_ingest(bootstrap: str, db: Path, extra: list[str]) -> tuple[int, float, int, float]:
+    """(samples, active seconds, peak RSS bytes, CPU seconds) of one ingest child process."""
     cmd = [*SLICEMETER, "ingest", "--kafka", bootstrap, "--db", str(db),
            "--group", "", "--until-idle", "10", *extra]
     proc = subprocess.Popen(cmd, cwd=REPO, stderr=subprocess.PIPE, text=True)
@@ -44,7 +44,7 @@ def run_ingest(bootstrap: str, db: Path, extra: list[str]) -> tuple[int, float, 
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"ingest failed:\n{err}")
     m = re.search(r"samples=(\d+) active_seconds=([\d.]+)", err)
-    return int(m.group(1)), float(m.group(2)), usage.ru_maxrss * 1024
+    return int(m.group(1)), float(m.group(2)), usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime
 
 
 def reference_insert(db: Path, scratch: Path) -> tuple[int, float]:
@@ -65,7 +65,8 @@ def reference_insert(db: Path, scratch: Path) -> tuple[int, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--samples", type=int, default=2_000_000)
+    # 10 M: long enough that filling the pipeline (the first batch, ~0.5 s) does not decide the rate
+    ap.add_argument("--samples", type=int, default=10_000_000)
     ap.add_argument("--backlog", action="store_true", help="50 M samples: the RSS bound check (slow)")
     ap.add_argument("--ticks-per-message", type=int, default=250, help="Ticks of a node per message (20 samples each)")
     ap.add_argument("--partitions", type=int, default=4)
@@ -84,7 +85,7 @@ def main() -> int:
         produce_s = time.perf_counter() - t
         print(f"produced {produced:,} samples in {n_msg:,} messages: {produced / produce_s:,.0f} samples/s")
         db = Path(tmp) / "ingest.duckdb"
-        stored, active_s, rss = run_ingest(broker.bootstrap, db, ["--batch-samples", str(args.batch_samples)]
+        stored, active_s, rss, cpu_s = run_ingest(broker.bootstrap, db, ["--batch-samples", str(args.batch_samples)]
                                        + (["--max-poll-records", str(args.max_poll_records)] if args.max_poll_records else [])
                                        + (["--duckdb-memory", args.duckdb_memory] if args.duckdb_memory else []))
         if stored != produced:
@@ -96,6 +97,8 @@ def main() -> int:
               f"(goal >= 1,000,000)")
         print(f"reference: DuckDB Arrow insert of the same {ref_rows:,} stored rows: {ref_rate:,.0f} rows/s")
         print(f"ratio ingest/reference: {rate / ref_rate:.2f} (goal >= 0.5)")
+        print(f"ingest CPU: {cpu_s:.1f} s user+sys over the process's life (start-up included) = "
+              f"{cpu_s / stored * 1e6:.2f} us per sample")
         print(f"ingest peak RSS: {rss / 2**20:,.0f} MB" + (" (goal < 500 MB)" if args.backlog else ""))
         print(f"machine load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (shared)")
     return 0
