@@ -38,9 +38,11 @@ def run_ingest(bootstrap: str, db: Path, extra: list[str]) -> tuple[int, float, 
     """(samples, active seconds, peak RSS bytes, CPU seconds) of one ingest child process."""
     cmd = [*SLICEMETER, "ingest", "--kafka", bootstrap, "--db", str(db),
            "--group", "", "--until-idle", "10", *extra]
-    proc = subprocess.Popen(cmd, cwd=REPO, stderr=subprocess.PIPE, text=True)
-    _, status, usage = os.wait4(proc.pid, 0)
-    err = proc.stderr.read()
+    log = db.with_suffix(".log")
+    with open(log, "w") as stderr:  # a file, not a pipe: a full pipe would stall the child
+        proc = subprocess.Popen(cmd, cwd=REPO, stderr=stderr)
+        _, status, usage = os.wait4(proc.pid, 0)
+    err = log.read_text()
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"ingest failed:\n{err}")
     m = re.search(r"samples=(\d+) active_seconds=([\d.]+)", err)

@@ -146,6 +146,15 @@ def prepare(con: duckdb.DuckDBPyConnection, batch: Batch, strings: StringIds,
                          samples=batch.samples, messages=batch.messages)
 
 
+def check_not_out_of_memory(error: Exception) -> None:
+    """A message too big for DuckDB's memory limit is not bad data: stop instead of
+    dead-lettering it (a batch that runs out of memory is read again one message at a
+    time first, like any rejected batch)."""
+    if isinstance(error, duckdb.OutOfMemoryException):
+        raise RuntimeError(f"one message does not fit DuckDB's memory limit ({error}); "
+                           "raise --duckdb-memory") from error
+
+
 def rejected_message(batch: Batch | PreparedBatch, error: Exception, strings: pa.Table) -> PreparedBatch:
     """A one-message batch the store rejected, as a dead letter that advances its offset.
     `strings`: the string ids the consumer assigned while preparing it (they are stored
@@ -286,6 +295,7 @@ class BatchWriterThread:
                             exc, batch.messages)
                 self._rejected = batch
                 return
+            check_not_out_of_memory(exc)
             batch = rejected_message(batch, exc, batch.strings)
             seconds = write_prepared(self._con, batch)
         dead = len(batch.dead)

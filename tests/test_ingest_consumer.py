@@ -161,6 +161,32 @@ def test_a_batch_the_store_rejects_is_read_again_message_by_message(broker, tmp_
     assert ing.con.execute("SELECT next_offset FROM ingest_offsets").fetchall() == [(8,)]
 
 
+def test_running_out_of_memory_is_not_a_dead_letter(broker, tmp_path, monkeypatch):
+    """DuckDB's memory limit is no verdict on the data: a batch that runs out of memory is
+    read again message by message, and a message that still does stops the ingest."""
+    from ingest import writer
+
+    create_topic(broker.bootstrap, partitions=1)
+    produce_raw(broker.bootstrap, [(f"gpu-node-{i}".encode(), _msg(f"gpu-node-{i}")) for i in range(3)])
+
+    real_write = writer.write_prepared
+    sizes = []
+
+    def out_of_memory(con, batch):
+        sizes.append(batch.messages)
+        if batch.gpu is not None:
+            raise duckdb.OutOfMemoryException("test: could not allocate block")
+        return real_write(con, batch)
+
+    monkeypatch.setattr(writer, "write_prepared", out_of_memory)
+    ing = Ingestor(IngestConfig(bootstrap=broker.bootstrap, db=tmp_path / "oom.duckdb", group=None, until_idle_s=5))
+    with pytest.raises(RuntimeError, match="does not fit DuckDB's memory limit.*raise --duckdb-memory"):
+        ing.run()
+    assert sizes == [3, 1]   # the batch, then its first message on its own
+    assert ing.con.execute("SELECT count(*) FROM dead_letters").fetchone() == (0,)
+    assert ing.con.execute("SELECT count(*) FROM raw_gpu_rows").fetchone() == (0,)
+
+
 def _assigned(log: Path) -> list[int] | None:
     text = log.read_text() if log.exists() else ""
     lines = [ln for ln in text.splitlines() if "assigned partitions" in ln]
