@@ -291,13 +291,12 @@ class Ingestor:
                 polled = self.consumer.poll(timeout_ms=100 if self.batch else 500)
                 with self._lock:
                     seeks = self._seeks
-                    for tp, records in polled.items():
-                        for r in records:
-                            if self._seeks != seeks:
-                                break  # went back to the stored offsets: these records come again
-                            self.add(tp.topic, tp.partition, r.offset, r.key, r.value)
-                            if self.batch_full():  # one fetch may hold many batches
-                                self.submit()
+                    for r in (r for records in polled.values() for r in records):
+                        if self._seeks != seeks:
+                            break  # went back to the stored offsets: these records come again
+                        self.add(r.topic, r.partition, r.offset, r.key, r.value)
+                        if self.batch_full():  # one fetch may hold many batches
+                            self.submit()
                 if polled:
                     last_record = time.monotonic()
                     if self.first_record_at is None:
