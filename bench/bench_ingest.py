@@ -34,8 +34,9 @@ from slicemeter.broker import TansuBroker  # noqa: E402
 from synth_ticks import fleet, messages  # noqa: E402
 
 
-def run_ingest(bootstrap: str, db: Path, extra: list[str]) -> tuple[int, float, int, float]:
-    """(samples, active seconds, peak RSS bytes, CPU seconds) of one ingest child process."""
+def run_ingest(bootstrap: str, db: Path, extra: list[str]) -> tuple[int, float, int, float, int]:
+    """(samples, active seconds, peak RSS bytes, CPU seconds, batches read again one message
+    at a time) of one ingest child process."""
     cmd = [*SLICEMETER, "ingest", "--kafka", bootstrap, "--db", str(db),
            "--group", "", "--until-idle", "10", *extra]
     log = db.with_suffix(".log")
@@ -46,7 +47,8 @@ def run_ingest(bootstrap: str, db: Path, extra: list[str]) -> tuple[int, float, 
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"ingest failed:\n{err}")
     m = re.search(r"samples=(\d+) active_seconds=([\d.]+)", err)
-    return int(m.group(1)), float(m.group(2)), usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime
+    reread = err.count("read again one by one")  # rejected batches, e.g. out of DuckDB memory
+    return int(m.group(1)), float(m.group(2)), usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime, reread
 
 
 def reference_insert(db: Path, scratch: Path) -> tuple[int, float]:
@@ -87,7 +89,7 @@ def main() -> int:
         produce_s = time.perf_counter() - t
         print(f"produced {produced:,} samples in {n_msg:,} messages: {produced / produce_s:,.0f} samples/s")
         db = Path(tmp) / "ingest.duckdb"
-        stored, active_s, rss, cpu_s = run_ingest(broker.bootstrap, db, ["--batch-samples", str(args.batch_samples)]
+        stored, active_s, rss, cpu_s, reread = run_ingest(broker.bootstrap, db, ["--batch-samples", str(args.batch_samples)]
                                        + (["--max-poll-records", str(args.max_poll_records)] if args.max_poll_records else [])
                                        + (["--duckdb-memory", args.duckdb_memory] if args.duckdb_memory else []))
         if stored != produced:
@@ -101,6 +103,9 @@ def main() -> int:
         print(f"ratio ingest/reference: {rate / ref_rate:.2f} (goal >= 0.5)")
         print(f"ingest CPU: {cpu_s:.1f} s user+sys over the process's life (start-up included) = "
               f"{cpu_s / stored * 1e6:.2f} us per sample")
+        if reread:
+            print(f"WARNING: {reread} batch(es) rejected by DuckDB and read again one message at a time "
+                  "(out of memory? see --duckdb-memory); the rate above includes that")
         print(f"ingest peak RSS: {rss / 2**20:,.0f} MB" + (" (goal < 500 MB)" if args.backlog else ""))
         print(f"machine load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (shared)")
     return 0
