@@ -82,10 +82,9 @@ class StringIds:
     def encode_batch(self, tables: list[pa.Table]) -> pa.Table | None:
         """Tables of one schema (decoded messages) as one contiguous, id-encoded table.
 
-        One contiguous chunk: DuckDB scans it into a table ~1.3x faster than thousands of
-        per-message chunks (measured: 1.6 M slice rows, 1.0 s contiguous vs 1.3 s in
-        5,000-row chunks)."""
+        One contiguous chunk: DuckDB inserts it about twice as fast as the same rows in
+        per-message chunks, into a file half the size (measured: 1.6 M slice rows, 1.2-1.4
+        CPU-seconds contiguous vs 2.4 in 4,000-row chunks)."""
         if not tables:
             return None
         return self.encode(pa.concat_tables(tables).unify_dictionaries().combine_chunks())
-
