@@ -27,8 +27,8 @@ from ingest import store
 from ingest.metrics import IngestMetrics
 from ingest.snapshot import write_snapshot
 from ingest.strings import StringIds
-from ingest.writer import (Batch, BatchWriterThread, InventoryCache, apply_retention, check_not_out_of_memory,
-                           dead_letter, prepare, rejected_message, stored_offsets)
+from ingest.writer import (Batch, BatchWriterThread, InventoryCache, apply_retention, dead_letter, prepare,
+                           rejected_message, stored_offsets)
 from slicemeter.tick import TickDecodeError, decode
 
 log = logging.getLogger("slicemeter.ingest")
@@ -204,7 +204,6 @@ class Ingestor:
                     self.writer.drain()
                     self._recover_rejected(b.next_offsets)
                     return
-                check_not_out_of_memory(exc)
                 prepared = rejected_message(b, exc, self.strings.take_pending())
             if not self.writer.put(prepared):
                 self._recover_rejected()

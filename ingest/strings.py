@@ -29,14 +29,6 @@ class StringIds:
         self._next = max(self._ids.values(), default=0) + 1
         self.pending: list[tuple[int, str]] = []
 
-    def add_known(self, table: pa.Table | None) -> None:
-        """Ids assigned elsewhere (a batch's new strings) that this cache should use."""
-        if table is None:
-            return
-        for i, v in zip(table.column("id").to_pylist(), table.column("value").to_pylist()):
-            self._ids[v] = i
-            self._next = max(self._next, i + 1)
-
     def ids(self, values: list) -> np.ndarray:
         out = np.empty(len(values), dtype=np.int32)
         for i, v in enumerate(values):

@@ -146,19 +146,17 @@ def prepare(con: duckdb.DuckDBPyConnection, batch: Batch, strings: StringIds,
                          samples=batch.samples, messages=batch.messages)
 
 
-def check_not_out_of_memory(error: Exception) -> None:
-    """A message too big for DuckDB's memory limit is not bad data: stop instead of
-    dead-lettering it (a batch that runs out of memory is read again one message at a
-    time first, like any rejected batch)."""
-    if isinstance(error, duckdb.OutOfMemoryException):
-        raise RuntimeError(f"one message does not fit DuckDB's memory limit ({error}); "
-                           "raise --duckdb-memory") from error
-
-
 def rejected_message(batch: Batch | PreparedBatch, error: Exception, strings: pa.Table) -> PreparedBatch:
     """A one-message batch the store rejected, as a dead letter that advances its offset.
     `strings`: the string ids the consumer assigned while preparing it (they are stored
-    anyway: the consumer's cache knows them now)."""
+    anyway: the consumer's cache knows them now).
+
+    A message too big for DuckDB's memory limit is not bad data: that raises instead (a
+    batch that runs out of memory is read again one message at a time first, like any
+    rejected batch)."""
+    if isinstance(error, duckdb.OutOfMemoryException):
+        raise RuntimeError(f"one message does not fit DuckDB's memory limit ({error}); "
+                           "raise --duckdb-memory") from error
     topic, partition, offset, key, payload = batch.source
     letter = dead_letter(topic, partition, offset, key, payload, f"rejected by the store: {error}")
     return PreparedBatch(gpu=None, slice=None, strings=strings, inventory=None, gpu_hours=None,
@@ -295,7 +293,6 @@ class BatchWriterThread:
                             exc, batch.messages)
                 self._rejected = batch
                 return
-            check_not_out_of_memory(exc)
             batch = rejected_message(batch, exc, batch.strings)
             seconds = write_prepared(self._con, batch)
         dead = len(batch.dead)
