@@ -55,7 +55,7 @@ def reference_insert(db: Path, scratch: Path) -> tuple[int, float]:
     """DuckDB inserting the same stored rows from Arrow into a fresh file."""
     with duckdb.connect(str(db), read_only=True) as src:
         gpu = src.sql("SELECT * FROM raw_gpu_rows").to_arrow_table()
-        sl = src.sql("SELECT * FROM raw_slice_rows").to_arrow_table()
+        sl = src.sql("SELECT * FROM raw_slice_rows UNION ALL SELECT * FROM raw_slice_tail").to_arrow_table()
     con = store.connect(scratch)
     t = time.perf_counter()
     con.execute("BEGIN TRANSACTION")

@@ -27,8 +27,8 @@ from ingest import store
 from ingest.metrics import IngestMetrics
 from ingest.snapshot import write_snapshot
 from ingest.strings import StringIds
-from ingest.writer import (Batch, BatchWriterThread, InventoryCache, apply_retention, dead_letter, prepare,
-                           rejected_message, stored_offsets)
+from ingest.writer import (ROW_GROUP_ROWS, Batch, BatchWriterThread, InventoryCache, apply_retention, dead_letter,
+                           configure_writes, held_slice_rows, prepare, rejected_message, stored_offsets)
 from slicemeter.tick import TickDecodeError, decode
 
 log = logging.getLogger("slicemeter.ingest")
@@ -76,18 +76,12 @@ class Ingestor:
         self.cfg = cfg
         self.metrics = metrics or IngestMetrics()
         self.con = con or store.connect(cfg.db)
-        self.con.execute("SET memory_limit = ?", [cfg.duckdb_memory])
-        # DuckDB checkpoints when the WAL passes 16 MB by default: with a batch every second
-        # that meant a checkpoint every few batches, 40 % of the write time measured here.
-        # 64 MB cuts it to ~15 % and keeps the not-yet-checkpointed data small (RSS bound).
-        self.con.execute("SET checkpoint_threshold = '64MB'")
-        # Raw rows need no physical order (every reader orders or groups by ts_ms). Without
-        # it DuckDB compresses the row groups of one insert on both cores within the memory
-        # limit (measured: 245,760-row inserts 2.7 M rows/s against 1.6 M keeping insertion
-        # order under a 160 MB limit; the 10 M-sample bench ~10 % faster).
-        self.con.execute("SET preserve_insertion_order = false")
+        configure_writes(self.con, cfg.duckdb_memory)
         self.strings = StringIds(self.con)
         self.inventory = InventoryCache(self.con)
+        # slice rows waiting in raw_slice_tail once the batches handed over are stored:
+        # batches close where these and theirs fill whole row groups (writer.batch_full)
+        self.slice_rows_held = held_slice_rows(self.con)
         self.batch = Batch()
         self.batch_started = 0.0
         self.consumer: KafkaConsumer | None = None
@@ -169,7 +163,7 @@ class Ingestor:
 
     def batch_full(self) -> bool:
         b = self.batch
-        return bool(b) and (b.full(self.cfg.batch_samples) or b.source is not None)
+        return bool(b) and (b.full(self.cfg.batch_samples, self.slice_rows_held) or b.source is not None)
 
     def batch_due(self) -> bool:
         return bool(self.batch) and (self.batch_full()
@@ -205,9 +199,11 @@ class Ingestor:
                     self._recover_rejected(b.next_offsets)
                     return
                 prepared = rejected_message(b, exc, self.strings.take_pending())
+            slice_rows = prepared.slice.num_rows if prepared.slice is not None else 0  # before the writer drops them
             if not self.writer.put(prepared):
                 self._recover_rejected()
                 return
+            self.slice_rows_held = (self.slice_rows_held + slice_rows) % ROW_GROUP_ROWS
             if not self.cfg.overlap:
                 self.drain()
 
@@ -234,6 +230,7 @@ class Ingestor:
         self.batch = Batch()
         self.strings.reload()
         self.inventory = InventoryCache(self.con)
+        self.slice_rows_held = held_slice_rows(self.con)
         self._one_by_one = dict(ends)
         self._seeks += 1
         self.seek(self.consumer.assignment() if self.consumer is not None else [])
@@ -311,6 +308,7 @@ class Ingestor:
                 if now - last_retention >= cfg.retention_every_s:
                     self.flush()
                     apply_retention(self.con, cfg.raw_retention_days)
+                    self.slice_rows_held = held_slice_rows(self.con)  # it may have deleted held rows
                     last_retention = now
                 if cfg.snapshot and now - last_snapshot >= cfg.snapshot_interval_s:
                     self.flush()  # the writer is idle after this: the file is ours to copy

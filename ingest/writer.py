@@ -29,21 +29,35 @@ _DEAD_SCHEMA = pa.schema([
 _OFFSET_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("next_offset", pa.int64())])
 
 
-# DuckDB writes a big insert's full row groups straight to the file, in parallel; a
-# transaction's last, partial row group goes through the WAL and is compressed and written
-# again at the next checkpoint. Batches whose slice rows fill whole row groups avoid most
-# of that (measured: 1.6 M slice rows in batches of 245,760 rows 1.6-2.8 M rows/s, of
-# 250,000 rows 1.0-1.2 M rows/s, checkpoints included).
+# DuckDB's row group size. raw_slice_rows takes only whole row groups; the remainder of a
+# batch waits in raw_slice_tail for the next one (sql/schema/003_raw_slice_tail.sql).
+# Batches whose slice rows come close to whole row groups (batch_full) keep that
+# remainder, which is stored twice, below one message's rows.
 ROW_GROUP_ROWS = 122_880
 
 
-def batch_full(samples: int, slice_rows: int, batch_samples: int) -> bool:
+def configure_writes(con: duckdb.DuckDBPyConnection, memory_limit: str) -> None:
+    """The ingest's DuckDB settings (per database: the writer's cursor shares them)."""
+    con.execute("SET memory_limit = ?", [memory_limit])
+    # DuckDB checkpoints when the WAL passes 16 MB by default: with a batch every second
+    # that meant a checkpoint every few batches, 40 % of the write time measured here.
+    # 64 MB cuts it to ~15 % and keeps the not-yet-checkpointed data small (RSS bound).
+    con.execute("SET checkpoint_threshold = '64MB'")
+    # Raw rows need no physical order (every reader orders or groups by ts_ms). Without
+    # it DuckDB compresses the row groups of one insert on both cores within the memory
+    # limit (measured: 245,760-row inserts 2.7 M rows/s against 1.6 M keeping insertion
+    # order under a 160 MB limit; the 10 M-sample bench ~10 % faster).
+    con.execute("SET preserve_insertion_order = false")
+
+
+def batch_full(samples: int, slice_rows: int, batch_samples: int, held: int = 0) -> bool:
     """Whether a batch is big enough to store: about `batch_samples` samples, rounded so
-    that its slice rows (most of the samples) fill whole DuckDB row groups."""
+    that its slice rows (most of the samples) and the `held` rows waiting in raw_slice_tail
+    fill whole DuckDB row groups."""
     groups = round(batch_samples * slice_rows / samples / ROW_GROUP_ROWS) if samples else 0
     if groups < 1:
         return samples >= batch_samples
-    return slice_rows >= groups * ROW_GROUP_ROWS
+    return held + slice_rows >= groups * ROW_GROUP_ROWS
 
 
 @dataclass
@@ -65,8 +79,8 @@ class Batch:
     def __bool__(self) -> bool:
         return bool(self.next_offsets)
 
-    def full(self, batch_samples: int) -> bool:
-        return batch_full(self.samples, self.slice_rows, batch_samples)
+    def full(self, batch_samples: int, held: int = 0) -> bool:
+        return batch_full(self.samples, self.slice_rows, batch_samples, held)
 
 
 @dataclass
@@ -181,10 +195,16 @@ def write_prepared(con: duckdb.DuckDBPyConnection, batch: PreparedBatch) -> floa
                    "gpu_hour_delta": batch.gpu_hours, "slice_hour_delta": batch.slice_hours}
     con.execute("BEGIN TRANSACTION")
     try:
+        if "batch_slice" in tables:
+            tables |= _split_slice_rows(con, batch.slice)
         for name, table in tables.items():
             con.register(name, table)
         if "batch_gpu" in tables:
             con.execute(sql_text("ingest/apply_batch.sql"))
+            if "batch_slice_head" in tables:
+                con.execute(sql_text("ingest/store_slice_rows.sql"))
+            else:
+                con.execute("INSERT INTO raw_slice_tail BY NAME SELECT * FROM batch_slice_rest")
         elif batch.strings.num_rows:
             con.execute("INSERT INTO ingest_strings SELECT id, value FROM batch_strings")
         if batch.dead:
@@ -198,6 +218,29 @@ def write_prepared(con: duckdb.DuckDBPyConnection, batch: PreparedBatch) -> floa
         for name in tables:
             con.unregister(name)
     return time.perf_counter() - started
+
+
+def held_slice_rows(con: duckdb.DuckDBPyConnection) -> int:
+    """Slice rows waiting in raw_slice_tail for a whole row group."""
+    return con.execute("SELECT count(*) FROM raw_slice_tail").fetchall()[0][0]
+
+
+def _split_slice_rows(con: duckdb.DuckDBPyConnection, rows: pa.Table) -> dict[str, pa.Table]:
+    """A batch's slice rows as batch_slice_head, the rows held back in raw_slice_tail and
+    the batch's first rows, which together fill whole row groups (absent where they do not
+    fill one), and batch_slice_rest, the rows to hold back now
+    (sql/schema/003_raw_slice_tail.sql). Runs in the batch's transaction, so the held-back
+    rows are the store's, never a stale copy."""
+    held = held_slice_rows(con)
+    whole = (held + rows.num_rows) // ROW_GROUP_ROWS * ROW_GROUP_ROWS
+    if whole == 0:
+        return {"batch_slice_rest": rows}
+    # One contiguous Arrow input: DuckDB inserts each input of a UNION, and each chunk of
+    # a chunked table, on a thread of its own, and its row groups would end partial (measured)
+    tail = con.sql("SELECT * FROM raw_slice_tail").to_arrow_table()
+    head = pa.concat_tables([tail.select(rows.schema.names).cast(rows.schema), rows.slice(0, whole - held)])
+    head = head.combine_chunks()
+    return {"batch_slice_head": head, "batch_slice_rest": rows.slice(whole - held)}
 
 
 def write_batch(con: duckdb.DuckDBPyConnection, batch: Batch, strings: StringIds,

@@ -4,14 +4,14 @@
 -- and batch_slice (slicemeter.tick columns, strings replaced by *_id integers),
 -- batch_inventory (sql/ingest/batch_inventory.sql), gpu_hour_delta and slice_hour_delta
 -- (sql/ingest/batch_gpu_hours.sql, batch_slice_hours.sql).
--- Here: append the raw rows, upsert the GPU inventory and add the hour deltas. Minute
--- rollups are not written here: they are views over the raw rows, materialised when
--- retention deletes those rows (sql/ingest/retention.sql) -- aggregating every batch to
--- the minute and appending the partials cost more than the raw insert itself.
+-- Here: append the raw GPU rows (the slice rows: sql/ingest/store_slice_rows.sql), upsert
+-- the GPU inventory and add the hour deltas. Minute rollups are not written here: they are
+-- views over the raw rows, materialised when retention deletes those rows
+-- (sql/ingest/retention.sql) -- aggregating every batch to the minute and appending the
+-- partials cost more than the raw insert itself.
 
 INSERT INTO ingest_strings SELECT id, value FROM batch_strings;
 INSERT INTO raw_gpu_rows BY NAME SELECT * FROM batch_gpu;
-INSERT INTO raw_slice_rows BY NAME SELECT * FROM batch_slice;
 INSERT OR REPLACE INTO gpu_inventory BY NAME SELECT * FROM batch_inventory;
 
 -- Hour deltas (a few rows per slice per batch), strings resolved, upserted.

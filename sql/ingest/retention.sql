@@ -6,3 +6,4 @@ INSERT INTO gpu_minute_part BY NAME SELECT * FROM gpu_minute_of_raw($cutoff);
 INSERT INTO slice_minute_part BY NAME SELECT * FROM slice_minute_of_raw($cutoff);
 DELETE FROM raw_gpu_rows WHERE ts_ms < $cutoff;
 DELETE FROM raw_slice_rows WHERE ts_ms < $cutoff;
+DELETE FROM raw_slice_tail WHERE ts_ms < $cutoff;

@@ -30,13 +30,18 @@ JOIN ingest_strings c ON c.id = r.cluster_id
 JOIN ingest_strings g ON g.id = r.gpu_uuid_id
 LEFT JOIN ingest_strings m ON m.id = r.model_id;
 
+-- Every stored slice row: whole row groups and the rows held back
+-- (sql/schema/003_raw_slice_tail.sql).
+CREATE OR REPLACE TEMP VIEW raw_slice_stored AS
+SELECT * FROM raw_slice_rows UNION ALL SELECT * FROM raw_slice_tail;
+
 CREATE OR REPLACE TEMP VIEW raw_slice AS
 SELECT r.ts_ms, r.interval_ms, n.value AS node, c.value AS cluster, u.value AS pod_uid, p.value AS pod,
        ns.value AS namespace, k.value AS container, g.value AS gpu_uuid, r.vdevice_index,
        r.hami_memory_limit_bytes, r.hami_memory_used_bytes, r.hami_context_bytes, r.hami_module_bytes,
        r.hami_buffer_bytes, r.sm_limit_ratio, r.sm_util_ratio, r.last_kernel_age_s, r.process_count,
        r.nvml_memory_used_bytes, r.alloc_memory_bytes, r.alloc_cores_ratio, r.whole_gpu, src.value AS source
-FROM raw_slice_rows r
+FROM raw_slice_stored r
 JOIN ingest_strings n ON n.id = r.node_id
 JOIN ingest_strings c ON c.id = r.cluster_id
 JOIN ingest_strings u ON u.id = r.pod_uid_id
@@ -113,7 +118,7 @@ FROM s GROUP BY bucket, gpu_uuid_id, pod_uid_id, container_id;
 CREATE OR REPLACE TEMP MACRO gpu_minute_of_raw(cutoff) AS TABLE
 SELECT bucket AS minute, * EXCLUDE (bucket) FROM gpu_rollup('raw_gpu_rows', 60000, cutoff);
 CREATE OR REPLACE TEMP MACRO slice_minute_of_raw(cutoff) AS TABLE
-SELECT bucket AS minute, * EXCLUDE (bucket) FROM slice_rollup('raw_slice_rows', 'gpu_inventory', 60000, cutoff);
+SELECT bucket AS minute, * EXCLUDE (bucket) FROM slice_rollup('raw_slice_stored', 'gpu_inventory', 60000, cutoff);
 
 -- Minute rollups: partials merged, strings resolved.
 CREATE OR REPLACE TEMP VIEW gpu_minute AS
