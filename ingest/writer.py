@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import logging
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from ingest.store import sql_text
@@ -179,7 +180,8 @@ def rejected_message(batch: Batch | PreparedBatch, error: Exception, strings: pa
 
 
 def write_prepared(con: duckdb.DuckDBPyConnection, batch: PreparedBatch) -> float:
-    """Store a prepared batch in one transaction; returns the seconds taken.
+    """Store a prepared batch in one transaction; returns the seconds taken. Drops
+    `batch.slice` (a rejected batch is read again from Kafka, never stored from memory).
 
     On error the transaction is rolled back and the error re-raised."""
     started = time.perf_counter()
@@ -191,12 +193,13 @@ def write_prepared(con: duckdb.DuckDBPyConnection, batch: PreparedBatch) -> floa
         "batch_dead_letters": pa.Table.from_pylist(batch.dead, _DEAD_SCHEMA),
     }
     if batch.gpu is not None and batch.slice is not None:
-        tables |= {"batch_gpu": batch.gpu, "batch_slice": batch.slice, "batch_inventory": batch.inventory,
+        tables |= {"batch_gpu": batch.gpu, "batch_inventory": batch.inventory,
                    "gpu_hour_delta": batch.gpu_hours, "slice_hour_delta": batch.slice_hours}
     con.execute("BEGIN TRANSACTION")
     try:
-        if "batch_slice" in tables:
+        if "batch_gpu" in tables:
             tables |= _split_slice_rows(con, batch.slice)
+            batch.slice = None  # the split copied its rows: one copy in memory, not two (RSS bound)
         for name, table in tables.items():
             con.register(name, table)
         if "batch_gpu" in tables:
@@ -239,8 +242,9 @@ def _split_slice_rows(con: duckdb.DuckDBPyConnection, rows: pa.Table) -> dict[st
     # a chunked table, on a thread of its own, and its row groups would end partial (measured)
     tail = con.sql("SELECT * FROM raw_slice_tail").to_arrow_table()
     head = pa.concat_tables([tail.select(rows.schema.names).cast(rows.schema), rows.slice(0, whole - held)])
-    head = head.combine_chunks()
-    return {"batch_slice_head": head, "batch_slice_rest": rows.slice(whole - held)}
+    rest = rows.slice(whole - held)
+    # copies, so that the batch's own table can go before the insert
+    return {"batch_slice_head": head.combine_chunks(), "batch_slice_rest": rest.take(np.arange(rest.num_rows))}
 
 
 def write_batch(con: duckdb.DuckDBPyConnection, batch: Batch, strings: StringIds,
