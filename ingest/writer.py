@@ -200,7 +200,7 @@ def write_prepared(con: duckdb.DuckDBPyConnection, batch: PreparedBatch) -> floa
     try:
         if "batch_gpu" in tables:
             tables |= _split_slice_rows(con, batch.slice)
-            batch.slice = None  # the split copied its rows: one copy in memory, not two (RSS bound)
+            batch.slice = None  # the split holds its rows now: one copy in memory, not two (RSS bound)
         for name, table in tables.items():
             con.register(name, table)
         if "batch_gpu" in tables:

@@ -1,7 +1,7 @@
 -- One ingest batch, run inside the transaction that also stores the Kafka offsets.
 -- Inputs (Arrow, made by ingest/writer.py prepare on the consumer's thread while the
 -- previous batch was being written): batch_strings (id, value) new string ids, batch_gpu
--- and batch_slice (slicemeter.tick columns, strings replaced by *_id integers),
+-- (slicemeter.tick columns, strings replaced by *_id integers),
 -- batch_inventory (sql/ingest/batch_inventory.sql), gpu_hour_delta and slice_hour_delta
 -- (sql/ingest/batch_gpu_hours.sql, batch_slice_hours.sql).
 -- Here: append the raw GPU rows (the slice rows: sql/ingest/store_slice_rows.sql), upsert
