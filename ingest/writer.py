@@ -207,8 +207,7 @@ def write_prepared(con: duckdb.DuckDBPyConnection, batch: PreparedBatch) -> floa
             con.execute(sql_text("ingest/apply_batch.sql"))
             if "batch_slice_head" in tables:
                 con.execute(sql_text("ingest/store_slice_rows.sql"))
-            else:
-                con.execute("INSERT INTO raw_slice_tail BY NAME SELECT * FROM batch_slice_rest")
+            con.execute(sql_text("ingest/hold_slice_rows.sql"))
         elif batch.strings.num_rows:
             con.execute("INSERT INTO ingest_strings SELECT id, value FROM batch_strings")
         if batch.dead:
