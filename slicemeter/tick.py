@@ -227,15 +227,18 @@ def _required_columns(schema: pa.Schema) -> tuple[int, ...]:
     return tuple(i for i, f in enumerate(schema) if not f.nullable)
 
 
+def _check_required(col: pa.ChunkedArray, f: pa.Field, what: str) -> None:
+    if col.null_count:
+        raise TickDecodeError(f"{what}.{f.name}: {col.null_count} null value(s) in a required column")
+
+
 def _conform(table: pa.Table, schema: pa.Schema, what: str) -> pa.Table:
     """Project a decoded table onto this version's schema (same major, any minor)."""
     if table.schema.equals(schema, check_metadata=False):
         # The common case, a sender of this very version: only the required columns' null
         # counts to check (projecting column by column cost more than the IPC read itself).
         for i in _required_columns(schema):
-            if table.column(i).null_count:
-                raise TickDecodeError(f"{what}.{schema.field(i).name}: {table.column(i).null_count} "
-                                      "null value(s) in a required column")
+            _check_required(table.column(i), schema.field(i), what)
         return table.replace_schema_metadata(schema.metadata)
     present = {name: i for i, name in enumerate(table.column_names)}   # once: column_names builds a list
     columns = []
@@ -247,8 +250,8 @@ def _conform(table: pa.Table, schema: pa.Schema, what: str) -> pa.Table:
                     col = col.cast(f.type)
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
                     raise TickDecodeError(f"{what}.{f.name}: type {col.type} is not {f.type}: {exc}") from None
-            if not f.nullable and col.null_count:
-                raise TickDecodeError(f"{what}.{f.name}: {col.null_count} null value(s) in a required column")
+            if not f.nullable:
+                _check_required(col, f, what)
         elif f.nullable:
             col = pa.nulls(table.num_rows, f.type)
         else:
