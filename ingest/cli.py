@@ -56,21 +56,14 @@ def _check(args: argparse.Namespace) -> None:
         raise ConfigError("--recommend-interval needs --metrics-port: the figures are served there")
 
 
-def _recommend_prices(path: Path | None):
-    from ingest.prices import DEFAULT_PRICES, load_prices
-
-    if path is None and not DEFAULT_PRICES.is_file():
-        return None  # the plan still counts freeable GPUs, without a saving
-    return load_prices(path or DEFAULT_PRICES)
-
-
 def run(args: argparse.Namespace) -> int:
     from ingest import store, tenants
     from ingest.consumer import IngestConfig, Ingestor
     from ingest.metrics import IngestMetrics
+    from ingest.prices import load_prices_or_default
 
     _check(args)
-    prices = _recommend_prices(args.prices) if args.recommend_interval else None
+    prices = load_prices_or_default(args.prices) if args.recommend_interval else None
     catalog = tenants.load_catalog(args.tenants) if args.tenants else None
     imported = tenants.fetch_kamaji_tenants(args.kamaji_metrics) if args.kamaji_metrics else None
     con = store.connect(args.db)

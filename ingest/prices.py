@@ -165,3 +165,11 @@ def load_prices(path: str | Path) -> PriceCatalog:
 # examples/ (the container image sets it).
 DEFAULT_PRICES = Path(os.environ.get("SLICEMETER_PRICES")
                       or Path(__file__).resolve().parent.parent / "examples" / "prices.yaml")
+
+
+def load_prices_or_default(path: str | Path | None) -> PriceCatalog | None:
+    """`path`'s catalog, else DEFAULT_PRICES' when that file exists, else None (a plan
+    without prices still counts freeable GPUs, without a saving)."""
+    if path is None and not DEFAULT_PRICES.is_file():
+        return None
+    return load_prices(path or DEFAULT_PRICES)

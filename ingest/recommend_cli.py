@@ -9,7 +9,7 @@ import argparse
 import csv
 from pathlib import Path
 
-from ingest.prices import DEFAULT_PRICES, load_prices
+from ingest.prices import DEFAULT_PRICES, load_prices_or_default
 from slicemeter.cli import ConfigError
 
 SLICE_COLUMNS = ["tenant", "namespace", "pod", "container", "node", "model", "grant_memory_mib",
@@ -70,9 +70,8 @@ def run(args: argparse.Namespace) -> int:
     db = Path(args.db)
     if not db.is_file():
         raise ConfigError(f"--db: no such file: {db}")
-    prices_path = args.prices or (DEFAULT_PRICES if DEFAULT_PRICES.is_file() else None)
     # the chargeback catalog; recommend prices a freed GPU by model (gpu_hour) only
-    catalog = load_prices(prices_path) if prices_path else None
+    catalog = load_prices_or_default(args.prices)
 
     con = connect(db, read_only=True)
     try:
