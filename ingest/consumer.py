@@ -28,7 +28,7 @@ from ingest.metrics import IngestMetrics
 from ingest.snapshot import write_snapshot
 from ingest.strings import StringIds
 from ingest.writer import (ROW_GROUP_ROWS, Batch, BatchWriterThread, InventoryCache, apply_retention, dead_letter,
-                           configure_writes, held_slice_rows, prepare, rejected_message, stored_offsets)
+                           configure_writes, fold_only, held_slice_rows, prepare, rejected_message, stored_offsets)
 from slicemeter.tick import TickDecodeError, decode
 
 log = logging.getLogger("slicemeter.ingest")
@@ -42,6 +42,7 @@ class IngestConfig:
     group: str | None = "slicemeter-ingest"    # None: assign every partition, no group
     batch_samples: int = 250_000                # flush when a batch holds this many samples
     batch_max_s: float = 1.0                    # ... or when its first message is this old
+    fold_every_batches: int = 8                 # rollup deltas wait this many batches at most, or a flush
     max_poll_records: int = 200
     max_partition_fetch_bytes: int = 4 << 20    # bounded fetch buffers: RSS bound (issue 4)
     fetch_max_bytes: int = 16 << 20
@@ -82,6 +83,9 @@ class Ingestor:
         # slice rows waiting in raw_slice_tail once the batches handed over are stored:
         # batches close where these and theirs fill whole row groups (writer.batch_full)
         self.slice_rows_held = held_slice_rows(self.con)
+        # batches whose rollup deltas wait in the store's *_pending tables (store.connect
+        # folded those of earlier runs): folded every fold_every_batches and at every flush
+        self.unfolded_batches = 0
         self.batch = Batch()
         self.batch_started = 0.0
         self.consumer: KafkaConsumer | None = None
@@ -175,15 +179,18 @@ class Ingestor:
         Also called by the rebalance listener (on kafka-python's IO thread) before
         partitions move to another worker."""
         with self._lock:
-            self.submit()
+            self.submit(fold=True)
             self.drain()
 
-    def submit(self) -> None:
+    def submit(self, fold: bool = False) -> None:
         """Prepare the current batch (while the writer stores the previous one) and hand it
-        over; blocks while the previous one is being stored."""
+        over; blocks while the previous one is being stored. `fold`: fold every pending
+        rollup delta in its transaction, even with no batch in hand."""
         with self._lock:
             b = self.batch
             if not b:
+                if fold and self.unfolded_batches and self.writer.put(fold_only()):
+                    self.unfolded_batches = 0
                 return
             self.batch = Batch()
             started = time.perf_counter()
@@ -200,10 +207,12 @@ class Ingestor:
                     return
                 prepared = rejected_message(b, exc, self.strings.take_pending())
             slice_rows = prepared.slice.num_rows if prepared.slice is not None else 0  # before the writer drops them
+            prepared.fold_rollups = fold or self.unfolded_batches + 1 >= self.cfg.fold_every_batches
             if not self.writer.put(prepared):
                 self._recover_rejected()
                 return
             self.slice_rows_held = (self.slice_rows_held + slice_rows) % ROW_GROUP_ROWS
+            self.unfolded_batches = 0 if prepared.fold_rollups else self.unfolded_batches + 1
             if not self.cfg.overlap:
                 self.drain()
 
@@ -243,7 +252,7 @@ class Ingestor:
             self.metrics.dead_letters.inc(dead)
             self.metrics.batch_seconds.observe(seconds)
             self.last_flush_at = time.monotonic()
-            if self.consumer is not None and self.cfg.group:
+            if self.consumer is not None and self.cfg.group and b.next_offsets:
                 offsets = {TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in b.next_offsets.items()}
                 try:
                     self.consumer.commit_async(offsets=offsets)
@@ -298,8 +307,11 @@ class Ingestor:
                     if self.first_record_at is None:
                         self.first_record_at = last_record
                         log.debug("first records received")
-                if self.batch_due() or (self.batch and not polled and self.writer.idle()):
-                    self.submit()  # the writer stores it while we fetch and decode the next one
+                quiet = not polled and self.writer.idle()
+                if self.batch_due() or (quiet and (self.batch or self.unfolded_batches)):
+                    # the writer stores it while we fetch and decode the next one; once the
+                    # stream pauses, the rollups catch up
+                    self.submit(fold=quiet)
                 self.writer.check()
                 self._recover_rejected()
                 self._finish()

@@ -63,10 +63,30 @@ def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
     return applied
 
 
+def fold_pending_rollups(con: duckdb.DuckDBPyConnection) -> None:
+    """Fold the rollup deltas batches left pending into gpu_hour, slice_hour and
+    gpu_inventory, in a transaction of its own (sql/schema/004_pending_rollups.sql)."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute(sql_text("ingest/fold_rollups.sql"))
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+def _has_pending_rollups(con: duckdb.DuckDBPyConnection) -> bool:
+    return con.execute("SELECT EXISTS (FROM gpu_inventory_pending) OR EXISTS (FROM gpu_hour_pending) "
+                       "OR EXISTS (FROM slice_hour_pending)").fetchall()[0][0]
+
+
 def connect(path: str | Path, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """Open the store. Read-write connections migrate first; every connection gets the views."""
+    """Open the store. Read-write connections migrate first and fold the rollup deltas an
+    ingest that stopped or crashed left pending; every connection gets the views."""
     con = duckdb.connect(str(path), read_only=read_only)
     if not read_only:
         migrate(con)
     apply_views(con)
+    if not read_only and _has_pending_rollups(con):
+        fold_pending_rollups(con)
     return con

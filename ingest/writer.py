@@ -104,6 +104,19 @@ class PreparedBatch:
     source: tuple | None
     samples: int
     messages: int
+    # fold the rollup deltas pending in the store, this batch's included, into the rollups
+    # in this batch's transaction (sql/ingest/fold_rollups.sql); the consumer folds every
+    # few batches and at every flush
+    fold_rollups: bool = True
+
+
+def fold_only() -> PreparedBatch:
+    """A batch that stores nothing and folds the pending rollup deltas (a flush with no
+    batch in hand)."""
+    return PreparedBatch(gpu=None, slice=None, strings=pa.table({"id": pa.array([], pa.int32()),
+                                                                 "value": pa.array([], pa.string())}),
+                         inventory=None, gpu_hours=None, slice_hours=None, dead=[], next_offsets={},
+                         source=None, samples=0, messages=0)
 
 
 class InventoryCache:
@@ -114,7 +127,7 @@ class InventoryCache:
     `prepare` compute them without waiting for the previous batch's transaction."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection):
-        self.known = con.sql("SELECT * FROM gpu_inventory").to_arrow_table()
+        self.known = con.sql("SELECT * FROM gpu_inventory_latest").to_arrow_table()
 
     def merge(self, con: duckdb.DuckDBPyConnection, batch_gpu: pa.Table) -> tuple[pa.Table, pa.Table]:
         """(merged rows of batch_gpu's GPUs, every known GPU with those merged in); the
@@ -210,6 +223,8 @@ def write_prepared(con: duckdb.DuckDBPyConnection, batch: PreparedBatch) -> floa
             con.execute(sql_text("ingest/hold_slice_rows.sql"))
         elif batch.strings.num_rows:
             con.execute("INSERT INTO ingest_strings SELECT id, value FROM batch_strings")
+        if batch.fold_rollups:
+            con.execute(sql_text("ingest/fold_rollups.sql"))
         if batch.dead:
             con.execute(sql_text("ingest/save_dead_letters.sql"))
         con.execute(sql_text("ingest/save_offsets.sql"))
@@ -248,15 +263,18 @@ def _split_slice_rows(con: duckdb.DuckDBPyConnection, rows: pa.Table) -> dict[st
 
 
 def write_batch(con: duckdb.DuckDBPyConnection, batch: Batch, strings: StringIds,
-                inventory: InventoryCache | None = None) -> float:
-    """Prepare and store `batch` on one connection (tests, bulk loads, the retry path).
+                inventory: InventoryCache | None = None, fold: bool = True) -> float:
+    """Prepare and store `batch` on one connection (tests, bulk loads, the retry path);
+    `fold`: fold the pending rollup deltas, this batch's included, into the rollups.
 
     Returns seconds taken. On error the string-id cache is reloaded and the error re-raised;
     an `inventory` passed in must then be rebuilt by the caller."""
     started = time.perf_counter()
     inventory = inventory or InventoryCache(con)
     try:
-        write_prepared(con, prepare(con, batch, strings, inventory))
+        prepared = prepare(con, batch, strings, inventory)
+        prepared.fold_rollups = fold
+        write_prepared(con, prepared)
     except BaseException:
         strings.reload()
         raise

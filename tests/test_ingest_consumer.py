@@ -95,6 +95,14 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(broker, tmp_path
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert stored_checksum(db) == want
+    # the hour rollups, folded from deltas that kills left pending, count every sample once
+    con = store.connect(db, read_only=True)
+    try:
+        hours = con.execute("SELECT (SELECT sum(sample_count) FROM gpu_hour), (SELECT sum(sample_count) FROM slice_hour), "
+                            "(SELECT count(*) FROM gpu_hour_pending) + (SELECT count(*) FROM slice_hour_pending)").fetchone()
+    finally:
+        con.close()
+    assert hours == (sum(g.num_rows for _, g, _ in chunks), sum(s.num_rows for _, _, s in chunks), 0)
 
 
 def _msg(node: str, ticks: int = 3, start: int = START) -> bytes:

@@ -30,23 +30,31 @@ def _chunks():
     return out
 
 
-def _ingest(con, chunks, batch_size):
+def _ingest(con, chunks, batch_size, fold_every=1):
+    """Store `chunks` in batches, folding the rollup deltas every `fold_every` batches."""
     ids = StringIds(con)
-    for i in range(0, len(chunks), batch_size):
+    for n, i in enumerate(range(0, len(chunks), batch_size), start=1):
         b = Batch(next_offsets={("t", 0): i})
         for gpus, slices in chunks[i:i + batch_size]:
             b.gpus.append(gpus)
             b.slices.append(slices)
             b.samples += gpus.num_rows + slices.num_rows
-        write_batch(con, b, ids)
+        write_batch(con, b, ids, fold=n % fold_every == 0)
+
+
+def _pending_rows(con) -> int:
+    return con.execute("SELECT (SELECT count(*) FROM gpu_hour_pending) + (SELECT count(*) FROM slice_hour_pending) "
+                       "+ (SELECT count(*) FROM gpu_inventory_pending)").fetchall()[0][0]
 
 
 def _frame(con, sql, keys):
     return con.execute(sql).df().sort_values(keys).reset_index(drop=True)
 
 
-@pytest.fixture(scope="module")
-def day_db(tmp_path_factory):
+# fold_every 1: every batch folds its own deltas. 6: deltas of up to 6 batches wait in the
+# *_pending tables, the last ones until the store is opened again (a stopped ingest).
+@pytest.fixture(scope="module", params=[1, 6], ids=["fold-each-batch", "fold-every-6"])
+def day_db(request, tmp_path_factory):
     chunks = _chunks()
     rng = random.Random(7)
     in_order = chunks[:]
@@ -54,8 +62,14 @@ def day_db(tmp_path_factory):
     late = rng.sample(range(len(chunks)), len(chunks) // 3)
     on_time = [c for i, c in enumerate(in_order) if i not in set(late)]
     arrival = on_time + [in_order[i] for i in late]
-    con = store.connect(tmp_path_factory.mktemp("roll") / "day.duckdb")
-    _ingest(con, arrival, batch_size=7)
+    path = tmp_path_factory.mktemp("roll") / "day.duckdb"
+    con = store.connect(path)
+    _ingest(con, arrival, batch_size=7, fold_every=request.param)
+    if request.param > 1:
+        assert _pending_rows(con) > 0      # 40 batches: the last four still wait
+        con.close()
+        con = store.connect(path)           # a read-write connection folds them
+    assert _pending_rows(con) == 0
     yield con, chunks
     con.close()
 

@@ -51,6 +51,12 @@ LEFT JOIN ingest_strings p ON p.id = r.pod_id
 LEFT JOIN ingest_strings ns ON ns.id = r.namespace_id
 LEFT JOIN ingest_strings src ON src.id = r.source_id;
 
+-- gpu_inventory with the rows batches left pending (sql/schema/004_pending_rollups.sql):
+-- the latest row of each GPU, which includes the ones before it (sql/ingest/batch_inventory.sql).
+CREATE OR REPLACE TEMP VIEW gpu_inventory_latest AS
+SELECT * FROM (SELECT * FROM gpu_inventory UNION ALL BY NAME SELECT * FROM gpu_inventory_pending)
+QUALIFY row_number() OVER (PARTITION BY gpu_uuid_id ORDER BY last_seen_ms DESC, first_seen_ms) = 1;
+
 CREATE OR REPLACE TEMP VIEW gpu_inventory_named AS
 SELECT g.value AS gpu_uuid, c.value AS cluster, n.value AS node, i.gpu_index, m.value AS model,
        i.memory_total_bytes, make_timestamp(i.first_seen_ms * 1000) AS first_seen,
@@ -120,48 +126,63 @@ SELECT bucket AS minute, * EXCLUDE (bucket) FROM gpu_rollup('raw_gpu_rows', 6000
 CREATE OR REPLACE TEMP MACRO slice_minute_of_raw(cutoff) AS TABLE
 SELECT bucket AS minute, * EXCLUDE (bucket) FROM slice_rollup('raw_slice_stored', 'gpu_inventory', 60000, cutoff);
 
+-- Partial rollups of table `tbl` merged per (bucket, GPU) / (bucket, slice): `tbl` has the
+-- rollup macros' columns with the bucket named `bucket`. Shared by the minute views below
+-- and by the fold of the hour deltas batches left pending (sql/ingest/fold_rollups.sql).
+CREATE OR REPLACE TEMP MACRO gpu_partials_merged(tbl) AS TABLE
+SELECT bucket, gpu_uuid_id,
+       arg_max(cluster_id, latest_ts_ms) AS cluster_id, arg_max(node_id, latest_ts_ms) AS node_id,
+       arg_max(model_id, latest_ts_ms) AS model_id, arg_max(memory_total_bytes, latest_ts_ms) AS memory_total_bytes,
+       sum(metered_s) AS metered_s, sum(sample_count) AS sample_count, sum(sm_util_s) AS sm_util_s,
+       sum(memory_used_byte_s) AS memory_used_byte_s, sum(power_j) AS power_j,
+       min(first_ts_ms) AS first_ts_ms, arg_min(first_energy_j, first_ts_ms) AS first_energy_j,
+       arg_min(first_power_j, first_ts_ms) AS first_power_j,
+       max(last_ts_ms) AS last_ts_ms, arg_max(last_energy_j, last_ts_ms) AS last_energy_j,
+       max(latest_ts_ms) AS latest_ts_ms
+FROM query_table(tbl) GROUP BY bucket, gpu_uuid_id;
+
+CREATE OR REPLACE TEMP MACRO slice_partials_merged(tbl) AS TABLE
+SELECT bucket, gpu_uuid_id, pod_uid_id, container_id,
+       arg_max(cluster_id, latest_ts_ms) AS cluster_id, arg_max(node_id, latest_ts_ms) AS node_id,
+       arg_max(namespace_id, latest_ts_ms) AS namespace_id, arg_max(pod_id, latest_ts_ms) AS pod_id,
+       bool_or(whole_gpu) AS whole_gpu, sum(metered_s) AS metered_s, sum(sample_count) AS sample_count,
+       arg_max(alloc_memory_bytes, latest_ts_ms) AS alloc_memory_bytes,
+       arg_max(alloc_cores_ratio, latest_ts_ms) AS alloc_cores_ratio,
+       sum(alloc_mem_share_s) AS alloc_mem_share_s, sum(alloc_cores_share_s) AS alloc_cores_share_s,
+       sum(alloc_dominant_share_s) AS alloc_dominant_share_s, sum(used_mem_share_s) AS used_mem_share_s,
+       sum(used_sm_share_s) AS used_sm_share_s, sum(usage_share_s) AS usage_share_s,
+       sum(memory_used_byte_s) AS memory_used_byte_s, max(memory_used_max_bytes) AS memory_used_max_bytes,
+       max(sm_util_max) AS sm_util_max, sum(hami_nvml_disagree_s) AS hami_nvml_disagree_s,
+       arg_max_null(last_kernel_age_s, latest_ts_ms) AS last_kernel_age_s, max(latest_ts_ms) AS latest_ts_ms
+FROM query_table(tbl) GROUP BY bucket, gpu_uuid_id, pod_uid_id, container_id;
+
+-- The partials to merge: the minutes retention kept plus those of the raw rows; the hour
+-- deltas batches left pending (sql/schema/004_pending_rollups.sql).
+CREATE OR REPLACE TEMP VIEW gpu_minute_partials AS
+SELECT minute AS bucket, * EXCLUDE (minute)
+FROM (SELECT * FROM gpu_minute_part UNION ALL BY NAME SELECT * FROM gpu_minute_of_raw(9223372036854775807));
+CREATE OR REPLACE TEMP VIEW slice_minute_partials AS
+SELECT minute AS bucket, * EXCLUDE (minute)
+FROM (SELECT * FROM slice_minute_part UNION ALL BY NAME SELECT * FROM slice_minute_of_raw(9223372036854775807));
+CREATE OR REPLACE TEMP VIEW gpu_hour_pending_partials AS SELECT hour AS bucket, * EXCLUDE (hour) FROM gpu_hour_pending;
+CREATE OR REPLACE TEMP VIEW slice_hour_pending_partials AS SELECT hour AS bucket, * EXCLUDE (hour) FROM slice_hour_pending;
+
 -- Minute rollups: partials merged, strings resolved.
 CREATE OR REPLACE TEMP VIEW gpu_minute AS
-SELECT d.minute, g.value AS gpu_uuid, c.value AS cluster, n.value AS node, m.value AS model,
+SELECT d.bucket AS minute, g.value AS gpu_uuid, c.value AS cluster, n.value AS node, m.value AS model,
        d.memory_total_bytes, d.metered_s, d.sample_count, d.sm_util_s, d.memory_used_byte_s,
-       d.energy_joules, d.latest_ts_ms
-FROM (
-    SELECT minute, gpu_uuid_id,
-           arg_max(cluster_id, latest_ts_ms) AS cluster_id, arg_max(node_id, latest_ts_ms) AS node_id,
-           arg_max(model_id, latest_ts_ms) AS model_id, arg_max(memory_total_bytes, latest_ts_ms) AS memory_total_bytes,
-           sum(metered_s) AS metered_s, sum(sample_count) AS sample_count, sum(sm_util_s) AS sm_util_s,
-           sum(memory_used_byte_s) AS memory_used_byte_s,
-           hour_energy(arg_min(first_energy_j, first_ts_ms), arg_max(last_energy_j, last_ts_ms),
-                       arg_min(first_power_j, first_ts_ms), sum(power_j)) AS energy_joules,
-           max(latest_ts_ms) AS latest_ts_ms
-    FROM (SELECT * FROM gpu_minute_part UNION ALL BY NAME SELECT * FROM gpu_minute_of_raw(9223372036854775807))
-    GROUP BY minute, gpu_uuid_id
-) d
+       hour_energy(d.first_energy_j, d.last_energy_j, d.first_power_j, d.power_j) AS energy_joules, d.latest_ts_ms
+FROM gpu_partials_merged('gpu_minute_partials') d
 JOIN ingest_strings g ON g.id = d.gpu_uuid_id
 JOIN ingest_strings c ON c.id = d.cluster_id
 JOIN ingest_strings n ON n.id = d.node_id
 LEFT JOIN ingest_strings m ON m.id = d.model_id;
 
 CREATE OR REPLACE TEMP VIEW slice_minute AS
-SELECT d.minute, c.value AS cluster, n.value AS node, g.value AS gpu_uuid, ns.value AS namespace,
-       p.value AS pod, u.value AS pod_uid, k.value AS container, d.* EXCLUDE (minute, gpu_uuid_id, pod_uid_id,
+SELECT d.bucket AS minute, c.value AS cluster, n.value AS node, g.value AS gpu_uuid, ns.value AS namespace,
+       p.value AS pod, u.value AS pod_uid, k.value AS container, d.* EXCLUDE (bucket, gpu_uuid_id, pod_uid_id,
        container_id, cluster_id, node_id, namespace_id, pod_id)
-FROM (
-    SELECT minute, gpu_uuid_id, pod_uid_id, container_id,
-           arg_max(cluster_id, latest_ts_ms) AS cluster_id, arg_max(node_id, latest_ts_ms) AS node_id,
-           arg_max(namespace_id, latest_ts_ms) AS namespace_id, arg_max(pod_id, latest_ts_ms) AS pod_id,
-           bool_or(whole_gpu) AS whole_gpu, sum(metered_s) AS metered_s, sum(sample_count) AS sample_count,
-           arg_max(alloc_memory_bytes, latest_ts_ms) AS alloc_memory_bytes,
-           arg_max(alloc_cores_ratio, latest_ts_ms) AS alloc_cores_ratio,
-           sum(alloc_mem_share_s) AS alloc_mem_share_s, sum(alloc_cores_share_s) AS alloc_cores_share_s,
-           sum(alloc_dominant_share_s) AS alloc_dominant_share_s, sum(used_mem_share_s) AS used_mem_share_s,
-           sum(used_sm_share_s) AS used_sm_share_s, sum(usage_share_s) AS usage_share_s,
-           sum(memory_used_byte_s) AS memory_used_byte_s, max(memory_used_max_bytes) AS memory_used_max_bytes,
-           max(sm_util_max) AS sm_util_max, sum(hami_nvml_disagree_s) AS hami_nvml_disagree_s,
-           arg_max_null(last_kernel_age_s, latest_ts_ms) AS last_kernel_age_s, max(latest_ts_ms) AS latest_ts_ms
-    FROM (SELECT * FROM slice_minute_part UNION ALL BY NAME SELECT * FROM slice_minute_of_raw(9223372036854775807))
-    GROUP BY minute, gpu_uuid_id, pod_uid_id, container_id
-) d
+FROM slice_partials_merged('slice_minute_partials') d
 JOIN ingest_strings g ON g.id = d.gpu_uuid_id
 JOIN ingest_strings u ON u.id = d.pod_uid_id
 JOIN ingest_strings k ON k.id = d.container_id

@@ -1,0 +1,89 @@
+-- Fold the rollup deltas that batches appended to the *_pending tables
+-- (sql/schema/004_pending_rollups.sql) into gpu_inventory, gpu_hour and slice_hour, then
+-- empty them; one transaction (ingest/writer.py: inside a batch's, or on its own).
+-- Merging the partials first is exact: every column is a sum, a max, a min or the value at
+-- the latest timestamp (gpu_partials_merged / slice_partials_merged, the merge the minute
+-- views use: sql/views/011_ingest.sql); the merged row then meets the stored one as a
+-- single batch's delta would.
+
+INSERT OR REPLACE INTO gpu_inventory BY NAME
+SELECT * FROM gpu_inventory_latest WHERE gpu_uuid_id IN (SELECT gpu_uuid_id FROM gpu_inventory_pending);
+
+INSERT INTO gpu_hour (hour, cluster, node, gpu_uuid, model, memory_total_bytes, metered_s, sample_count,
+                      sm_util_s, memory_used_byte_s, energy_joules, power_j, first_ts_ms, first_energy_j,
+                      first_power_j, last_ts_ms, last_energy_j, latest_ts_ms)
+SELECT d.bucket, c.value, n.value, g.value, m.value, d.memory_total_bytes, least(3600, d.metered_s), d.sample_count,
+       d.sm_util_s, d.memory_used_byte_s, NULL, d.power_j, d.first_ts_ms, d.first_energy_j,
+       d.first_power_j, d.last_ts_ms, d.last_energy_j, d.latest_ts_ms
+FROM gpu_partials_merged('gpu_hour_pending_partials') d
+JOIN ingest_strings c ON c.id = d.cluster_id
+JOIN ingest_strings n ON n.id = d.node_id
+JOIN ingest_strings g ON g.id = d.gpu_uuid_id
+LEFT JOIN ingest_strings m ON m.id = d.model_id
+ON CONFLICT (hour, gpu_uuid) DO UPDATE SET
+    cluster = CASE WHEN excluded.latest_ts_ms >= gpu_hour.latest_ts_ms THEN excluded.cluster ELSE gpu_hour.cluster END,
+    node = CASE WHEN excluded.latest_ts_ms >= gpu_hour.latest_ts_ms THEN excluded.node ELSE gpu_hour.node END,
+    model = coalesce(CASE WHEN excluded.latest_ts_ms >= gpu_hour.latest_ts_ms THEN excluded.model END, gpu_hour.model, excluded.model),
+    memory_total_bytes = coalesce(CASE WHEN excluded.latest_ts_ms >= gpu_hour.latest_ts_ms THEN excluded.memory_total_bytes END,
+                                  gpu_hour.memory_total_bytes, excluded.memory_total_bytes),
+    metered_s = least(3600, gpu_hour.metered_s + excluded.metered_s),
+    sample_count = gpu_hour.sample_count + excluded.sample_count,
+    sm_util_s = coalesce(gpu_hour.sm_util_s, 0) + coalesce(excluded.sm_util_s, 0),
+    memory_used_byte_s = coalesce(gpu_hour.memory_used_byte_s, 0) + coalesce(excluded.memory_used_byte_s, 0),
+    power_j = coalesce(gpu_hour.power_j, 0) + coalesce(excluded.power_j, 0),
+    first_energy_j = CASE WHEN gpu_hour.first_ts_ms IS NULL OR excluded.first_ts_ms < gpu_hour.first_ts_ms
+                          THEN excluded.first_energy_j ELSE gpu_hour.first_energy_j END,
+    first_power_j = CASE WHEN gpu_hour.first_ts_ms IS NULL OR excluded.first_ts_ms < gpu_hour.first_ts_ms
+                         THEN excluded.first_power_j ELSE gpu_hour.first_power_j END,
+    first_ts_ms = least(gpu_hour.first_ts_ms, excluded.first_ts_ms),
+    last_energy_j = CASE WHEN gpu_hour.last_ts_ms IS NULL OR excluded.last_ts_ms > gpu_hour.last_ts_ms
+                         THEN excluded.last_energy_j ELSE gpu_hour.last_energy_j END,
+    last_ts_ms = greatest(gpu_hour.last_ts_ms, excluded.last_ts_ms),
+    latest_ts_ms = greatest(gpu_hour.latest_ts_ms, excluded.latest_ts_ms);
+
+UPDATE gpu_hour SET energy_joules = hour_energy(first_energy_j, last_energy_j, first_power_j, power_j)
+FROM (SELECT d.hour AS h, s.value AS g
+      FROM (SELECT DISTINCT hour, gpu_uuid_id FROM gpu_hour_pending) d
+      JOIN ingest_strings s ON s.id = d.gpu_uuid_id) d
+WHERE gpu_hour.hour = d.h AND gpu_hour.gpu_uuid = d.g;
+
+INSERT INTO slice_hour
+SELECT d.bucket, c.value, n.value, g.value, ns.value, p.value, u.value, k.value, d.whole_gpu,
+       least(3600, d.metered_s), d.sample_count, d.alloc_memory_bytes, d.alloc_cores_ratio,
+       d.alloc_mem_share_s, d.alloc_cores_share_s, d.alloc_dominant_share_s,
+       d.used_mem_share_s, d.used_sm_share_s, d.usage_share_s, d.memory_used_byte_s,
+       d.memory_used_max_bytes, d.sm_util_max, d.hami_nvml_disagree_s, d.last_kernel_age_s, d.latest_ts_ms
+FROM slice_partials_merged('slice_hour_pending_partials') d
+JOIN ingest_strings c ON c.id = d.cluster_id
+JOIN ingest_strings n ON n.id = d.node_id
+JOIN ingest_strings g ON g.id = d.gpu_uuid_id
+JOIN ingest_strings u ON u.id = d.pod_uid_id
+JOIN ingest_strings k ON k.id = d.container_id
+LEFT JOIN ingest_strings ns ON ns.id = d.namespace_id
+LEFT JOIN ingest_strings p ON p.id = d.pod_id
+ON CONFLICT (hour, gpu_uuid, pod_uid, container) DO UPDATE SET
+    cluster = CASE WHEN excluded.latest_ts_ms >= slice_hour.latest_ts_ms THEN excluded.cluster ELSE slice_hour.cluster END,
+    node = CASE WHEN excluded.latest_ts_ms >= slice_hour.latest_ts_ms THEN excluded.node ELSE slice_hour.node END,
+    namespace = CASE WHEN excluded.latest_ts_ms >= slice_hour.latest_ts_ms THEN excluded.namespace ELSE slice_hour.namespace END,
+    pod = CASE WHEN excluded.latest_ts_ms >= slice_hour.latest_ts_ms THEN excluded.pod ELSE slice_hour.pod END,
+    whole_gpu = slice_hour.whole_gpu OR excluded.whole_gpu,
+    metered_s = least(3600, slice_hour.metered_s + excluded.metered_s),
+    sample_count = slice_hour.sample_count + excluded.sample_count,
+    alloc_memory_bytes = CASE WHEN excluded.latest_ts_ms >= slice_hour.latest_ts_ms THEN excluded.alloc_memory_bytes ELSE slice_hour.alloc_memory_bytes END,
+    alloc_cores_ratio = CASE WHEN excluded.latest_ts_ms >= slice_hour.latest_ts_ms THEN excluded.alloc_cores_ratio ELSE slice_hour.alloc_cores_ratio END,
+    alloc_mem_share_s = slice_hour.alloc_mem_share_s + excluded.alloc_mem_share_s,
+    alloc_cores_share_s = slice_hour.alloc_cores_share_s + excluded.alloc_cores_share_s,
+    alloc_dominant_share_s = slice_hour.alloc_dominant_share_s + excluded.alloc_dominant_share_s,
+    used_mem_share_s = slice_hour.used_mem_share_s + excluded.used_mem_share_s,
+    used_sm_share_s = slice_hour.used_sm_share_s + excluded.used_sm_share_s,
+    usage_share_s = slice_hour.usage_share_s + excluded.usage_share_s,
+    memory_used_byte_s = coalesce(slice_hour.memory_used_byte_s, 0) + coalesce(excluded.memory_used_byte_s, 0),
+    memory_used_max_bytes = greatest(slice_hour.memory_used_max_bytes, excluded.memory_used_max_bytes),
+    sm_util_max = greatest(slice_hour.sm_util_max, excluded.sm_util_max),
+    hami_nvml_disagree_s = slice_hour.hami_nvml_disagree_s + excluded.hami_nvml_disagree_s,
+    last_kernel_age_s = CASE WHEN excluded.latest_ts_ms >= slice_hour.latest_ts_ms THEN excluded.last_kernel_age_s ELSE slice_hour.last_kernel_age_s END,
+    latest_ts_ms = greatest(slice_hour.latest_ts_ms, excluded.latest_ts_ms);
+
+DELETE FROM gpu_inventory_pending;
+DELETE FROM gpu_hour_pending;
+DELETE FROM slice_hour_pending;
