@@ -5,10 +5,10 @@
 -- batch_inventory (sql/ingest/batch_inventory.sql), gpu_hour_delta and slice_hour_delta
 -- (sql/ingest/batch_gpu_hours.sql, batch_slice_hours.sql).
 -- Here: append the raw GPU rows (the slice rows: sql/ingest/store_slice_rows.sql) and the
--- inventory and hour deltas (folded in by sql/ingest/fold_rollups.sql). Minute rollups are not written here: they are
--- views over the raw rows, materialised when retention deletes those rows
--- (sql/ingest/retention.sql) -- aggregating every batch to the minute and appending the
--- partials cost more than the raw insert itself.
+-- inventory and hour deltas (folded in by sql/ingest/fold_rollups.sql). Minute rollups
+-- are not written here: they are views over the raw rows, materialised when retention
+-- deletes those rows (sql/ingest/retention.sql) -- aggregating every batch to the minute
+-- and appending the partials cost more than the raw insert itself.
 
 INSERT INTO ingest_strings SELECT id, value FROM batch_strings;
 INSERT INTO raw_gpu_rows BY NAME SELECT * FROM batch_gpu;
