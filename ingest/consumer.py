@@ -27,8 +27,9 @@ from ingest import store
 from ingest.metrics import IngestMetrics
 from ingest.snapshot import write_snapshot
 from ingest.strings import StringIds
-from ingest.writer import (ROW_GROUP_ROWS, Batch, BatchWriterThread, InventoryCache, apply_retention, dead_letter,
-                           configure_writes, fold_only, held_slice_rows, prepare, rejected_message, stored_offsets)
+from ingest.writer import (Batch, BatchWriterThread, InventoryCache, apply_retention, dead_letter,
+                           configure_writes, fold_only, held_after, held_slice_table, prepare, rejected_message,
+                           stored_offsets)
 from slicemeter.tick import TickDecodeError, decode
 
 log = logging.getLogger("slicemeter.ingest")
@@ -80,9 +81,10 @@ class Ingestor:
         configure_writes(self.con, cfg.duckdb_memory)
         self.strings = StringIds(self.con)
         self.inventory = InventoryCache(self.con)
-        # slice rows waiting in raw_slice_tail once the batches handed over are stored:
-        # batches close where these and theirs fill whole row groups (writer.batch_full)
-        self.slice_rows_held = held_slice_rows(self.con)
+        # the slice rows raw_slice_tail holds once the batches handed over are stored: the
+        # next batch starts with them (writer.prepare), and batches close where these and
+        # theirs fill whole row groups (writer.batch_full)
+        self.held_slices = held_slice_table(self.con)
         # batches whose rollup deltas wait in the store's *_pending tables (store.connect
         # folded those of earlier runs): folded every fold_every_batches and at every flush
         self.unfolded_batches = 0
@@ -167,7 +169,7 @@ class Ingestor:
 
     def batch_full(self) -> bool:
         b = self.batch
-        return bool(b) and (b.full(self.cfg.batch_samples, self.slice_rows_held) or b.source is not None)
+        return bool(b) and (b.full(self.cfg.batch_samples, self.held_slices.num_rows) or b.source is not None)
 
     def batch_due(self) -> bool:
         return bool(self.batch) and (self.batch_full()
@@ -195,7 +197,7 @@ class Ingestor:
             self.batch = Batch()
             started = time.perf_counter()
             try:
-                prepared = prepare(self.con, b, self.strings, self.inventory)
+                prepared = prepare(self.con, b, self.strings, self.inventory, self.held_slices)
                 log.debug("prepared batch: %d samples, %d messages, %.3f s", b.samples, b.messages,
                           time.perf_counter() - started)
             except (duckdb.Error, pa.ArrowException) as exc:
@@ -206,14 +208,19 @@ class Ingestor:
                     self._recover_rejected(b.next_offsets)
                     return
                 prepared = rejected_message(b, exc, self.strings.take_pending())
-            slice_rows = prepared.slice.num_rows if prepared.slice is not None else 0  # before the writer drops them
+            held = held_after(prepared, self.held_slices)  # before the writer drops the rows
             prepared.fold_rollups = fold or self.unfolded_batches + 1 >= self.cfg.fold_every_batches
             if not self.writer.put(prepared):
                 self._recover_rejected()
                 return
-            self.slice_rows_held = (self.slice_rows_held + slice_rows) % ROW_GROUP_ROWS
+            self.held_slices = held
             self.unfolded_batches = 0 if prepared.fold_rollups else self.unfolded_batches + 1
-            if not self.cfg.overlap:
+            if prepared.source is not None:
+                # a one-message batch the store rejects becomes a dead letter without its
+                # rows: what is held back is known once it is stored (a rare path: no overlap)
+                self.drain()
+                self.held_slices = held_slice_table(self.con)
+            elif not self.cfg.overlap:
                 self.drain()
 
     def drain(self) -> None:
@@ -239,7 +246,7 @@ class Ingestor:
         self.batch = Batch()
         self.strings.reload()
         self.inventory = InventoryCache(self.con)
-        self.slice_rows_held = held_slice_rows(self.con)
+        self.held_slices = held_slice_table(self.con)
         self._one_by_one = dict(ends)
         self._seeks += 1
         self.seek(self.consumer.assignment() if self.consumer is not None else [])
@@ -320,7 +327,7 @@ class Ingestor:
                 if now - last_retention >= cfg.retention_every_s:
                     self.flush()
                     apply_retention(self.con, cfg.raw_retention_days)
-                    self.slice_rows_held = held_slice_rows(self.con)  # it may have deleted held rows
+                    self.held_slices = held_slice_table(self.con)  # it may have deleted held rows
                     last_retention = now
                 if cfg.snapshot and now - last_snapshot >= cfg.snapshot_interval_s:
                     self.flush()  # the writer is idle after this: the file is ours to copy

@@ -94,7 +94,8 @@ class PreparedBatch:
     previous batch; the transaction is left with appends and small upserts."""
 
     gpu: pa.Table | None
-    slice: pa.Table | None
+    slice: pa.Table | None             # the rows held back in raw_slice_tail, then the batch's
+    slice_held: int                    # how many rows of `slice` are held back ones
     strings: pa.Table                  # new (id, value) string ids
     inventory: pa.Table | None         # merged gpu_inventory rows of the batch's GPUs
     gpu_hours: pa.Table | None         # per GPU-hour deltas
@@ -113,8 +114,8 @@ class PreparedBatch:
 def fold_only() -> PreparedBatch:
     """A batch that stores nothing and folds the pending rollup deltas (a flush with no
     batch in hand)."""
-    return PreparedBatch(gpu=None, slice=None, strings=pa.table({"id": pa.array([], pa.int32()),
-                                                                 "value": pa.array([], pa.string())}),
+    return PreparedBatch(gpu=None, slice=None, slice_held=0,
+                         strings=pa.table({"id": pa.array([], pa.int32()), "value": pa.array([], pa.string())}),
                          inventory=None, gpu_hours=None, slice_hours=None, dead=[], next_offsets={},
                          source=None, samples=0, messages=0)
 
@@ -146,16 +147,22 @@ class InventoryCache:
 
 
 def prepare(con: duckdb.DuckDBPyConnection, batch: Batch, strings: StringIds,
-            inventory: InventoryCache) -> PreparedBatch:
+            inventory: InventoryCache, held: pa.Table | None = None) -> PreparedBatch:
     """Concatenate and id-encode a batch and aggregate it to hour deltas.
 
-    Reads no table of the store (only `inventory`, in memory), so it runs on a connection
-    of its own while another one writes. Takes the batch's new string ids from `strings`
-    (on error they stay pending there); `inventory` takes the batch's GPUs in only on
-    success."""
+    `held`: the slice rows raw_slice_tail holds once the batches before are stored
+    (`held_slice_table`); the batch's slice table starts with them, so that the rows that
+    fill whole row groups are one contiguous run without another copy (`_split_slice_rows`).
+
+    Reads no table of the store (only `inventory` and `held`, in memory), so it runs on a
+    connection of its own while another one writes. Takes the batch's new string ids from
+    `strings` (on error they stay pending there); `inventory` takes the batch's GPUs in
+    only on success."""
     gpu = strings.encode_batch(batch.gpus)
-    sl = strings.encode_batch(batch.slices)
+    rows = strings.encode_batch(batch.slices, first=held)
     batch.gpus, batch.slices = [], []   # the per-message tables can go
+    slice_held = held.num_rows if held is not None and rows is not None else 0
+    sl = rows.slice(slice_held) if rows is not None else None   # the batch's own rows
     touched = gpu_hours = slice_hours = None
     if gpu is not None and sl is not None:
         touched, known = inventory.merge(con, gpu)
@@ -169,7 +176,7 @@ def prepare(con: duckdb.DuckDBPyConnection, batch: Batch, strings: StringIds,
             for name in ("batch_gpu", "batch_slice", "known_inventory"):
                 con.unregister(name)
         inventory.known = known
-    return PreparedBatch(gpu=gpu, slice=sl, strings=strings.take_pending(), inventory=touched,
+    return PreparedBatch(gpu=gpu, slice=rows, slice_held=slice_held, strings=strings.take_pending(), inventory=touched,
                          gpu_hours=gpu_hours, slice_hours=slice_hours, dead=batch.dead,
                          next_offsets=batch.next_offsets, source=batch.source,
                          samples=batch.samples, messages=batch.messages)
@@ -188,7 +195,7 @@ def rejected_message(batch: Batch | PreparedBatch, error: Exception, strings: pa
                            "raise --duckdb-memory") from error
     topic, partition, offset, key, payload = batch.source
     letter = dead_letter(topic, partition, offset, key, payload, f"rejected by the store: {error}")
-    return PreparedBatch(gpu=None, slice=None, strings=strings, inventory=None, gpu_hours=None,
+    return PreparedBatch(gpu=None, slice=None, slice_held=0, strings=strings, inventory=None, gpu_hours=None,
                          slice_hours=None, dead=[*batch.dead, letter], next_offsets=batch.next_offsets,
                          source=None, samples=0, messages=batch.messages)
 
@@ -212,8 +219,8 @@ def write_prepared(con: duckdb.DuckDBPyConnection, batch: PreparedBatch) -> floa
     con.execute("BEGIN TRANSACTION")
     try:
         if "batch_gpu" in tables:
-            tables |= _split_slice_rows(con, batch.slice)
-            batch.slice = None  # the split holds its rows now: one copy in memory, not two (RSS bound)
+            tables |= _split_slice_rows(con, batch.slice, batch.slice_held)
+            batch.slice = None
         for name, table in tables.items():
             con.register(name, table)
         if "batch_gpu" in tables:
@@ -243,23 +250,37 @@ def held_slice_rows(con: duckdb.DuckDBPyConnection) -> int:
     return con.execute("SELECT count(*) FROM raw_slice_tail").fetchall()[0][0]
 
 
-def _split_slice_rows(con: duckdb.DuckDBPyConnection, rows: pa.Table) -> dict[str, pa.Table]:
-    """A batch's slice rows as batch_slice_head, the rows held back in raw_slice_tail and
-    the batch's first rows, which together fill whole row groups (absent where they do not
-    fill one), and batch_slice_rest, the rows to hold back now
-    (sql/schema/003_raw_slice_tail.sql). Runs in the batch's transaction, so the held-back
-    rows are the store's, never a stale copy."""
-    held = held_slice_rows(con)
-    whole = (held + rows.num_rows) // ROW_GROUP_ROWS * ROW_GROUP_ROWS
+def held_slice_table(con: duckdb.DuckDBPyConnection) -> pa.Table:
+    """The slice rows waiting in raw_slice_tail, for `prepare` to put first in a batch."""
+    return con.sql("SELECT * FROM raw_slice_tail").to_arrow_table()
+
+
+def held_after(batch: PreparedBatch, held: pa.Table | None) -> pa.Table | None:
+    """The rows raw_slice_tail holds once `batch` is stored (its slice table's rows past
+    the last whole row group), copied so that the batch's table can go."""
+    if batch.slice is None:
+        return held
+    rest = batch.slice.slice(batch.slice.num_rows // ROW_GROUP_ROWS * ROW_GROUP_ROWS)
+    return rest.take(np.arange(rest.num_rows))
+
+
+def _split_slice_rows(con: duckdb.DuckDBPyConnection, rows: pa.Table, held: int) -> dict[str, pa.Table]:
+    """A batch's slice table (`held` rows held back in raw_slice_tail, then its own) as
+    batch_slice_head, the rows that fill whole row groups (absent where they do not fill
+    one), and batch_slice_rest, the batch's rows to hold back now
+    (sql/schema/003_raw_slice_tail.sql). Both are slices of one contiguous table: DuckDB
+    inserts each chunk of a chunked table, and each side of a UNION, on a thread of its
+    own, and its row groups would end partial (measured).
+
+    Runs in the batch's transaction: the held-back count is checked against the store's,
+    so rows are never stored from a stale copy."""
+    stored = held_slice_rows(con)
+    if stored != held:
+        raise RuntimeError(f"raw_slice_tail holds {stored} rows, the batch was prepared with {held}")
+    whole = rows.num_rows // ROW_GROUP_ROWS * ROW_GROUP_ROWS
     if whole == 0:
-        return {"batch_slice_rest": rows}
-    # One contiguous Arrow input: DuckDB inserts each input of a UNION, and each chunk of
-    # a chunked table, on a thread of its own, and its row groups would end partial (measured)
-    tail = con.sql("SELECT * FROM raw_slice_tail").to_arrow_table()
-    head = pa.concat_tables([tail.select(rows.schema.names).cast(rows.schema), rows.slice(0, whole - held)])
-    rest = rows.slice(whole - held)
-    # copies, so that the batch's own table can go before the insert
-    return {"batch_slice_head": head.combine_chunks(), "batch_slice_rest": rest.take(np.arange(rest.num_rows))}
+        return {"batch_slice_rest": rows.slice(held)}
+    return {"batch_slice_head": rows.slice(0, whole), "batch_slice_rest": rows.slice(whole)}
 
 
 def write_batch(con: duckdb.DuckDBPyConnection, batch: Batch, strings: StringIds,
@@ -272,7 +293,7 @@ def write_batch(con: duckdb.DuckDBPyConnection, batch: Batch, strings: StringIds
     started = time.perf_counter()
     inventory = inventory or InventoryCache(con)
     try:
-        prepared = prepare(con, batch, strings, inventory)
+        prepared = prepare(con, batch, strings, inventory, held_slice_table(con))
         prepared.fold_rollups = fold
         write_prepared(con, prepared)
     except BaseException:
