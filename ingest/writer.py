@@ -176,8 +176,8 @@ def prepare(con: duckdb.DuckDBPyConnection, batch: Batch, strings: StringIds,
             for name in ("batch_gpu", "batch_slice", "known_inventory"):
                 con.unregister(name)
         inventory.known = known
-    return PreparedBatch(gpu=gpu, slice=rows, slice_held=slice_held, strings=strings.take_pending(), inventory=touched,
-                         gpu_hours=gpu_hours, slice_hours=slice_hours, dead=batch.dead,
+    return PreparedBatch(gpu=gpu, slice=rows, slice_held=slice_held, strings=strings.take_pending(),
+                         inventory=touched, gpu_hours=gpu_hours, slice_hours=slice_hours, dead=batch.dead,
                          next_offsets=batch.next_offsets, source=batch.source,
                          samples=batch.samples, messages=batch.messages)
 
