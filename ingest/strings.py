@@ -55,7 +55,8 @@ class StringIds:
         chunks = []
         for chunk in col.chunks:  # plain strings (a producer that did not dictionary-encode)
             uniq, inverse = np.unique(np.asarray(chunk.to_pylist(), dtype=object).astype(str), return_inverse=True)
-            chunks.append(pa.array(self.ids(list(uniq))[inverse], _ID, mask=chunk.is_null().to_numpy(zero_copy_only=False)))
+            nulls = chunk.is_null().to_numpy(zero_copy_only=False)
+            chunks.append(pa.array(self.ids(list(uniq))[inverse], _ID, mask=nulls))
         return pa.chunked_array(chunks, _ID)
 
     def encode(self, table: pa.Table) -> pa.Table:
