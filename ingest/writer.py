@@ -220,7 +220,7 @@ def write_prepared(con: duckdb.DuckDBPyConnection, batch: PreparedBatch) -> floa
     try:
         if "batch_gpu" in tables:
             tables |= _split_slice_rows(con, batch.slice, batch.slice_held)
-            batch.slice = None
+            batch.slice = None  # `tables` holds the rows now: a rejected batch is kept without them
         for name, table in tables.items():
             con.register(name, table)
         if "batch_gpu" in tables:
@@ -255,12 +255,18 @@ def held_slice_table(con: duckdb.DuckDBPyConnection) -> pa.Table:
     return con.sql("SELECT * FROM raw_slice_tail").to_arrow_table()
 
 
+def _whole_row_groups(rows: int) -> int:
+    """How many of a slice table's rows (held-back ones first) go to raw_slice_rows: the
+    writer stores them and the consumer's copy of what stays held back starts after them."""
+    return rows // ROW_GROUP_ROWS * ROW_GROUP_ROWS
+
+
 def held_after(batch: PreparedBatch, held: pa.Table | None) -> pa.Table | None:
     """The rows raw_slice_tail holds once `batch` is stored (its slice table's rows past
     the last whole row group), copied so that the batch's table can go."""
     if batch.slice is None:
         return held
-    rest = batch.slice.slice(batch.slice.num_rows // ROW_GROUP_ROWS * ROW_GROUP_ROWS)
+    rest = batch.slice.slice(_whole_row_groups(batch.slice.num_rows))
     return rest.take(np.arange(rest.num_rows))
 
 
@@ -277,7 +283,7 @@ def _split_slice_rows(con: duckdb.DuckDBPyConnection, rows: pa.Table, held: int)
     stored = held_slice_rows(con)
     if stored != held:
         raise RuntimeError(f"raw_slice_tail holds {stored} rows, the batch was prepared with {held}")
-    whole = rows.num_rows // ROW_GROUP_ROWS * ROW_GROUP_ROWS
+    whole = _whole_row_groups(rows.num_rows)
     if whole == 0:
         return {"batch_slice_rest": rows.slice(held)}
     return {"batch_slice_head": rows.slice(0, whole), "batch_slice_rest": rows.slice(whole)}
