@@ -75,15 +75,38 @@ def fold_pending_rollups(con: duckdb.DuckDBPyConnection) -> None:
         raise
 
 
+_PENDING_TABLES = ("gpu_inventory_pending", "gpu_hour_pending", "slice_hour_pending")
+
+
 def _has_pending_rollups(con: duckdb.DuckDBPyConnection) -> bool:
-    return con.execute("SELECT EXISTS (FROM gpu_inventory_pending) OR EXISTS (FROM gpu_hour_pending) "
-                       "OR EXISTS (FROM slice_hour_pending)").fetchall()[0][0]
+    """Whether batches left rollup deltas to fold (False for a file from before the pending
+    tables, which a read-only connection does not migrate)."""
+    present = {row[0] for row in con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND schema_name = 'main' AND table_name IN ?", [list(_PENDING_TABLES)]).fetchall()}
+    if not present:
+        return False
+    return con.execute("SELECT " + " OR ".join(f"EXISTS (FROM {name})" for name in sorted(present))).fetchall()[0][0]
 
 
 def connect(path: str | Path, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """Open the store. Read-write connections migrate first and fold the rollup deltas an
-    ingest that stopped or crashed left pending; every connection gets the views."""
+    """Open the store; every connection gets the views. Read-write connections migrate first
+    and fold the rollup deltas an ingest that crashed left pending.
+
+    A read-only connection must not show gpu_hour / slice_hour without those deltas (an
+    export would bill short): where it finds some, no ingest holds the file (DuckDB lets a
+    reader in only then; a running or cleanly stopped ingest leaves none behind), so the
+    file is opened read-write once to fold them, then read-only again."""
     con = duckdb.connect(str(path), read_only=read_only)
+    if read_only and _has_pending_rollups(con):
+        con.close()
+        try:
+            connect(path).close()
+        except duckdb.Error as exc:
+            raise RuntimeError(f"{path} holds rollup deltas an ingest left pending (it crashed?), and they "
+                               f"could not be folded: {exc}. Open it read-write once, e.g. by restarting "
+                               "`slicemeter ingest` on it.") from exc
+        con = duckdb.connect(str(path), read_only=True)
     if not read_only:
         migrate(con)
     apply_views(con)

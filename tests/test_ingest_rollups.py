@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import random
 
+import duckdb
 import numpy as np
 import pandas as pd
 import pytest
@@ -66,9 +67,10 @@ def day_db(request, tmp_path_factory):
     con = store.connect(path)
     _ingest(con, arrival, batch_size=7, fold_every=request.param)
     if request.param > 1:
-        assert _pending_rows(con) > 0      # 40 batches: the last four still wait
+        assert _pending_rows(con) > 0      # 40 batches: the last four still wait (a crashed ingest)
         con.close()
-        con = store.connect(path)           # a read-write connection folds them
+        # a reader (an export) opening the file folds them too: it must not bill short
+        con = store.connect(path, read_only=True)
     assert _pending_rows(con) == 0
     yield con, chunks
     con.close()
@@ -132,3 +134,23 @@ def test_raw_retention_keeps_rollups(tmp_path):
     assert con.execute("SELECT count(*) FROM slice_minute_part").fetchone()[0] > 0
     after = con.execute(minutes_sql).fetchone()
     assert after[:2] == minutes[:2] and np.allclose(after[2:], minutes[2:], rtol=1e-12)
+
+
+def test_a_reader_that_cannot_fold_pending_deltas_says_so(tmp_path):
+    """Rollup deltas a crashed ingest left pending: a reader that cannot fold them (another
+    reader holds the file) stops with an error instead of showing short rollups."""
+    path = tmp_path / "p.duckdb"
+    con = store.connect(path)
+    _ingest(con, _chunks()[:8], batch_size=4, fold_every=100)
+    assert _pending_rows(con) > 0
+    con.close()
+    other = duckdb.connect(str(path), read_only=True)   # plain DuckDB: no fold
+    try:
+        with pytest.raises(RuntimeError, match="rollup deltas an ingest left pending.*restarting `slicemeter ingest`"):
+            store.connect(path, read_only=True)
+    finally:
+        other.close()
+    with store.connect(path, read_only=True) as reader:  # alone, the reader folds them first
+        assert _pending_rows(reader) == 0
+        assert reader.execute("SELECT sum(sample_count) FROM slice_hour").fetchone()[0] == \
+            reader.execute("SELECT count(*) FROM raw_slice").fetchone()[0] > 0
