@@ -2,7 +2,7 @@
 -- (sql/schema/004_pending_rollups.sql) into gpu_inventory, gpu_hour and slice_hour, then
 -- empty them; one transaction (ingest/writer.py: inside a batch's, or on its own).
 -- Merging the partials first is exact: every column is a sum, a max, a min or the value at
--- the latest timestamp (gpu_partials_merged / slice_partials_merged, the merge the minute
+-- the latest timestamp (gpu_partials_named / slice_partials_named, the merge the minute
 -- views use: sql/views/011_ingest.sql); the merged row then meets the stored one as a
 -- single batch's delta would.
 
@@ -12,14 +12,10 @@ SELECT * FROM gpu_inventory_latest WHERE gpu_uuid_id IN (SELECT gpu_uuid_id FROM
 INSERT INTO gpu_hour (hour, cluster, node, gpu_uuid, model, memory_total_bytes, metered_s, sample_count,
                       sm_util_s, memory_used_byte_s, energy_joules, power_j, first_ts_ms, first_energy_j,
                       first_power_j, last_ts_ms, last_energy_j, latest_ts_ms)
-SELECT d.bucket, c.value, n.value, g.value, m.value, d.memory_total_bytes, least(3600, d.metered_s), d.sample_count,
-       d.sm_util_s, d.memory_used_byte_s, NULL, d.power_j, d.first_ts_ms, d.first_energy_j,
-       d.first_power_j, d.last_ts_ms, d.last_energy_j, d.latest_ts_ms
-FROM gpu_partials_merged('gpu_hour_pending_partials') d
-JOIN ingest_strings c ON c.id = d.cluster_id
-JOIN ingest_strings n ON n.id = d.node_id
-JOIN ingest_strings g ON g.id = d.gpu_uuid_id
-LEFT JOIN ingest_strings m ON m.id = d.model_id
+SELECT bucket, cluster, node, gpu_uuid, model, memory_total_bytes, least(3600, metered_s), sample_count,
+       sm_util_s, memory_used_byte_s, NULL, power_j, first_ts_ms, first_energy_j,
+       first_power_j, last_ts_ms, last_energy_j, latest_ts_ms
+FROM gpu_partials_named('gpu_hour_pending_partials')
 ON CONFLICT (hour, gpu_uuid) DO UPDATE SET
     cluster = CASE WHEN excluded.latest_ts_ms >= gpu_hour.latest_ts_ms THEN excluded.cluster ELSE gpu_hour.cluster END,
     node = CASE WHEN excluded.latest_ts_ms >= gpu_hour.latest_ts_ms THEN excluded.node ELSE gpu_hour.node END,
@@ -47,20 +43,9 @@ FROM (SELECT d.hour AS h, s.value AS g
       JOIN ingest_strings s ON s.id = d.gpu_uuid_id) d
 WHERE gpu_hour.hour = d.h AND gpu_hour.gpu_uuid = d.g;
 
-INSERT INTO slice_hour
-SELECT d.bucket, c.value, n.value, g.value, ns.value, p.value, u.value, k.value, d.whole_gpu,
-       least(3600, d.metered_s), d.sample_count, d.alloc_memory_bytes, d.alloc_cores_ratio,
-       d.alloc_mem_share_s, d.alloc_cores_share_s, d.alloc_dominant_share_s,
-       d.used_mem_share_s, d.used_sm_share_s, d.usage_share_s, d.memory_used_byte_s,
-       d.memory_used_max_bytes, d.sm_util_max, d.hami_nvml_disagree_s, d.last_kernel_age_s, d.latest_ts_ms
-FROM slice_partials_merged('slice_hour_pending_partials') d
-JOIN ingest_strings c ON c.id = d.cluster_id
-JOIN ingest_strings n ON n.id = d.node_id
-JOIN ingest_strings g ON g.id = d.gpu_uuid_id
-JOIN ingest_strings u ON u.id = d.pod_uid_id
-JOIN ingest_strings k ON k.id = d.container_id
-LEFT JOIN ingest_strings ns ON ns.id = d.namespace_id
-LEFT JOIN ingest_strings p ON p.id = d.pod_id
+INSERT INTO slice_hour BY NAME
+SELECT bucket AS hour, * EXCLUDE (bucket) REPLACE (least(3600, metered_s) AS metered_s)
+FROM slice_partials_named('slice_hour_pending_partials')
 ON CONFLICT (hour, gpu_uuid, pod_uid, container) DO UPDATE SET
     cluster = CASE WHEN excluded.latest_ts_ms >= slice_hour.latest_ts_ms THEN excluded.cluster ELSE slice_hour.cluster END,
     node = CASE WHEN excluded.latest_ts_ms >= slice_hour.latest_ts_ms THEN excluded.node ELSE slice_hour.node END,

@@ -127,8 +127,8 @@ CREATE OR REPLACE TEMP MACRO slice_minute_of_raw(cutoff) AS TABLE
 SELECT bucket AS minute, * EXCLUDE (bucket) FROM slice_rollup('raw_slice_stored', 'gpu_inventory', 60000, cutoff);
 
 -- Partial rollups of table `tbl` merged per (bucket, GPU) / (bucket, slice): `tbl` has the
--- rollup macros' columns with the bucket named `bucket`. Shared by the minute views below
--- and by the fold of the hour deltas batches left pending (sql/ingest/fold_rollups.sql).
+-- rollup macros' columns with the bucket named `bucket`. Read through *_partials_named
+-- below, by the minute views and by the fold of the hour deltas batches left pending.
 CREATE OR REPLACE TEMP MACRO gpu_partials_merged(tbl) AS TABLE
 SELECT bucket, gpu_uuid_id,
        arg_max(cluster_id, latest_ts_ms) AS cluster_id, arg_max(node_id, latest_ts_ms) AS node_id,
@@ -167,22 +167,22 @@ FROM (SELECT * FROM slice_minute_part UNION ALL BY NAME SELECT * FROM slice_minu
 CREATE OR REPLACE TEMP VIEW gpu_hour_pending_partials AS SELECT hour AS bucket, * EXCLUDE (hour) FROM gpu_hour_pending;
 CREATE OR REPLACE TEMP VIEW slice_hour_pending_partials AS SELECT hour AS bucket, * EXCLUDE (hour) FROM slice_hour_pending;
 
--- Minute rollups: partials merged, strings resolved.
-CREATE OR REPLACE TEMP VIEW gpu_minute AS
-SELECT d.bucket AS minute, g.value AS gpu_uuid, c.value AS cluster, n.value AS node, m.value AS model,
-       d.memory_total_bytes, d.metered_s, d.sample_count, d.sm_util_s, d.memory_used_byte_s,
-       hour_energy(d.first_energy_j, d.last_energy_j, d.first_power_j, d.power_j) AS energy_joules, d.latest_ts_ms
-FROM gpu_partials_merged('gpu_minute_partials') d
+-- Partials merged, strings resolved: the minute views below and the fold of the pending
+-- hour deltas into gpu_hour / slice_hour (sql/ingest/fold_rollups.sql).
+CREATE OR REPLACE TEMP MACRO gpu_partials_named(tbl) AS TABLE
+SELECT d.bucket, g.value AS gpu_uuid, c.value AS cluster, n.value AS node, m.value AS model,
+       d.* EXCLUDE (bucket, gpu_uuid_id, cluster_id, node_id, model_id)
+FROM gpu_partials_merged(tbl) d
 JOIN ingest_strings g ON g.id = d.gpu_uuid_id
 JOIN ingest_strings c ON c.id = d.cluster_id
 JOIN ingest_strings n ON n.id = d.node_id
 LEFT JOIN ingest_strings m ON m.id = d.model_id;
 
-CREATE OR REPLACE TEMP VIEW slice_minute AS
-SELECT d.bucket AS minute, c.value AS cluster, n.value AS node, g.value AS gpu_uuid, ns.value AS namespace,
+CREATE OR REPLACE TEMP MACRO slice_partials_named(tbl) AS TABLE
+SELECT d.bucket, c.value AS cluster, n.value AS node, g.value AS gpu_uuid, ns.value AS namespace,
        p.value AS pod, u.value AS pod_uid, k.value AS container, d.* EXCLUDE (bucket, gpu_uuid_id, pod_uid_id,
        container_id, cluster_id, node_id, namespace_id, pod_id)
-FROM slice_partials_merged('slice_minute_partials') d
+FROM slice_partials_merged(tbl) d
 JOIN ingest_strings g ON g.id = d.gpu_uuid_id
 JOIN ingest_strings u ON u.id = d.pod_uid_id
 JOIN ingest_strings k ON k.id = d.container_id
@@ -190,6 +190,16 @@ JOIN ingest_strings c ON c.id = d.cluster_id
 JOIN ingest_strings n ON n.id = d.node_id
 LEFT JOIN ingest_strings ns ON ns.id = d.namespace_id
 LEFT JOIN ingest_strings p ON p.id = d.pod_id;
+
+-- Minute rollups.
+CREATE OR REPLACE TEMP VIEW gpu_minute AS
+SELECT bucket AS minute, gpu_uuid, cluster, node, model, memory_total_bytes, metered_s, sample_count, sm_util_s,
+       memory_used_byte_s, hour_energy(first_energy_j, last_energy_j, first_power_j, power_j) AS energy_joules,
+       latest_ts_ms
+FROM gpu_partials_named('gpu_minute_partials');
+
+CREATE OR REPLACE TEMP VIEW slice_minute AS
+SELECT bucket AS minute, * EXCLUDE (bucket) FROM slice_partials_named('slice_minute_partials');
 
 -- Unmetered time made visible: every hour between a GPU's first and last metered hour
 -- with less than 3600 metered seconds (0 where no sample arrived at all).
