@@ -90,11 +90,7 @@ def in_process(payloads: list[bytes], db: Path, batch_samples: int, fold_every: 
         batch = Batch()
         c = cpu_s()
         while i < len(payloads) and not batch.full(batch_samples, held.num_rows):
-            tick = decode(payloads[i])
-            batch.gpus.append(tick.gpus)
-            batch.slices.append(tick.slices)
-            batch.samples += tick.sample_count
-            batch.slice_rows += tick.slices.num_rows
+            batch.add_tables(decode(payloads[i]))
             batch.messages += 1
             i += 1
             batch.next_offsets[(TOPIC, 0)] = i

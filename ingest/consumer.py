@@ -155,12 +155,9 @@ class Ingestor:
         except Exception as exc:  # noqa: BLE001 - any undecodable message costs only itself
             b.dead.append(dead_letter(topic, partition, offset, key, value, f"undecodable: {exc!r}"))
         else:
-            b.gpus.append(tick.gpus)
-            b.slices.append(tick.slices)
+            b.add_tables(tick)
             if self._one_by_one:
                 b.source = (topic, partition, offset, key, value)
-            b.samples += tick.sample_count
-            b.slice_rows += tick.slices.num_rows
         b.messages += 1
         b.next_offsets[(topic, partition)] = offset + 1
         self._next[partition] = offset + 1

@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from ingest.store import sql_text
 from ingest.strings import StringIds
+from slicemeter.tick import TickBatch
 
 log = logging.getLogger("slicemeter.ingest")
 
@@ -83,6 +84,13 @@ class Batch:
 
     def full(self, batch_samples: int, held: int = 0) -> bool:
         return batch_full(self.samples, self.slice_rows, batch_samples, held)
+
+    def add_tables(self, tick: TickBatch) -> None:
+        """Take in a decoded message's tables."""
+        self.gpus.append(tick.gpus)
+        self.slices.append(tick.slices)
+        self.samples += tick.sample_count
+        self.slice_rows += tick.slices.num_rows
 
 
 @dataclass
