@@ -2,7 +2,9 @@
 
 Prints the ingest rate of one `slicemeter ingest` process (a child process, so its peak
 RSS is its own), DuckDB's own Arrow insert rate for the very rows that process stored
-(same run, same machine), their ratio, and the ingest's peak RSS.
+(same run, same machine), their ratio, and the ingest's peak RSS. As context (not the
+issue's reference) it also prints DuckDB inserting the same rows under the ingest's own
+constraints: one transaction per batch and the ingest's DuckDB settings (100 MB memory).
 
     python bench/bench_ingest.py                      # 10 M samples
     python bench/bench_ingest.py --samples 2000000
@@ -28,6 +30,8 @@ sys.path.insert(0, str(REPO))
 
 
 from ingest import store  # noqa: E402
+from ingest.consumer import IngestConfig  # noqa: E402
+from ingest.writer import ROW_GROUP_ROWS, configure_writes  # noqa: E402
 from ingest_helpers import SLICEMETER, TOPIC, create_topic, produce_chunks  # noqa: E402
 from slicemeter.broker import TansuBroker  # noqa: E402
 from synth_ticks import fleet, messages  # noqa: E402
@@ -50,21 +54,61 @@ def run_ingest(bootstrap: str, db: Path, extra: list[str]) -> tuple[int, float, 
     return int(m.group(1)), float(m.group(2)), usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime, reread
 
 
-def reference_insert(db: Path, scratch: Path) -> tuple[int, float, float]:
-    """DuckDB inserting the same stored rows from Arrow into a fresh file: (rows, seconds,
-    CPU seconds of this process, every thread's)."""
+def _stored_rows(db: Path):
+    """The GPU rows and slice rows an ingest stored (whole row groups and held-back rows)."""
     with store.connect(db, read_only=True) as src:
-        gpu = src.sql("SELECT * FROM raw_gpu_rows").to_arrow_table()
-        sl = src.sql("SELECT * FROM raw_slice_stored").to_arrow_table()  # whole row groups and held-back rows
+        return (src.sql("SELECT * FROM raw_gpu_rows").to_arrow_table(),
+                src.sql("SELECT * FROM raw_slice_stored").to_arrow_table())
+
+
+def _timed_inserts(scratch: Path, batches: list, ingest_settings: bool) -> tuple[int, float, float]:
+    """(rows, seconds, CPU seconds of this process, every thread's) to insert each
+    (GPU rows, slice rows) pair of `batches` in a transaction of its own into a fresh file,
+    timed to the last COMMIT."""
     con = store.connect(scratch)
+    if ingest_settings:
+        configure_writes(con, IngestConfig(bootstrap="", db=scratch).duckdb_memory)
     t, cpu = time.perf_counter(), time.process_time()
-    con.execute("BEGIN TRANSACTION")
-    con.execute("INSERT INTO raw_gpu_rows SELECT * FROM gpu")
-    con.execute("INSERT INTO raw_slice_rows SELECT * FROM sl")
-    con.execute("COMMIT")
+    for batch_gpu, batch_slice in batches:
+        con.execute("BEGIN TRANSACTION")
+        con.execute("INSERT INTO raw_gpu_rows SELECT * FROM batch_gpu")
+        con.execute("INSERT INTO raw_slice_rows SELECT * FROM batch_slice")
+        con.execute("COMMIT")
     seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
     con.close()
-    return gpu.num_rows + sl.num_rows, seconds, cpu
+    return sum(g.num_rows + s.num_rows for g, s in batches), seconds, cpu
+
+
+def reference_insert(db: Path, scratch: Path) -> tuple[int, float, float]:
+    """DuckDB inserting the same stored rows from Arrow into a fresh file, in one
+    transaction with DuckDB's default settings: (rows, seconds, CPU seconds)."""
+    return _timed_inserts(scratch, [_stored_rows(db)], ingest_settings=False)
+
+
+def reference_insert_in_batches(db: Path, scratch: Path, batch_samples: int) -> tuple[int, float, float]:
+    """Context for the ratio, not the issue's reference: DuckDB inserting the same stored
+    rows under the ingest's own constraints, i.e. one transaction per batch of about
+    `batch_samples` samples (its slice rows in whole row groups, like the ingest's) and the
+    ingest's DuckDB settings (memory limit, checkpoint threshold). (rows, seconds, CPU s)"""
+    gpu, sl = (t.combine_chunks() for t in _stored_rows(db))
+    share = sl.num_rows / max(1, gpu.num_rows + sl.num_rows)
+    slice_step = max(1, round(batch_samples * share / ROW_GROUP_ROWS)) * ROW_GROUP_ROWS
+    n = max(1, -(-sl.num_rows // slice_step))
+    gpu_step = -(-gpu.num_rows // n)
+    batches = [(gpu.slice(i * gpu_step, gpu_step), sl.slice(i * slice_step, slice_step)) for i in range(n)]
+    return _timed_inserts(scratch, batches, ingest_settings=True)
+
+
+def print_references(db: Path, tmp: Path, rate: float, batch_samples: int, what: str = "ingest") -> None:
+    """The issue's reference and ratio, then the in-batches one as context."""
+    rows, seconds, cpu = reference_insert(db, tmp / "reference.duckdb")
+    print(f"reference: DuckDB Arrow insert of the same {rows:,} stored rows: {rows / seconds:,.0f} rows/s, "
+          f"{cpu / rows * 1e6:.2f} us CPU per row")
+    print(f"ratio {what}/reference: {rate / (rows / seconds):.2f} (goal >= 0.5)")
+    rows, seconds, cpu = reference_insert_in_batches(db, tmp / "reference_batches.duckdb", batch_samples)
+    print(f"context: the same rows in the ingest's batch transactions and DuckDB settings: "
+          f"{rows / seconds:,.0f} rows/s, {cpu / rows * 1e6:.2f} us CPU per row; {what} at "
+          f"{rate / (rows / seconds):.2f} of it")
 
 
 def main() -> int:
@@ -95,13 +139,9 @@ def main() -> int:
         if stored != produced:
             raise SystemExit(f"stored {stored} samples, produced {produced}")
         rate = stored / active_s
-        ref_rows, ref_s, ref_cpu = reference_insert(db, Path(tmp) / "reference.duckdb")
-        ref_rate = ref_rows / ref_s
         print(f"ingest: {stored:,} samples in {active_s:.2f} s = {rate:,.0f} samples/s "
               f"(goal >= 1,000,000)")
-        print(f"reference: DuckDB Arrow insert of the same {ref_rows:,} stored rows: {ref_rate:,.0f} rows/s, "
-              f"{ref_cpu / ref_rows * 1e6:.2f} us CPU per row")
-        print(f"ratio ingest/reference: {rate / ref_rate:.2f} (goal >= 0.5)")
+        print_references(db, Path(tmp), rate, args.batch_samples)
         print(f"ingest CPU: {cpu_s:.1f} s user+sys over the process's life (start-up included) = "
               f"{cpu_s / stored * 1e6:.2f} us per sample")
         if reread:

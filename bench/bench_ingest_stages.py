@@ -16,8 +16,8 @@ It prints CPU microseconds per sample for:
    decode (`slicemeter.tick.decode`), `prepare` (string ids, inventory, hour deltas) and
    the transaction (`write_prepared`, folding every 8 batches), and the last checkpoint.
 
-It also prints DuckDB's own Arrow insert of the same stored rows (the reference of
-bench_ingest.py) and the in-process rate against it.
+It also prints DuckDB's own Arrow insert of the same stored rows (the references of
+bench_ingest.py) and the in-process rate against them.
 
 CPU is the process's (every thread's), taken around each stage. The stages run one at a
 time, so each stage's figure includes DuckDB's worker threads.
@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO))
 
-from bench_ingest import reference_insert  # noqa: E402
+from bench_ingest import print_references  # noqa: E402
 from ingest import store  # noqa: E402
 from ingest.consumer import IngestConfig  # noqa: E402
 from ingest.strings import StringIds  # noqa: E402
@@ -134,10 +134,7 @@ def main() -> int:
         print(f"in process, one thread: {total * us:.2f} us CPU per sample, {samples / wall:,.0f} samples/s")
         for stage, seconds in cpu.items():
             print(f"  {stage:17s} {seconds * us:5.2f} us ({seconds:.2f} s)")
-        ref_rows, ref_s, ref_cpu = reference_insert(db, Path(tmp) / "reference.duckdb")
-        print(f"reference: DuckDB Arrow insert of the same {ref_rows:,} stored rows: {ref_rows / ref_s:,.0f} rows/s, "
-              f"{ref_cpu * 1e6 / ref_rows:.2f} us CPU per row")
-        print(f"ratio in-process/reference: {samples / wall / (ref_rows / ref_s):.2f}")
+        print_references(db, Path(tmp), samples / wall, args.batch_samples, what="in-process")
     return 0
 
 
