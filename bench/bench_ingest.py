@@ -54,8 +54,9 @@ def run_ingest(bootstrap: str, db: Path, extra: list[str]) -> tuple[int, float, 
     return int(m.group(1)), float(m.group(2)), usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime, reread
 
 
-def _stored_rows(db: Path):
-    """The GPU rows and slice rows an ingest stored (whole row groups and held-back rows)."""
+def _stored_rows(db: Path) -> tuple:
+    """The (GPU rows, slice rows) an ingest stored, as Arrow tables (slice rows: whole row
+    groups and held-back rows)."""
     with store.connect(db, read_only=True) as src:
         return (src.sql("SELECT * FROM raw_gpu_rows").to_arrow_table(),
                 src.sql("SELECT * FROM raw_slice_stored").to_arrow_table())
@@ -79,18 +80,18 @@ def _timed_inserts(scratch: Path, batches: list, ingest_settings: bool) -> tuple
     return sum(g.num_rows + s.num_rows for g, s in batches), seconds, cpu
 
 
-def reference_insert(db: Path, scratch: Path) -> tuple[int, float, float]:
-    """DuckDB inserting the same stored rows from Arrow into a fresh file, in one
-    transaction with DuckDB's default settings: (rows, seconds, CPU seconds)."""
-    return _timed_inserts(scratch, [_stored_rows(db)], ingest_settings=False)
+def reference_insert(stored: tuple, scratch: Path) -> tuple[int, float, float]:
+    """DuckDB inserting the `stored` rows (`_stored_rows`) from Arrow into a fresh file, in
+    one transaction with DuckDB's default settings: (rows, seconds, CPU seconds)."""
+    return _timed_inserts(scratch, [stored], ingest_settings=False)
 
 
-def reference_insert_in_batches(db: Path, scratch: Path, batch_samples: int) -> tuple[int, float, float]:
-    """Context for the ratio, not the issue's reference: DuckDB inserting the same stored
-    rows under the ingest's own constraints, i.e. one transaction per batch of about
+def reference_insert_in_batches(stored: tuple, scratch: Path, batch_samples: int) -> tuple[int, float, float]:
+    """Context for the ratio, not the issue's reference: DuckDB inserting the `stored` rows
+    under the ingest's own constraints, i.e. one transaction per batch of about
     `batch_samples` samples (its slice rows in whole row groups, like the ingest's) and the
     ingest's DuckDB settings (memory limit, checkpoint threshold). (rows, seconds, CPU s)"""
-    gpu, sl = (t.combine_chunks() for t in _stored_rows(db))
+    gpu, sl = (t.combine_chunks() for t in stored)   # contiguous, as the ingest's batches are
     share = sl.num_rows / max(1, gpu.num_rows + sl.num_rows)
     slice_step = max(1, round(batch_samples * share / ROW_GROUP_ROWS)) * ROW_GROUP_ROWS
     n = max(1, -(-sl.num_rows // slice_step))
@@ -100,12 +101,14 @@ def reference_insert_in_batches(db: Path, scratch: Path, batch_samples: int) -> 
 
 
 def print_references(db: Path, tmp: Path, rate: float, batch_samples: int, what: str = "ingest") -> None:
-    """The issue's reference and ratio, then the in-batches one as context."""
-    rows, seconds, cpu = reference_insert(db, tmp / "reference.duckdb")
+    """The issue's reference and ratio, then the in-batches one as context; the stored rows
+    are read from `db` once for both."""
+    stored = _stored_rows(db)
+    rows, seconds, cpu = reference_insert(stored, tmp / "reference.duckdb")
     print(f"reference: DuckDB Arrow insert of the same {rows:,} stored rows: {rows / seconds:,.0f} rows/s, "
           f"{cpu / rows * 1e6:.2f} us CPU per row")
     print(f"ratio {what}/reference: {rate / (rows / seconds):.2f} (goal >= 0.5)")
-    rows, seconds, cpu = reference_insert_in_batches(db, tmp / "reference_batches.duckdb", batch_samples)
+    rows, seconds, cpu = reference_insert_in_batches(stored, tmp / "reference_batches.duckdb", batch_samples)
     print(f"context: the same rows in the ingest's batch transactions and DuckDB settings: "
           f"{rows / seconds:,.0f} rows/s, {cpu / rows * 1e6:.2f} us CPU per row; {what} at "
           f"{rate / (rows / seconds):.2f} of it")
