@@ -1,11 +1,12 @@
 """`slicemeter exporter`: the node agent (NVML + HAMi + pods -> /metrics and Kafka).
 
-    slicemeter exporter --hami-dir DIR --kafka HOST:PORT --port 9400
+    slicemeter exporter --hami-dir DIR [--kafka HOST:PORT] --port 9400 [--hami-metrics monitor|full|off]
         [--simulate FILE --node NAME] [--pods-url URL | --pods-file F] [--cluster ID | --kubeconfig F]
         [--token-file F] [--kubelet-ca FILE | --kubelet-insecure-skip-verify]
         [--tenant NAME] [--interval 10] [--topic slicemeter.ticks] [--spool-dir DIR] [--once]
 
-With --simulate the sources are a simulated node (fake NVML, HAMi files it writes, its pod
+Without --kafka the exporter only serves /metrics (Prometheus-only: nothing is published or
+spooled). With --simulate the sources are a simulated node (fake NVML, HAMi files it writes, its pod
 list); this module is the only place that wires the simulator in.
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ import time
 from typing import Any, Callable
 
 from exporter.collector import ExporterCollector, ExporterStats
+from exporter.hami_metrics import HAMI_METRICS_MODES
 from exporter.nvml import NvmlReader, NvmlUnavailable, load_pynvml
 from exporter.pods import SA_DIR, PodCache, cluster_from_kubeconfig, file_source, kubelet_url, url_source
 from exporter.publisher import Publisher, Spool, kafka_producer
@@ -36,10 +38,13 @@ DEFAULT_TOPIC = "slicemeter.ticks"
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hami-dir", default=os.environ.get("HOOK_PATH", "/usr/local/vgpu"),
                    help="HAMi hook path holding containers/<podUID>_<container>/*.cache (default $HOOK_PATH or /usr/local/vgpu)")
-    p.add_argument("--kafka", help="bootstrap HOST:PORT (required unless --once)")
+    p.add_argument("--kafka", help="bootstrap HOST:PORT of the Ticks' topic (omit: Prometheus only, nothing published)")
     p.add_argument("--topic", default=DEFAULT_TOPIC)
     p.add_argument("--port", type=int, default=9400, help="/metrics port (0: no HTTP server)")
     p.add_argument("--listen", default="0.0.0.0", help="/metrics bind address")
+    p.add_argument("--hami-metrics", choices=HAMI_METRICS_MODES, default="monitor",
+                   help="HAMi's families on /metrics: monitor (HAMi vGPUmonitor's, a drop-in), full (also the "
+                        "scheduler's per-device families, from this node's grants), off (default: monitor)")
     p.add_argument("--node", default=os.environ.get("NODE_NAME") or socket.gethostname(), help="node name (default $NODE_NAME)")
     p.add_argument("--simulate", metavar="FILE", help="scenario YAML: use a simulated node as the source (no GPU needed)")
     src = p.add_mutually_exclusive_group()
@@ -139,8 +144,8 @@ def _cluster(args: argparse.Namespace, fallback: str | None) -> str:
 def build_exporter(args: argparse.Namespace) -> tuple[Exporter, ExporterStats]:
     if args.interval <= 0:
         raise ConfigError("--interval must be > 0")
-    if not args.once and not args.kafka:
-        raise ConfigError("--kafka HOST:PORT is required (or --once)")
+    if not args.once and not args.kafka and not args.port:
+        raise ConfigError("nothing to do: give --kafka HOST:PORT, a /metrics --port, or both")
     before_tick = None
     sim_cluster = None
     if args.simulate:
@@ -172,7 +177,7 @@ def build_exporter(args: argparse.Namespace) -> tuple[Exporter, ExporterStats]:
                           proc_root=proc_root, tolerance_bytes=int(args.memory_tolerance_mb * (1 << 20)),
                           pid_alive=(lambda pid: os.path.exists(os.path.join(proc_root, str(pid)))) if proc_root else None)
     publisher = None
-    if not args.once:
+    if not args.once and args.kafka:
         if args.spool_max_mb <= 0:
             raise ConfigError("--spool-max-mb must be > 0")
         try:
@@ -188,11 +193,11 @@ def build_exporter(args: argparse.Namespace) -> tuple[Exporter, ExporterStats]:
     return exporter, stats
 
 
-def serve_metrics(stats: ExporterStats, port: int, addr: str = "0.0.0.0") -> Any:
+def serve_metrics(stats: ExporterStats, port: int, addr: str = "0.0.0.0", hami_metrics: str = "monitor") -> Any:
     """/metrics over HTTP in a background thread: fresh families from the Collector per scrape."""
     from exporter.exposition import serve
 
-    return serve(ExporterCollector(stats).collect, port, addr)
+    return serve(ExporterCollector(stats, hami_metrics).collect, port, addr)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -205,16 +210,19 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not exporter.sync_pods:
         exporter.pods.start()
-    server = serve_metrics(stats, args.port, args.listen) if args.port else None
-    exporter.publisher.start()
+    server = serve_metrics(stats, args.port, args.listen, args.hami_metrics) if args.port else None
+    if exporter.publisher is not None:
+        exporter.publisher.start()
     signal.signal(signal.SIGTERM, lambda *_: exporter.stop())
-    log.info("exporter for node %s (cluster %s) every %.1f s -> %s topic %s, /metrics on :%s",
-             args.node, exporter.builder.cluster, args.interval, args.kafka, args.topic, args.port)
+    target = f"{args.kafka} topic {args.topic}" if args.kafka else "nothing (Prometheus only)"
+    log.info("exporter for node %s (cluster %s) every %.1f s -> %s, /metrics on :%s (HAMi families: %s)",
+             args.node, exporter.builder.cluster, args.interval, target, args.port, args.hami_metrics)
     try:
         exporter.run()
     finally:
         exporter.pods.stop()
-        exporter.publisher.stop()
+        if exporter.publisher is not None:
+            exporter.publisher.stop()
         if server is not None:
             server.shutdown()
     return 0

@@ -3,6 +3,10 @@
 Nothing is kept in long-lived gauges, so a deleted pod's series disappear with the next
 Tick, and a scrape only reads the last built Tick (it never waits for NVML, files, the
 kubelet or Kafka). Names and labels: docs/metrics.md.
+
+Beside its own `slicemeter_*` families (base units, ratios 0..1) the collector emits HAMi's
+(exporter/hami_metrics.py), by `--hami-metrics`: `monitor` (vGPUmonitor's), `full` (also the
+scheduler's per-device families, from this node's grants) or `off`.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from typing import Any, Callable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from exporter.hami_metrics import HAMI_METRICS_MODES, hami_families
 from exporter.tick_builder import BuildResult, allocation_share, usage_share
 from slicemeter.tick import SCHEMA_VERSION
 
@@ -59,11 +64,15 @@ def _s(v: Any) -> str:
 
 
 class ExporterCollector(Collector):
-    def __init__(self, stats: ExporterStats):
+    def __init__(self, stats: ExporterStats, hami_metrics: str = "monitor"):
+        if hami_metrics not in HAMI_METRICS_MODES:
+            raise ValueError(f"hami_metrics must be one of {', '.join(HAMI_METRICS_MODES)}, not {hami_metrics!r}")
         self.stats = stats
+        self.hami_metrics = hami_metrics
 
     def describe(self) -> list[Metric]:
-        return []   # families depend on the Tick; nothing to pre-register
+        """Every family collect() can emit in this mode, without samples."""
+        return list(self._families(None, {}, {}, None))
 
     def collect(self) -> Iterator[Metric]:
         st = self.stats
@@ -72,7 +81,14 @@ class ExporterCollector(Collector):
             source_errors = dict(st.source_errors)
             region_errors = dict(st.region_errors)
         spool = st.spool_stats() if st.spool_stats else {}
+        return self._families(last, source_errors, region_errors, spool)
+
+    def _families(self, last: BuildResult | None, source_errors: dict[str, int], region_errors: dict[str, int],
+                  spool: dict[str, int] | None) -> Iterator[Metric]:
+        """The families; with spool None (describe) every family is left without samples."""
+        st = self.stats
         yield from self._tick_families(last, st.tenant)
+        yield from hami_families(last, self.hami_metrics, st.version)
 
         g = GaugeMetricFamily("slicemeter_scrape_duration_seconds", "Time to build the last Tick", labels=[])
         if last is not None:
@@ -89,24 +105,24 @@ class ExporterCollector(Collector):
         for name, key, doc in (("slicemeter_spool_ticks", "ticks", "Ticks waiting in the disk spool"),
                                ("slicemeter_spool_bytes", "bytes", "Spool size on disk")):
             g = GaugeMetricFamily(name, doc, labels=[])
-            if key in spool:
+            if spool and key in spool:
                 g.add_metric([], spool[key])
             yield g
         for name, key, doc in (("slicemeter_spool_dropped_ticks", "dropped", "Ticks dropped from a full spool (oldest first)"),
                                ("slicemeter_published_ticks", "published", "Ticks acknowledged by Kafka")):
             c = CounterMetricFamily(name, doc, labels=[])
-            c.add_metric([], spool.get(key, 0))
+            if spool is not None:
+                c.add_metric([], spool.get(key, 0))
             yield c
         g = GaugeMetricFamily("slicemeter_build_info", "Exporter build; value 1", labels=["version", "schema"])
-        g.add_metric([st.version, SCHEMA_VERSION], 1)
+        if spool is not None:
+            g.add_metric([st.version, SCHEMA_VERSION], 1)
         yield g
 
     def _tick_families(self, last: BuildResult | None, tenant: str) -> Iterator[Metric]:
         common = ["node", "cluster", "tenant"]
         gpu_l = common + ["gpu_uuid", "gpu_index", "model"]
         slice_l = common + ["namespace", "pod", "container", "gpu_uuid", "vdevice_index"]
-        hami_l = common + ["namespace", "pod", "container", "vdevice_index", "device_uuid"]
-        hami_host_l = common + ["device_uuid", "gpu_index", "model"]
 
         def fam(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
             return GaugeMetricFamily(name, doc, labels=labels)
@@ -134,11 +150,6 @@ class ExporterCollector(Collector):
             "age": fam("slicemeter_slice_last_kernel_age_seconds", "Seconds since the slice's last kernel", slice_l),
             "procs": fam("slicemeter_slice_processes", "Live CUDA processes", slice_l),
         }
-        h_used = fam("hami_vgpu_memory_used_bytes", "vGPU memory used (HAMi-compatible)", hami_l)
-        h_limit = fam("hami_vgpu_memory_limit_bytes", "vGPU memory limit (HAMi-compatible)", hami_l)
-        h_util = fam("hami_container_device_utilization_ratio", "Container SM utilization on the device (HAMi-compatible)", hami_l)
-        h_host_mem = fam("hami_host_gpu_memory_used_bytes", "GPU memory used (HAMi-compatible)", hami_host_l)
-        h_host_util = fam("hami_host_gpu_utilization_ratio", "GPU utilization (HAMi-compatible)", hami_host_l)
         ok = fam("slicemeter_hami_region_ok", "Per slice: 1 region read, 0 rejected", common + ["namespace", "pod", "container"])
 
         if last is not None:
@@ -156,7 +167,6 @@ class ExporterCollector(Collector):
                 names[s.pod_uid] = (s.namespace, s.pod)
                 # one label dict per slice, shared by its families (exposition.render escapes it once)
                 lv = dict(zip(slice_l, base + [_s(s.namespace), _s(s.pod or s.pod_uid), s.container, s.gpu_uuid, _s(s.vdevice_index)]))
-                hv = dict(zip(hami_l, base + [_s(s.namespace), _s(s.pod or s.pod_uid), s.container, _s(s.vdevice_index), s.gpu_uuid]))
                 for key, v in (("alloc", a), ("usage", u), ("limit", s.hami_memory_limit_bytes),
                                ("used", s.hami_memory_used_bytes), ("nvml", s.nvml_memory_used_bytes),
                                ("sm_limit", s.sm_limit_ratio), ("sm", s.sm_util_ratio),
@@ -166,14 +176,9 @@ class ExporterCollector(Collector):
                 d = last.disagreement.get((s.pod_uid, s.container, s.gpu_uuid))
                 if d is not None:
                     sl["disagree"].add_sample(sl["disagree"].name, lv, 1 if d else 0)
-                for fam_, v in ((h_used, s.hami_memory_used_bytes), (h_limit, s.hami_memory_limit_bytes),
-                                (h_util, s.sm_util_ratio)):
-                    if v is not None:
-                        fam_.add_sample(fam_.name, hv, v)
             for g in t.gpus:
                 vals = base + [g.gpu_uuid, str(g.gpu_index), _s(g.model)]
                 lv = dict(zip(gpu_l, vals))
-                hv = dict(zip(hami_host_l, vals))
                 for key, v in (("memory_total", g.memory_total_bytes), ("memory_used", g.memory_used_bytes),
                                ("sm", g.sm_util_ratio), ("mem_util", g.mem_util_ratio), ("power", g.power_watts),
                                ("slices", g.slice_count)):
@@ -183,14 +188,10 @@ class ExporterCollector(Collector):
                 gpu_f["used"].add_sample(gpu_f["used"].name, lv, min(1.0, used_sum.get(g.gpu_uuid, 0.0)))
                 if g.energy_joules is not None:
                     energy.add_sample(energy.name + "_total", lv, g.energy_joules)
-                if g.memory_used_bytes is not None:
-                    h_host_mem.add_sample(h_host_mem.name, hv, g.memory_used_bytes)
-                if g.sm_util_ratio is not None:
-                    h_host_util.add_sample(h_host_util.name, hv, g.sm_util_ratio)
             for (uid, container), good in sorted(last.hami_ok.items()):
                 ns, pod = names.get(uid, (None, None))
                 ok.add_metric(base + [_s(ns), _s(pod or uid), container], 1 if good else 0)
         yield from gpu_f.values()
         yield energy
         yield from sl.values()
-        yield from (h_used, h_limit, h_util, h_host_mem, h_host_util, ok)
+        yield ok

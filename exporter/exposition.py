@@ -4,7 +4,7 @@ prometheus_client's generate_latest escapes and joins every label set of every s
 on a node with 128 slices that is ~2,000 samples x 8 labels per scrape. The Collector
 shares one label dict per slice across its families, so this renderer escapes each label
 set once per scrape. Output is the same text (the tests compare both renderings).
-Only gauge and counter families are handled: the exporter emits nothing else.
+Only gauge, counter and untyped families are handled: the exporter emits nothing else.
 """
 from __future__ import annotations
 
@@ -38,11 +38,12 @@ def render(families: Iterable[Metric]) -> bytes:
     families = list(families)          # keep every labels dict alive: the cache below is keyed by id()
     label_text: dict[int, str] = {}
     for m in families:
-        if m.type not in ("gauge", "counter"):
+        if m.type not in ("gauge", "counter", "unknown"):
             raise ValueError(f"{m.name}: type {m.type} is not rendered here")
         name = m.name + "_total" if m.type == "counter" else m.name
         doc = m.documentation.replace("\\", r"\\").replace("\n", r"\n")
-        out.append(f"# HELP {name} {doc}\n# TYPE {name} {m.type}\n")
+        kind = "untyped" if m.type == "unknown" else m.type
+        out.append(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n")
         for s in m.samples:
             labels = s.labels
             if labels:

@@ -9,6 +9,9 @@ Attribution rules (why each exists):
 - HAMi's numbers come from inside the tenant's container; NVML's per-process memory for the
   region's host PIDs is reported beside them and a disagreement is flagged.
 - GPU processes outside HAMi are attributed through their cgroup to whole-GPU pods.
+- On a GPU in MIG mode each MIG device is metered on its own: its processes are
+  attributed through their cgroup, and the container holding it is a slice of the parent
+  GPU whose allocation is the instance's share of the GPU (its slices / the GPU's slices).
 """
 from __future__ import annotations
 
@@ -19,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from exporter.hami import Region, RegionError, aggregate, discover, open_containers_dir, read_region_entry
-from exporter.nvml import GpuSample, NvmlReader
-from exporter.pods import Grant, PodCache, PodInfo, pid_to_pod
+from exporter.nvml import GpuSample, MigSample, NvmlReader
+from exporter.pods import Grant, PodCache, PodIndex, PodInfo, pid_to_pod
 from slicemeter.tick import GpuReading, SliceReading, Tick
 
 log = logging.getLogger(__name__)
@@ -70,6 +73,9 @@ class BuildResult:
     region_errors: list[tuple[str | None, str | None, str, RegionError]] = field(default_factory=list)  # uid, container, entry, error
     hami_ok: dict[tuple[str, str], bool] = field(default_factory=dict)
     disagreement: dict[tuple[str, str, str], bool] = field(default_factory=dict)
+    # (pod uid, container, parent GPU uuid) -> the MIG device the slice ran on
+    mig: dict[tuple[str, str, str], MigSample] = field(default_factory=dict)
+    pods: PodIndex | None = None   # the pod list the Tick was attributed with (HAMi's grants)
 
 
 class TickBuilder:
@@ -100,7 +106,7 @@ class TickBuilder:
         devmem = {g.uuid: g.memory_total for g in snap.gpus if g.memory_total}
         pods = self.pods.get()
         res = BuildResult(tick=Tick(node=self.node, cluster=self.cluster, ts_ms=ts_ms, interval_ms=interval_ms),
-                          duration_s=0.0, nvml_errors=snap.errors)
+                          duration_s=0.0, nvml_errors=snap.errors, pods=pods)
         pod_err_total = self.pods.errors_total
         res.pod_errors, self._pod_errors_seen = pod_err_total - self._pod_errors_seen, pod_err_total
         slices = res.tick.slices
@@ -117,6 +123,8 @@ class TickBuilder:
             if root_fd is not None:
                 os.close(root_fd)
 
+        if self.proc_root is not None:
+            self._mig_slices(res, snap.gpus, pods, seen)
         self._annotation_slices(res, pods.pods.values(), gpus, seen)
         if self.proc_root is not None:
             self._cgroup_slices(res, snap.gpus, pods, hami_pids)
@@ -222,25 +230,59 @@ class TickBuilder:
                         whole_gpu=cname in pod.whole_gpus, source="annotation",
                     ))
 
+    def _owner(self, pid: int, pods) -> tuple[str, str, PodInfo | None] | None:
+        """(pod uid, container name, pod) of a host pid through its cgroup; None: not a live pod's."""
+        found = pid_to_pod(pid, self.proc_root)
+        if found is None:
+            return None
+        uid, cid = found
+        pod: PodInfo | None = pods.pods.get(uid)
+        if pod is None and pods.fetched:
+            return None   # a deleted pod's process
+        name = pod.container_ids.get(cid) if pod and cid else None
+        if name is None and pod and len(pod.whole_gpus) == 1:
+            name = next(iter(pod.whole_gpus))
+        return uid, name or (cid[:12] if cid else "unknown"), pod
+
+    def _mig_slices(self, res: BuildResult, gpus: list[GpuSample], pods, seen) -> None:
+        for g in gpus:
+            if not g.mig or not g.mig_slices:
+                continue
+            for m in g.mig:
+                owners: dict[tuple[str, str], list[int]] = {}
+                pod_of: dict[str, PodInfo | None] = {}
+                for pid in m.processes or ():
+                    found = self._owner(pid, pods)
+                    if found is not None:
+                        uid, cname, pod_of[uid] = found
+                        owners.setdefault((uid, cname), []).append(pid)
+                # the instance's share on both axes, so every allocation policy bills slices / GPU slices
+                share = min(1.0, m.slices / g.mig_slices) if m.slices else None
+                mem_share = int(share * g.memory_total) if share is not None and g.memory_total else None
+                for (uid, cname), pids in owners.items():
+                    pod = pod_of[uid]
+                    key = (uid, cname, g.uuid)
+                    seen.add(key)
+                    res.mig[key] = m
+                    res.tick.slices.append(SliceReading(
+                        pod_uid=uid, container=cname, gpu_uuid=g.uuid, pod=pod.name if pod else None,
+                        namespace=pod.namespace if pod else None, vdevice_index=0, process_count=len(pids),
+                        nvml_memory_used_bytes=sum(m.processes[p] for p in pids),
+                        alloc_memory_bytes=mem_share, alloc_cores_ratio=share, whole_gpu=False, source="mig",
+                    ))
+
     def _cgroup_slices(self, res: BuildResult, gpus: list[GpuSample], pods, hami_pids: set[int]) -> None:
         for g in gpus:
-            if not g.processes:
-                continue
+            if not g.processes or g.mig is not None:
+                continue   # a MIG GPU's processes belong to its instances (_mig_slices)
             owners: dict[tuple[str, str], list[int]] = {}
             for pid in g.processes:
                 if pid in hami_pids:
                     continue
-                found = pid_to_pod(pid, self.proc_root)
-                if found is None:
-                    continue
-                uid, cid = found
-                pod: PodInfo | None = pods.pods.get(uid)
-                if pod is None and pods.fetched or pod is not None and pod.hami:
+                found = self._owner(pid, pods)
+                if found is None or found[2] is not None and found[2].hami:
                     continue   # gone, or a HAMi pod (its slices come from HAMi/annotation)
-                name = pod.container_ids.get(cid) if pod and cid else None
-                if name is None and pod and len(pod.whole_gpus) == 1:
-                    name = next(iter(pod.whole_gpus))
-                owners.setdefault((uid, name or (cid[:12] if cid else "unknown")), []).append(pid)
+                owners.setdefault(found[:2], []).append(pid)
             for (uid, cname), pids in owners.items():
                 pod = pods.pods.get(uid)
                 own = [g.process_sm_util[p] for p in pids if g.process_sm_util and p in g.process_sm_util]
