@@ -215,3 +215,59 @@ def test_describe_lists_every_family_collect_emits(tmp_path, mode):
 def test_an_unknown_mode_is_refused():
     with pytest.raises(ValueError, match="monitor, full, off"):
         ExporterCollector(ExporterStats(tenant="acme"), "scheduler")
+
+
+# --- the CLI: modes and Prometheus-only ------------------------------------------------------
+
+def _exporter_args(tmp_path, *extra):
+    import argparse
+
+    from exporter.cli import configure
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(SIM_SCENARIO)
+    parser = argparse.ArgumentParser(prog="slicemeter exporter")
+    configure(parser)
+    return parser.parse_args(["--simulate", str(scenario), "--node", "n1", "--hami-dir",
+                              str(tmp_path / "hami"), "--spool-dir", str(tmp_path / "spool"), *extra])
+
+
+SIM_SCENARIO = """
+tenants:
+  - {name: acme, display_name: ACME, kamaji: {namespace: t, name: acme}, api_server: 'https://a.example:6443', cost_center: C}
+nodes:
+  - name: n1
+    tenant: acme
+    gpus: [{model: "NVIDIA L4", count: 1}]
+    pods:
+      - name: p
+        namespace: ns
+        containers:
+          - {name: c, resources: {nvidia.com/gpumem: 4096, nvidia.com/gpucores: 20}, workload: steady-training}
+"""
+
+
+@pytest.mark.parametrize("kafka", [[], ["--kafka", ""]])
+def test_without_kafka_the_exporter_serves_metrics_and_publishes_nothing(tmp_path, kafka):
+    from exporter.cli import build_exporter
+
+    exporter, stats = build_exporter(_exporter_args(tmp_path, *kafka))
+    assert exporter.publisher is None and stats.spool_stats is None
+    exporter.tick_once()
+    assert not (tmp_path / "spool").exists()
+    assert "slicemeter_published_ticks_total 0\n" in render(ExporterCollector(stats).collect()).decode()
+
+
+def test_an_exporter_with_neither_kafka_nor_metrics_is_refused(tmp_path):
+    from exporter.cli import build_exporter
+    from slicemeter.cli import ConfigError
+
+    with pytest.raises(ConfigError, match="--kafka HOST:PORT, a /metrics --port"):
+        build_exporter(_exporter_args(tmp_path, "--port", "0"))
+
+
+def test_hami_metrics_option_takes_the_three_modes(tmp_path):
+    assert _exporter_args(tmp_path).hami_metrics == "monitor"
+    assert _exporter_args(tmp_path, "--hami-metrics", "full").hami_metrics == "full"
+    with pytest.raises(SystemExit):
+        _exporter_args(tmp_path, "--hami-metrics", "scheduler")
