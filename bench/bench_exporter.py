@@ -1,10 +1,11 @@
 """Exporter cost on a busy node: 8 GPUs, 128 HAMi slices (simulated node, real files).
 
 Prints the median of one Tick build + one /metrics scrape (goal <= 25 ms), beside the time
-to read every region file whole (what a naive reader does each tick) as a ratio, and the
-exporter's CPU seconds per hour at a 10 s interval (build + Kafka encode + spool + scrape).
+to read every region file whole (what a naive reader does each tick) as a ratio, the
+/metrics bytes per slice (in each --hami-metrics mode), and the exporter's CPU seconds per
+hour at a 10 s interval (build + Kafka encode + spool + scrape).
 
-    python bench/bench_exporter.py [--rounds 40]
+    python bench/bench_exporter.py [--rounds 40] [--hami-metrics monitor|full|off]
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from exporter.collector import ExporterCollector, ExporterStats  # noqa: E402
 from exporter.exposition import render  # noqa: E402
 from exporter.hami import discover  # noqa: E402
+from exporter.hami_metrics import HAMI_METRICS_MODES  # noqa: E402
 from exporter.nvml import NvmlReader  # noqa: E402
 from exporter.pods import PodCache  # noqa: E402
 from exporter.publisher import Spool  # noqa: E402
@@ -58,6 +60,7 @@ def scenario_yaml(gpus: int = 8, slices: int = 128) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--hami-metrics", choices=HAMI_METRICS_MODES, default="monitor", help="mode of the timed scrape")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-exporter-"))
     try:
@@ -69,7 +72,7 @@ def main() -> int:
         builder = TickBuilder("bench-node", sim.cluster, NvmlReader(sim.nvml, initialised=True), str(work / "hami"),
                               pods, proc_root=None)
         stats = ExporterStats(tenant="acme")
-        collector = ExporterCollector(stats)
+        collector = ExporterCollector(stats, args.hami_metrics)
         spool = Spool(str(work / "spool"))
         files, _ = discover(str(work / "hami"))
         ts = sim.ts_ms
@@ -104,12 +107,16 @@ def main() -> int:
         med, ref = statistics.median(wall), statistics.median(whole)
         per_hour = statistics.median(cpu) * 3600 / 10
         size = sum(os.path.getsize(f.path) for f in files)
-        print(f"node: 8 GPUs, {len(first.tick.slices)} slices, {len(files)} region files ({size / 1e6:.0f} MB on disk), "
-              f"/metrics {len(body) / 1e3:.0f} kB")
+        n_slices = len(first.tick.slices)
+        print(f"node: 8 GPUs, {n_slices} slices, {len(files)} region files ({size / 1e6:.0f} MB on disk), "
+              f"/metrics {len(body) / 1e3:.0f} kB (--hami-metrics {args.hami_metrics})")
         nv = statistics.median(fake_nvml)
         print(f"scrape + Tick build, median of {args.rounds}: {med * 1e3:.1f} ms wall (goal <= 25 ms); "
               f"of which /metrics render {statistics.median(scrape) * 1e3:.1f} ms and the simulator's fake NVML "
-              f"~{nv * 1e3:.1f} ms; without the fake NVML {max(0.0, med - nv) * 1e3:.1f} ms")
+              f"~{nv * 1e3:.1f} ms; without the fake NVML {max(0.0, med - nv) * 1e3:.1f} ms, "
+              f"/metrics {len(body) / n_slices / 1e3:.2f} kB per slice")
+        per_mode = {mode: len(render(ExporterCollector(stats, mode).collect())) / n_slices for mode in HAMI_METRICS_MODES}
+        print("/metrics bytes per slice by --hami-metrics: " + ", ".join(f"{m} {b / 1e3:.2f} kB" for m, b in per_mode.items()))
         print(f"same, CPU time (less sensitive to other processes on a shared machine): median "
               f"{statistics.median(cpu) * 1e3:.1f} ms per tick incl. encode + spool")
         print(f"reading every region file whole (page cache), median: {ref * 1e3:.1f} ms ({total / 1e6:.0f} MB); "
