@@ -98,6 +98,12 @@ class ExporterCollector(Collector):
         for src, n in sorted(source_errors.items()):
             c.add_metric([src], n)
         yield c
+        g = GaugeMetricFamily("slicemeter_nvml_unsupported_calls",
+                              "NVML calls answered NOT_SUPPORTED or FUNCTION_NOT_FOUND (counted once, not asked again); value 1",
+                              labels=["gpu_index", "call"])
+        for gpu, call in sorted(last.nvml_unsupported if last else (), key=lambda k: (_s(k[0]), k[1])):
+            g.add_metric([_s(gpu), call], 1)
+        yield g
         c = CounterMetricFamily("slicemeter_hami_region_errors", "Rejected HAMi region files by reason", labels=["reason"])
         for reason, n in sorted(region_errors.items()):
             c.add_metric([reason], n)

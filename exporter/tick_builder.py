@@ -76,6 +76,7 @@ class BuildResult:
     # (pod uid, container, parent GPU uuid) -> the MIG device the slice ran on
     mig: dict[tuple[str, str, str], MigSample] = field(default_factory=dict)
     pods: PodIndex | None = None   # the pod list the Tick was attributed with (HAMi's grants)
+    nvml_unsupported: frozenset[tuple[int | None, str]] = frozenset()   # (GPU index, call) NVML does not offer
 
 
 class TickBuilder:
@@ -106,7 +107,8 @@ class TickBuilder:
         devmem = {g.uuid: g.memory_total for g in snap.gpus if g.memory_total}
         pods = self.pods.get()
         res = BuildResult(tick=Tick(node=self.node, cluster=self.cluster, ts_ms=ts_ms, interval_ms=interval_ms),
-                          duration_s=0.0, nvml_errors=snap.errors, pods=pods)
+                          duration_s=0.0, nvml_errors=snap.errors, pods=pods,
+                          nvml_unsupported=frozenset(self.nvml.unsupported))
         pod_err_total = self.pods.errors_total
         res.pod_errors, self._pod_errors_seen = pod_err_total - self._pod_errors_seen, pod_err_total
         slices = res.tick.slices

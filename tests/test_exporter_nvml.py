@@ -65,6 +65,19 @@ def test_not_supported_is_counted_once_per_gpu_and_call():
                                   (1, "nvmlDeviceGetTotalEnergyConsumption")}
 
 
+def test_unsupported_calls_stay_visible_on_metrics(tmp_path):
+    node = two_gpus()
+    b = builder(node, tmp_path / "hami", [])
+    b.nvml.nvml.fail("nvmlDeviceGetPowerUsage", pynvml.NVML_ERROR_NOT_SUPPORTED, gpu=1)
+    stats = ExporterStats(tenant="acme")
+    for _ in range(3):
+        stats.record(b.build(node.ts_ms))
+    text = render(ExporterCollector(stats).collect()).decode()
+    assert 'slicemeter_source_errors_total{source="nvml"} 1\n' in text
+    assert [line for line in text.splitlines() if line.startswith("slicemeter_nvml_unsupported_calls{")] == [
+        'slicemeter_nvml_unsupported_calls{call="nvmlDeviceGetPowerUsage",gpu_index="1"} 1']
+
+
 def test_other_errors_count_every_time_and_cost_only_their_value():
     node = two_gpus()
     nv = node.fake_nvml()
