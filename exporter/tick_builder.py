@@ -152,6 +152,8 @@ class TickBuilder:
             pod = pods.pods.get(f.pod_uid)
             if pods.fetched and pod is None:
                 continue   # stale directory of a deleted pod
+            if pod is not None and f.container in pod.finished:
+                continue   # a completed init container's region stays behind; nothing runs there
             if root_fd is None:
                 region: Region | RegionError = RegionError("unreadable", "HAMi containers directory vanished")
             else:
@@ -224,10 +226,9 @@ class TickBuilder:
 
     def _annotation_slices(self, res: BuildResult, pods, gpus: dict[str, GpuSample], seen) -> None:
         for pod in pods:
-            for ci, grants in enumerate(pod.grants):
-                if ci >= len(pod.containers):
-                    continue
-                cname = pod.containers[ci]
+            for cname, grants in pod.grants.items():
+                if cname in pod.finished:
+                    continue   # an init container that completed holds its grant no more
                 failed = res.hami_ok.get((pod.uid, cname)) is False or (pod.uid, cname) in res.hami_partial
                 for vi, gr in enumerate(grants):
                     if (pod.uid, cname, gr.uuid) in seen or (gpus and gr.uuid not in gpus):
@@ -281,10 +282,7 @@ class TickBuilder:
 
 
 def _grants_for(pod: PodInfo | None, container: str) -> list[Grant]:
-    if pod is None or container not in pod.containers:
-        return []
-    ci = pod.containers.index(container)
-    return pod.grants[ci] if ci < len(pod.grants) else []
+    return pod.grants.get(container, []) if pod is not None else []
 
 
 def _gpu_reading(g: GpuSample, slice_count: int) -> GpuReading:
