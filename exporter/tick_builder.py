@@ -18,7 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from exporter.hami import Region, RegionError, aggregate, discover, open_containers_dir, read_region_entry
+from exporter.hami import (Region, RegionError, aggregate, discover, open_containers_dir, parse_dir_name,
+                           read_region_entry)
 from exporter.nvml import GpuSample, NvmlReader
 from exporter.pods import Grant, PodCache, PodInfo, pid_to_pod
 from slicemeter.tick import GpuReading, SliceReading, Tick
@@ -122,7 +123,7 @@ class TickBuilder:
 
         files, dir_errors = discover(self.hami_dir)
         for entry, err in dir_errors:
-            self._region_error(res, None, None, entry, err)
+            self._dir_error(res, pods, entry, err)
         root_fd = open_containers_dir(self.hami_dir) if files else None
         try:
             self._hami_slices(res, files, root_fd, pods, gpus, devmem, snap, seen, hami_pids, ts_ms)
@@ -216,6 +217,16 @@ class TickBuilder:
                 seen.add((f.pod_uid, f.container, dev.uuid))
                 res.disagreement[(f.pod_uid, f.container, dev.uuid)] = memory_disagrees(
                     s.hami_memory_used_bytes, nvml_mem, self.tolerance_bytes, self.tolerance_ratio)
+
+    def _dir_error(self, res: BuildResult, pods, entry: str, err: RegionError) -> None:
+        """A container directory that could not be read (two .cache files, a link): when it
+        names a container of a listed pod, that container's use is unknown, not zero."""
+        parsed = parse_dir_name(entry)
+        if parsed is None or pods.pods.get(parsed[0]) is None:
+            self._region_error(res, None, None, entry, err)
+            return
+        self._region_error(res, parsed[0], parsed[1], entry, err)
+        res.hami_ok[parsed] = False
 
     def _region_error(self, res: BuildResult, uid: str | None, container: str | None, entry: str, err: RegionError) -> None:
         res.region_errors.append((uid, container, entry, err))
