@@ -222,3 +222,18 @@ def test_hami_dump_prints_json(tmp_path, capsys):
     assert main(["hami-dump", str(bad)]) == 1
     assert "bad_magic" in capsys.readouterr().err
     assert hami_dump is not None
+
+
+def test_hami_dump_names_skipped_devices_and_slots(tmp_path, capsys):
+    from slicemeter.cli import main
+
+    buf = two_device_region()
+    buf[LAYOUT_V1.uuids_off : LAYOUT_V1.uuids_off + 96] = bytes(96)
+    struct.pack_into("<Q", buf, LAYOUT_V1.procs_off + LAYOUT_V1.slot_size + LAYOUT_V1.seq_off, 9)
+    path = _write_container(tmp_path, f"{UID}_trainer", bytes(buf) + b"\0")
+    assert main(["hami-dump", str(path)]) == 0
+    cap = capsys.readouterr()
+    out = json.loads(cap.out)
+    assert out["stuck_slots"] == [1] and out["device_errors"][0][0] == 0
+    assert out["device_errors"][0][1]["reason"] == "uuid_unset"
+    assert "device 0 skipped: uuid_unset" in cap.err and "slot 1 skipped" in cap.err
