@@ -135,6 +135,14 @@ def _limits(c: dict) -> dict:
     return (res.get("limits") or {}) | (res.get("requests") or {})
 
 
+def _text(value: Any) -> str:
+    """A name that goes into the Tick: it must encode as UTF-8 (JSON allows lone surrogates
+    like "\\ud800", which would make the whole Tick unencodable: it costs this pod instead)."""
+    s = str(value)
+    s.encode("utf-8")   # UnicodeEncodeError is a ValueError: the pod is skipped and counted
+    return s
+
+
 def _terminated(statuses: Any) -> set[str]:
     return {str(cs.get("name")) for cs in statuses or [] if isinstance(cs, dict) and "terminated" in (cs.get("state") or {})}
 
@@ -160,9 +168,9 @@ def index_pods(pod_list: dict) -> PodIndex:
             phase = status.get("phase")
             if phase not in _ACTIVE or meta.get("deletionTimestamp") and phase not in ("Running",):
                 continue   # finished pods hold no GPU
-            names = [str(c["name"]) for c in spec.get("containers") or []]
-            init_names = [str(c["name"]) for c in spec.get("initContainers") or []]
-            info = PodInfo(uid=str(meta["uid"]), name=str(meta["name"]), namespace=str(meta.get("namespace", "default")),
+            names = [_text(c["name"]) for c in spec.get("containers") or []]
+            init_names = [_text(c["name"]) for c in spec.get("initContainers") or []]
+            info = PodInfo(uid=_text(meta["uid"]), name=_text(meta["name"]), namespace=_text(meta.get("namespace", "default")),
                            phase=phase, containers=names, init_containers=init_names,
                            finished=_terminated(status.get("initContainerStatuses")))
             ann = (meta.get("annotations") or {}).get(ALLOC_ANNOTATION)
@@ -181,7 +189,7 @@ def index_pods(pod_list: dict) -> PodIndex:
             for cs in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or []):
                 cid = str(cs.get("containerID") or "")
                 if "://" in cid:
-                    info.container_ids[cid.split("://", 1)[1]] = cs.get("name")
+                    info.container_ids[_text(cid.split("://", 1)[1])] = _text(cs.get("name"))
             idx.pods[info.uid] = info
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             idx.errors += 1

@@ -373,3 +373,13 @@ def test_ingest_never_reads_sm_limit_100_as_a_core_grant(tmp_path):
     assert rows
     for cores, mem, dominant, metered, whole in rows:
         assert whole or (cores == 0 and dominant == pytest.approx(mem) and dominant < metered)
+
+
+def test_a_pod_name_that_cannot_be_encoded_costs_that_pod():
+    """JSON allows a lone surrogate ("\\ud800"); in a Tick it would fail every slice of the node."""
+    good = _pod(f"{GPU0},NVIDIA,8192,30:;")
+    bad = json.loads(json.dumps(good).replace('"name": "p"', '"name": "p\\ud800"'))
+    bad["metadata"]["uid"] = "2" * 8 + "-2222-4222-8222-" + "2" * 12
+    cache = PodCache(lambda: json.loads(json.dumps({"kind": "PodList", "items": [bad, good]})))
+    assert cache.refresh()
+    assert set(cache.get().pods) == {UID} and cache.errors_total == 1
