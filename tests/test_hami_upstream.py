@@ -383,3 +383,15 @@ def test_a_pod_name_that_cannot_be_encoded_costs_that_pod():
     cache = PodCache(lambda: json.loads(json.dumps({"kind": "PodList", "items": [bad, good]})))
     assert cache.refresh()
     assert set(cache.get().pods) == {UID} and cache.errors_total == 1
+
+
+def test_a_second_cache_file_shows_as_region_ok_0_on_metrics(tmp_path):
+    from exporter.collector import ExporterCollector, ExporterStats
+
+    res = _builder(tmp_path, [_pod(f"{GPU0},NVIDIA,8192,30:;")], {"main": [region(), region()]}).build(NOW * 1000)
+    stats = ExporterStats(tenant="acme")
+    stats.record(res)
+    samples = {(s.name, s.labels.get("container"), s.labels.get("reason")): s.value
+               for fam in ExporterCollector(stats).collect() for s in fam.samples}
+    assert samples[("slicemeter_hami_region_ok", "main", None)] == 0
+    assert samples[("slicemeter_hami_region_errors_total", None, "ambiguous")] == 1
