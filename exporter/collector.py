@@ -151,7 +151,7 @@ class ExporterCollector(Collector):
             "used": fam("slicemeter_slice_memory_used_bytes", "HAMi memory used (context + module + buffer)", slice_l),
             "nvml": fam("slicemeter_slice_memory_used_nvml_bytes", "NVML memory of the slice's processes", slice_l),
             "disagree": fam("slicemeter_slice_memory_disagreement", "1 when HAMi and NVML memory differ beyond tolerance", slice_l),
-            "sm_limit": fam("slicemeter_slice_sm_limit_ratio", "HAMi SM limit (gpucores / 100)", slice_l),
+            "sm_limit": fam("slicemeter_slice_sm_limit_ratio", "HAMi SM limit as a share of the GPU (gpucores / 100); absent when the slice has no core limit", slice_l),
             "sm": fam("slicemeter_slice_sm_utilization_ratio", "SM utilization of the slice", slice_l),
             "age": fam("slicemeter_slice_last_kernel_age_seconds", "Seconds since the slice's last kernel", slice_l),
             "procs": fam("slicemeter_slice_processes", "Live CUDA processes", slice_l),

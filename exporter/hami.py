@@ -7,7 +7,11 @@ the per-slot seqlock, and validates every field it reports. A bad file becomes a
 `RegionError` with a short machine-readable `reason`; nothing here raises on bad bytes.
 
 Layouts (x86-64, little-endian) are described as data in `LAYOUT_V0` / `LAYOUT_V1`, so the
-parser is one function for both.
+parser is one function for both. Only layouts known by size and version are read (HAMi-core
+creates the file as sizeof + 1 bytes); anything else is rejected with its reason, never guessed.
+What costs what: a bad header costs the region; a device whose UUID is unset or invalid costs
+that device (HAMi's monitor skips it too); a slot whose seqlock stays odd (its writer was
+killed mid-update) costs that slot.
 """
 from __future__ import annotations
 
@@ -58,12 +62,15 @@ class Layout:
     util_off: int
     status_off: int
     seq_off: int | None      # None: layout without a seqlock
+    versions: frozenset[tuple[int, int]] = frozenset()   # (major, minor) read at @4/@8; empty: none
 
 
 LAYOUT_V1 = Layout(
     name="v1", size=2_008_952, has_version=True, header_len=1856, num_off=56, uuids_off=64,
     limit_off=1600, sm_limit_off=1728, procs_off=1856, tail_off=2_008_896, slot_size=1960,
     used_stride=8, util_stride=6, monitor_off=1032, util_off=1160, status_off=1928, seq_off=1936,
+    # 1.1 (2024-08; the seqlock took the slot's first spare word, 0 before) and 1.2 share these offsets
+    versions=frozenset({(1, 1), (1, 2)}),
 )
 # v0 (HAMi-core before the version fields): 5-word memory records, 3-word utilization
 # records, no seqlock, 1168-byte slots; header fields 8 bytes earlier.
@@ -72,8 +79,11 @@ LAYOUT_V0 = Layout(
     limit_off=1592, sm_limit_off=1720, procs_off=1848, tail_off=1_197_880, slot_size=1168,
     used_stride=5, util_stride=3, monitor_off=648, util_off=776, status_off=1160, seq_off=None,
 )
-# HAMi-core sizes the file with one byte past the struct; allow up to a page of slack.
-SIZE_SLACK = 4096
+# HAMi-core creates the file by writing one byte at offset sizeof: sizeof + 1 on disk.
+FILE_SLACK = 1
+# HAMi-core main of March-April 2026 (version 1.1 again) moved the seqlock after hostpid and
+# put sem_postinit after sem: every field from device_num on sits elsewhere. Never released.
+MOVED_1_1_SIZE = 2_008_984
 
 
 @dataclass(slots=True)
@@ -95,7 +105,7 @@ class DeviceView:
     index: int
     uuid: str
     limit_bytes: int | None  # None: no limit set (0 in the file)
-    sm_limit_pct: int | None
+    sm_limit_pct: int | None  # None: no core limit (0 or >= 100 in the file)
     context_bytes: int = 0
     module_bytes: int = 0
     buffer_bytes: int = 0
@@ -106,6 +116,15 @@ class DeviceView:
     @property
     def used_bytes(self) -> int:
         return self.context_bytes + self.module_bytes + self.buffer_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RegionError:
+    reason: str    # short label value for slicemeter_hami_region_errors_total
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.detail}"
 
 
 @dataclass(slots=True)
@@ -123,6 +142,8 @@ class Region:
     priority: int
     last_kernel_time: int | None   # epoch seconds; None: never (or layout without it)
     bytes_read: int = 0
+    device_errors: list[tuple[int, RegionError]] = field(default_factory=list)   # devices skipped
+    stuck_slots: list[int] = field(default_factory=list)   # slots skipped: seqlock odd on every read
 
     def to_json_dict(self) -> dict:
         from dataclasses import asdict
@@ -131,15 +152,6 @@ class Region:
         for dev, view in zip(d["devices"], self.devices):
             dev["used_bytes"] = view.used_bytes
         return d
-
-
-@dataclass(frozen=True, slots=True)
-class RegionError:
-    reason: str    # short label value for slicemeter_hami_region_errors_total
-    detail: str
-
-    def __str__(self) -> str:
-        return f"{self.reason}: {self.detail}"
 
 
 class _Bad(Exception):
@@ -164,26 +176,42 @@ def _exact(read_at: ReadAt, off: int, n: int) -> bytes:
     return b
 
 
+def _fits(lay: Layout, file_size: int) -> bool:
+    return lay.size <= file_size <= lay.size + FILE_SLACK
+
+
 def pick_layout(head: bytes, file_size: int) -> Layout:
-    """Tell v0 from v1 as HAMi's monitor does: by file size, then the major version."""
+    """The layout by file size, then (v1) the version fields; only known pairs are read.
+
+    HAMi's monitor (pkg/monitor/nvidia/cudevshr.go) takes any size >= v1's with major 1 as
+    v1, so it misreads HAMi-core's 2,008,984-byte layout; that one is named and refused here.
+    """
     if len(head) < 12:
         raise _Bad("truncated", f"file of {file_size} bytes has no header")
     (magic,) = _I32.unpack_from(head, 0)
     if magic != MAGIC:
         raise _Bad("bad_magic", f"initialized_flag {magic} != {MAGIC}")
-    if LAYOUT_V1.size <= file_size <= LAYOUT_V1.size + SIZE_SLACK:
-        major, minor = struct.unpack_from("<II", head, 4)
-        if major != 1:
-            raise _Bad("bad_version", f"major_version {major}.{minor} in a v1-sized file (only 1.x is known)")
+    if _fits(LAYOUT_V1, file_size):
+        version = struct.unpack_from("<II", head, 4)
+        if version not in LAYOUT_V1.versions:
+            known = ", ".join(f"{a}.{b}" for a, b in sorted(LAYOUT_V1.versions))
+            raise _Bad("bad_version", f"version {version[0]}.{version[1]} in a v1-sized file (known: {known})")
         return LAYOUT_V1
-    if LAYOUT_V0.size <= file_size <= LAYOUT_V0.size + SIZE_SLACK:
+    if _fits(LAYOUT_V0, file_size):
         return LAYOUT_V0
+    if MOVED_1_1_SIZE <= file_size <= MOVED_1_1_SIZE + FILE_SLACK:
+        raise _Bad("unsupported_layout", f"file of {file_size} bytes: HAMi-core's unreleased 1.1 layout of "
+                   f"March 2026 (sizeof {MOVED_1_1_SIZE}, seqlock and sem_postinit moved); upgrade HAMi-core")
     if file_size < LAYOUT_V0.size:
         raise _Bad("truncated", f"file of {file_size} bytes is smaller than any known layout")
-    raise _Bad("bad_size", f"file size {file_size} matches no known layout (v0 {LAYOUT_V0.size}, v1 {LAYOUT_V1.size})")
+    raise _Bad("bad_size", f"file size {file_size} matches no known layout "
+               f"(v0 {LAYOUT_V0.size}, v1 {LAYOUT_V1.size}, each + {FILE_SLACK})")
 
 
 def _uuid(raw: bytes, index: int) -> str:
+    if raw[:1] == b"\0":
+        # HAMi-core fills the UUIDs after creating the region; HAMi's monitor skips the device meanwhile
+        raise _Bad("uuid_unset", f"device {index}: UUID not written yet")
     text = raw.split(b"\0", 1)[0]
     try:
         s = text.decode("ascii")
@@ -194,7 +222,8 @@ def _uuid(raw: bytes, index: int) -> str:
     return s
 
 
-def _parse_slot(buf: bytes, base: int, lay: Layout, n_dev: int, dev_max: list[int], slot: int) -> ProcSlot:
+def _parse_slot(buf: bytes, base: int, lay: Layout, dev_max: list[int | None], slot: int) -> ProcSlot:
+    """`dev_max[d]`: device d's memory bound, None for a skipped device (its values are ignored)."""
     pid, hostpid = struct.unpack_from("<ii", buf, base)
     (status,) = _I32.unpack_from(buf, base + lay.status_off)
     if pid < 0 or hostpid < 0 or status < 0:
@@ -203,9 +232,13 @@ def _parse_slot(buf: bytes, base: int, lay: Layout, n_dev: int, dev_max: list[in
     mon = struct.unpack_from("<16Q", buf, base + lay.monitor_off)
     util = struct.unpack_from(f"<{16 * lay.util_stride}Q", buf, base + lay.util_off)
     memory, monitor, sm = [], [], []
-    for d in range(n_dev):
+    for d, cap in enumerate(dev_max):
+        if cap is None:
+            memory.append((0, 0, 0, 0))
+            monitor.append(0)
+            sm.append(0)
+            continue
         ctx, mod, data, _off, total = words[d * lay.used_stride : d * lay.used_stride + 5]
-        cap = dev_max[d]
         for what, v in (("context", ctx), ("module", mod), ("buffer", data), ("total", total), ("monitorused", mon[d])):
             if v > cap:
                 raise _Bad("bad_value", f"slot {slot} device {d}: {what} {v} bytes exceeds the device's {cap}")
@@ -238,6 +271,61 @@ def parse_region(
         return RegionError("unreadable", f"{type(exc).__name__}: {exc}")
 
 
+def _device(head: bytes, lay: Layout, d: int, seen: list[DeviceView], device_memory: Mapping[str, int]) -> tuple[DeviceView, int]:
+    off = lay.uuids_off + d * UUID_LEN
+    uuid = _uuid(head[off : off + UUID_LEN], d)
+    if any(v.uuid == uuid for v in seen):
+        raise _Bad("bad_uuid", f"device {d}: UUID {uuid} listed twice")
+    cap = min(device_memory.get(uuid, ABS_MAX_DEVICE_BYTES), ABS_MAX_DEVICE_BYTES)
+    (limit,) = _U64.unpack_from(head, lay.limit_off + 8 * d)
+    (sm_limit,) = _U64.unpack_from(head, lay.sm_limit_off + 8 * d)
+    if limit > cap:
+        raise _Bad("bad_value", f"device {d} ({uuid}): memory limit {limit} exceeds the device's {cap} bytes")
+    # HAMi-core stores 100 when CUDA_DEVICE_SM_LIMIT is 0 or unset, and its watcher throttles
+    # only 0 < limit < 100: anything else is "no core limit", never a grant of the whole GPU.
+    core_limit = sm_limit if 0 < sm_limit < 100 else None
+    return DeviceView(index=d, uuid=uuid, limit_bytes=limit or None, sm_limit_pct=core_limit), cap
+
+
+class _SlotReader:
+    """Live slots with HAMi-core's seqlock read protocol: sequence, data, sequence again;
+    consistent only when both reads agree and are even. A slot still odd after
+    SEQLOCK_RETRIES re-reads is reported stuck (its writer died mid-update)."""
+
+    def __init__(self, read_at: ReadAt, lay: Layout, proc_num: int):
+        self.read_at, self.lay, self.proc_num = read_at, lay, proc_num
+        self.nread = 0
+
+    def _seq(self, i: int) -> int:
+        self.nread += 8
+        return _U64.unpack(_exact(self.read_at, self.lay.procs_off + i * self.lay.slot_size + self.lay.seq_off, 8))[0]
+
+    def slots(self):
+        """Yield (index, buffer, base offset) per consistent slot, or (index, None, 0) per stuck one."""
+        lay, n = self.lay, self.proc_num
+        before = [self._seq(i) for i in range(n)] if lay.seq_off is not None else None
+        block = _exact(self.read_at, lay.procs_off, n * lay.slot_size)
+        self.nread += len(block)
+        if before is None:
+            for i in range(n):
+                yield i, block, i * lay.slot_size
+            return
+        after = [self._seq(i) for i in range(n)]
+        for i in range(n):
+            s1, s2, buf, base = before[i], after[i], block, i * lay.slot_size
+            attempt = 0
+            while s1 != s2 or s1 & 1:
+                attempt += 1
+                if attempt > SEQLOCK_RETRIES:
+                    buf = None
+                    break
+                s1 = self._seq(i)
+                buf, base = _exact(self.read_at, lay.procs_off + i * lay.slot_size, lay.slot_size), 0
+                self.nread += lay.slot_size
+                s2 = self._seq(i)
+            yield i, buf, base
+
+
 def _parse(read_at: ReadAt, file_size: int, device_memory: Mapping[str, int], now_s: float) -> Region:
     head0 = read_at(0, 12)
     lay = pick_layout(head0, file_size)
@@ -261,63 +349,39 @@ def _parse(read_at: ReadAt, file_size: int, device_memory: Mapping[str, int], no
             raise _Bad("bad_value", f"last_kernel_time {lk} is negative or in the future")
         last_kernel = lk or None
     devices: list[DeviceView] = []
-    dev_max: list[int] = []
+    dev_max: list[int | None] = []
+    device_errors: list[tuple[int, RegionError]] = []
     for d in range(n_dev):
-        off = lay.uuids_off + d * UUID_LEN
-        uuid = _uuid(head[off : off + UUID_LEN], d)
-        if any(v.uuid == uuid for v in devices):
-            raise _Bad("bad_uuid", f"device {d}: UUID {uuid} listed twice")
-        cap = min(device_memory.get(uuid, ABS_MAX_DEVICE_BYTES), ABS_MAX_DEVICE_BYTES)
-        (limit,) = _U64.unpack_from(head, lay.limit_off + 8 * d)
-        (sm_limit,) = _U64.unpack_from(head, lay.sm_limit_off + 8 * d)
-        if limit > cap:
-            raise _Bad("bad_value", f"device {d} ({uuid}): memory limit {limit} exceeds the device's {cap} bytes")
-        if sm_limit > 100:
-            raise _Bad("bad_value", f"device {d} ({uuid}): sm_limit {sm_limit} % > 100")
-        devices.append(DeviceView(index=d, uuid=uuid, limit_bytes=limit or None, sm_limit_pct=sm_limit or None))
+        try:
+            view, cap = _device(head, lay, d, devices, device_memory)
+        except _Bad as bad:
+            device_errors.append((d, RegionError(bad.reason, bad.detail)))
+            dev_max.append(None)
+            continue
+        devices.append(view)
         dev_max.append(cap)
     procs: list[ProcSlot] = []
+    stuck: list[int] = []
     if proc_num:
-        start = lay.procs_off
-        block = _exact(read_at, start, proc_num * lay.slot_size)
-        nread += len(block)
-        for i in range(proc_num):
-            slot_bytes, base = block, i * lay.slot_size
-            for attempt in range(SEQLOCK_RETRIES):
-                seq = _U64.unpack_from(slot_bytes, base + lay.seq_off)[0] if lay.seq_off is not None else 0
-                if seq % 2 == 0:
-                    # A torn slot can look corrupt; decide only once the seqlock says it is stable.
-                    bad: _Bad | None = None
-                    parsed = None
-                    try:
-                        (status,) = _I32.unpack_from(slot_bytes, base + lay.status_off)
-                        if status != 0:
-                            parsed = _parse_slot(slot_bytes, base, lay, n_dev, dev_max, i)
-                    except _Bad as exc:
-                        bad = exc
-                    stable = lay.seq_off is None
-                    if not stable:
-                        again = _U64.unpack_from(_exact(read_at, start + i * lay.slot_size + lay.seq_off, 8), 0)[0]
-                        nread += 8
-                        stable = again == seq
-                    if stable:
-                        if bad is not None:
-                            raise bad
-                        break
-                slot_bytes, base = _exact(read_at, start + i * lay.slot_size, lay.slot_size), 0
-                nread += lay.slot_size
-            else:
-                raise _Bad("seqlock_busy", f"slot {i} stayed mid-write for {SEQLOCK_RETRIES} reads")
-            if parsed is not None:
-                procs.append(parsed)
+        reader = _SlotReader(read_at, lay, proc_num)
+        for i, buf, base in reader.slots():
+            if buf is None:
+                stuck.append(i)
+                continue
+            (status,) = _I32.unpack_from(buf, base + lay.status_off)
+            if status != 0:   # 0: the process exited (HAMi's monitor skips it as well)
+                procs.append(_parse_slot(buf, base, lay, dev_max, i))
+        nread += reader.nread
     devices = aggregate(devices, procs)
-    for view, cap in zip(devices, dev_max):
+    for view in devices:
+        cap = dev_max[view.index]
         if view.used_bytes > cap:
             raise _Bad("bad_value", f"device {view.index}: processes use {view.used_bytes} bytes, more than the device's {cap}")
     return Region(
         layout=lay.name, major=major, minor=minor, file_size=file_size, device_num=n_dev, proc_num=proc_num,
         devices=devices, procs=procs, utilization_switch=util_switch, recent_kernel=recent_kernel,
-        priority=priority, last_kernel_time=last_kernel, bytes_read=nread,
+        priority=priority, last_kernel_time=last_kernel, bytes_read=nread, device_errors=device_errors,
+        stuck_slots=stuck,
     )
 
 
@@ -325,16 +389,17 @@ def aggregate(devices: list[DeviceView], procs: list[ProcSlot]) -> list[DeviceVi
     """Per-device sums over `procs` (fresh views; pass a subset to drop exited processes)."""
     out = [DeviceView(index=d.index, uuid=d.uuid, limit_bytes=d.limit_bytes, sm_limit_pct=d.sm_limit_pct) for d in devices]
     for p in procs:
-        for d, view in enumerate(out):
-            ctx, mod, data, _total = p.memory[d]
-            if ctx or mod or data or p.sm_util[d]:
+        for view in out:
+            ctx, mod, data, _total = p.memory[view.index]
+            sm = p.sm_util[view.index]
+            if ctx or mod or data or sm:
                 view.processes += 1
                 if p.hostpid:
                     view.hostpids.append(p.hostpid)
             view.context_bytes += ctx
             view.module_bytes += mod
             view.buffer_bytes += data
-            view.sm_util_pct = min(100, view.sm_util_pct + p.sm_util[d])
+            view.sm_util_pct = min(100, view.sm_util_pct + sm)
     return out
 
 

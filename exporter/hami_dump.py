@@ -2,7 +2,8 @@
 
 Reads the file exactly as the exporter does (read-only, no links, header and live slots
 only) and prints the header, each device with its limits and the live slots with their
-per-device memory by kind and SM utilization. Exit 1 with the reason when it is rejected.
+per-device memory by kind and SM utilization. Exit 1 with the reason when it is rejected;
+a skipped device or slot (`device_errors`, `stuck_slots` in the JSON) is also named on stderr.
 """
 from __future__ import annotations
 
@@ -34,6 +35,10 @@ def run(args: argparse.Namespace) -> int:
     if not isinstance(result, Region):
         print(f"hami-dump: {path}: rejected: {result}", file=sys.stderr)
         return 1
+    for index, err in result.device_errors:
+        print(f"hami-dump: {path}: device {index} skipped: {err}", file=sys.stderr)
+    for slot in result.stuck_slots:
+        print(f"hami-dump: {path}: slot {slot} skipped: its seqlock stayed odd (writer killed mid-update)", file=sys.stderr)
     json.dump({"path": path} | result.to_json_dict(), sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0

@@ -166,7 +166,10 @@ def _scheduler_samples(last: BuildResult, f: dict[str, GaugeMetricFamily]) -> No
     shared: dict[str, int] = {}
     pods = last.pods.pods.values() if last.pods is not None else ()
     for pod in pods:
-        for ci, grants in enumerate(pod.grants):
+        # the scheduler indexes a pod's device entries over init containers first, then containers
+        order = pod.init_containers + pod.containers
+        for container, grants in pod.grants.items():
+            ci = order.index(container) if container in order else len(order)
             for gr in grants:
                 if gr.uuid not in gpus:
                     continue   # a grant on another node's GPU

@@ -2,7 +2,8 @@
 
 - Pod list from the kubelet's `/pods` (HTTPS, service-account token), a URL (tests) or a
   file, refreshed on its own timer by `PodCache`, so a slow kubelet never delays a Tick.
-- `parse_vgpu_allocated`: HAMi's `hami.io/vgpu-devices-allocated` annotation (pure).
+- `parse_vgpu_allocated`: HAMi's `hami.io/vgpu-devices-allocated` annotation (pure), and
+  `assign_grants`: its entries onto the pod's containers, for either HAMi encoding.
 - `pod_from_cgroup`: NVML pid -> `/proc/<pid>/cgroup` -> pod UID and container ID (pure),
   for whole-GPU pods that run without HAMi.
 - `cluster_from_kubeconfig`: the tenant cluster identity = the kubelet kubeconfig's server.
@@ -31,19 +32,29 @@ class AnnotationError(ValueError):
     pass
 
 
+class PodListError(ValueError):
+    """A body that parsed but is not a PodList (`{}`, `{"items": null}`, a `Status`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Grant:
     uuid: str
     type: str
     mem_mib: int
     cores: int    # percent of the GPU's SMs; 0 = no limit given
+    # HAMi up to v2.9.0 in MIG mode appends `[template-slot]` to the GPU's UUID
+    mig_template: tuple[int, int] | None = None
+
+
+# GPU or MIG UUID, then HAMi's legacy MIG suffix `[<template index>-<slot index>]`
+_GRANT_UUID_RE = re.compile(r"(?P<uuid>(GPU|MIG)-[0-9A-Za-z/-]{1,90})(\[(?P<tmpl>\d{1,4})-(?P<slot>\d{1,4})\])?")
 
 
 def parse_vgpu_allocated(value: str) -> list[list[Grant]]:
-    """`<uuid>,<type>,<memMiB>,<cores>:` per device, containers separated by `;`.
+    """`<uuid>,<type>,<memMiB>,<cores>:` per device, `;` after each container's entry.
 
-    The list index is the container index in the pod spec; an empty entry keeps a
-    container that holds no GPU. Raises AnnotationError naming the bad part.
+    One entry per container in the order HAMi indexed them (`assign_grants`); an empty
+    entry keeps a container that holds no GPU. Raises AnnotationError naming the bad part.
     """
     if len(value) > 64 * 1024:
         raise AnnotationError(f"{ALLOC_ANNOTATION} is {len(value)} characters long")
@@ -60,15 +71,34 @@ def parse_vgpu_allocated(value: str) -> list[list[Grant]]:
             if len(fields) != 4:
                 raise AnnotationError(f"container {ci}: device entry {dev[:60]!r} does not have 4 fields")
             uuid, typ, mem, cores = (f.strip() for f in fields)
-            if not re.fullmatch(r"(GPU|MIG)-[0-9A-Za-z/-]{1,90}", uuid):
+            um = _GRANT_UUID_RE.fullmatch(uuid)
+            if not um:
                 raise AnnotationError(f"container {ci}: {uuid[:60]!r} is not a GPU UUID")
             if not (mem.isdigit() and cores.isdigit()):
                 raise AnnotationError(f"container {ci}: memory {mem[:20]!r} / cores {cores[:20]!r} are not integers")
             if int(cores) > 100 or int(mem) > 16 * 1024 * 1024:
                 raise AnnotationError(f"container {ci}: cores {cores} or memory {mem} MiB out of range")
-            grants.append(Grant(uuid, typ, int(mem), int(cores)))
+            tmpl = (int(um.group("tmpl")), int(um.group("slot"))) if um.group("tmpl") else None
+            grants.append(Grant(um.group("uuid"), typ, int(mem), int(cores), tmpl))
         containers.append(grants)
     return containers
+
+
+def assign_grants(entries: list[list[Grant]], init_containers: list[str], containers: list[str]) -> dict[str, list[Grant]]:
+    """Annotation entries -> grants per container name.
+
+    HAMi from v2.9.0 indexes the entries over the init containers first, then the
+    containers (pkg/device Resourcereqs), one entry each; up to v2.8.3 over the containers
+    only. With init containers the entry count tells the two apart.
+    """
+    k, c, n = len(init_containers), len(containers), len(entries)
+    if k and n == k + c:
+        order = init_containers + containers
+    elif n <= c:
+        order = containers
+    else:
+        raise AnnotationError(f"{ALLOC_ANNOTATION} has {n} entries for {k} init containers and {c} containers")
+    return {name: grants for name, grants in zip(order, entries) if grants}
 
 
 @dataclass(slots=True)
@@ -78,7 +108,9 @@ class PodInfo:
     namespace: str
     phase: str | None
     containers: list[str]
-    grants: list[list[Grant]] = field(default_factory=list)   # per container index (HAMi)
+    grants: dict[str, list[Grant]] = field(default_factory=dict)   # container (or init container) -> HAMi grants
+    init_containers: list[str] = field(default_factory=list)
+    finished: set[str] = field(default_factory=set)   # init containers that ran to completion: no slice
     whole_gpus: dict[str, int] = field(default_factory=dict)    # container -> nvidia.com/gpu with no gpumem/gpucores
     container_ids: dict[str, str] = field(default_factory=dict)   # runtime container id -> name
     annotation_error: str | None = None
@@ -103,26 +135,48 @@ def _limits(c: dict) -> dict:
     return (res.get("limits") or {}) | (res.get("requests") or {})
 
 
+def _text(value: Any) -> str:
+    """A name that goes into the Tick: it must encode as UTF-8 (JSON allows lone surrogates
+    like "\\ud800", which would make the whole Tick unencodable: it costs this pod instead)."""
+    s = str(value)
+    s.encode("utf-8")   # UnicodeEncodeError is a ValueError: the pod is skipped and counted
+    return s
+
+
+def _terminated(statuses: Any) -> set[str]:
+    return {str(cs.get("name")) for cs in statuses or [] if isinstance(cs, dict) and "terminated" in (cs.get("state") or {})}
+
+
 def index_pods(pod_list: dict) -> PodIndex:
-    """PodList JSON (kubelet /pods) -> index by UID; a bad pod costs that pod only."""
-    idx = PodIndex(fetched=True)
-    items = pod_list.get("items") if isinstance(pod_list, dict) else None
+    """PodList JSON (kubelet /pods) -> index by UID; a bad pod costs that pod only.
+
+    Raises PodListError for a body that is not a PodList, so that the caller keeps its last
+    good list: an empty index would make every slice of the node vanish.
+    """
+    if not isinstance(pod_list, dict):
+        raise PodListError(f"pod list is a JSON {type(pod_list).__name__}, not an object")
+    kind = pod_list.get("kind")
+    if kind not in (None, "PodList"):
+        raise PodListError(f"pod list has kind {str(kind)[:40]!r}: {str(pod_list.get('message', ''))[:200]}")
+    items = pod_list.get("items")
     if not isinstance(items, list):
-        idx.errors += 1
-        return idx
+        raise PodListError(f"pod list has no items list (items: {type(items).__name__})")
+    idx = PodIndex(fetched=True)
     for item in items:
         try:
             meta, spec, status = item["metadata"], item.get("spec") or {}, item.get("status") or {}
             phase = status.get("phase")
             if phase not in _ACTIVE or meta.get("deletionTimestamp") and phase not in ("Running",):
                 continue   # finished pods hold no GPU
-            names = [c["name"] for c in spec.get("containers") or []]
-            info = PodInfo(uid=str(meta["uid"]), name=str(meta["name"]), namespace=str(meta.get("namespace", "default")),
-                           phase=phase, containers=names)
+            names = [_text(c["name"]) for c in spec.get("containers") or []]
+            init_names = [_text(c["name"]) for c in spec.get("initContainers") or []]
+            info = PodInfo(uid=_text(meta["uid"]), name=_text(meta["name"]), namespace=_text(meta.get("namespace", "default")),
+                           phase=phase, containers=names, init_containers=init_names,
+                           finished=_terminated(status.get("initContainerStatuses")))
             ann = (meta.get("annotations") or {}).get(ALLOC_ANNOTATION)
             if ann:
                 try:
-                    info.grants = parse_vgpu_allocated(ann)
+                    info.grants = assign_grants(parse_vgpu_allocated(ann), init_names, names)
                 except AnnotationError as exc:
                     info.annotation_error = str(exc)
                     idx.errors += 1
@@ -132,10 +186,10 @@ def index_pods(pod_list: dict) -> PodIndex:
                 n = lim.get("nvidia.com/gpu")
                 if n and not any(k in lim for k in ("nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores")):
                     info.whole_gpus[c["name"]] = int(str(n))   # whole GPUs (with or without HAMi in the path)
-            for cs in status.get("containerStatuses") or []:
+            for cs in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or []):
                 cid = str(cs.get("containerID") or "")
                 if "://" in cid:
-                    info.container_ids[cid.split("://", 1)[1]] = cs.get("name")
+                    info.container_ids[_text(cid.split("://", 1)[1])] = _text(cs.get("name"))
             idx.pods[info.uid] = info
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             idx.errors += 1

@@ -21,7 +21,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from exporter.hami import Region, RegionError, aggregate, discover, open_containers_dir, read_region_entry
+from exporter.hami import (Region, RegionError, aggregate, discover, open_containers_dir, parse_dir_name,
+                           read_region_entry)
 from exporter.nvml import GpuSample, MigSample, NvmlReader
 from exporter.pods import Grant, PodCache, PodIndex, PodInfo, pid_to_pod
 from slicemeter.tick import GpuReading, SliceReading, Tick
@@ -34,12 +35,23 @@ def _clamp01(v: float | None) -> float | None:
     return None if v is None else min(1.0, max(0.0, v))
 
 
+def core_limit_ratio(sm_limit_ratio: float | None) -> float | None:
+    """A region's sm_limit as a core share: only 0 < limit < 1 is a limit (HAMi-core's watcher
+    throttles nothing else), so 0 and 1.0 (100 %, written when there is no limit) are None."""
+    return sm_limit_ratio if sm_limit_ratio is not None and 0.0 < sm_limit_ratio < 1.0 else None
+
+
+def grant_cores_ratio(grant: Grant | None) -> float | None:
+    """The grant's core share; 0.0 for a memory-only grant (gpucores 0), None without a grant."""
+    return None if grant is None else min(grant.cores, 100) / 100
+
+
 def allocation_share(s: SliceReading, gpu_memory_total: int | None) -> float | None:
     """Dominant share of the GPU the slice was granted (whole GPU = 1)."""
     if s.whole_gpu:
         return 1.0
     mem = s.alloc_memory_bytes if s.alloc_memory_bytes is not None else s.hami_memory_limit_bytes
-    cores = s.alloc_cores_ratio if s.alloc_cores_ratio is not None else s.sm_limit_ratio
+    cores = s.alloc_cores_ratio if s.alloc_cores_ratio is not None else core_limit_ratio(s.sm_limit_ratio)
     parts = []
     if mem is not None and gpu_memory_total:
         parts.append(mem / gpu_memory_total)
@@ -72,6 +84,8 @@ class BuildResult:
     pod_errors: int = 0
     region_errors: list[tuple[str | None, str | None, str, RegionError]] = field(default_factory=list)  # uid, container, entry, error
     hami_ok: dict[tuple[str, str], bool] = field(default_factory=dict)
+    # containers whose region was read but lacked a device or slot: their other grants' use is unknown
+    hami_partial: set[tuple[str, str]] = field(default_factory=set)
     disagreement: dict[tuple[str, str, str], bool] = field(default_factory=dict)
     # (pod uid, container, parent GPU uuid) -> the MIG device the slice ran on
     mig: dict[tuple[str, str, str], MigSample] = field(default_factory=dict)
@@ -117,7 +131,7 @@ class TickBuilder:
 
         files, dir_errors = discover(self.hami_dir)
         for entry, err in dir_errors:
-            self._region_error(res, None, None, entry, err)
+            self._dir_error(res, pods, entry, err)
         root_fd = open_containers_dir(self.hami_dir) if files else None
         try:
             self._hami_slices(res, files, root_fd, pods, gpus, devmem, snap, seen, hami_pids, ts_ms)
@@ -149,28 +163,39 @@ class TickBuilder:
             pod = pods.pods.get(f.pod_uid)
             if pods.fetched and pod is None:
                 continue   # stale directory of a deleted pod
+            if pod is not None and f.container in pod.finished:
+                continue   # a completed init container's region stays behind; nothing runs there
             if root_fd is None:
                 region: Region | RegionError = RegionError("unreadable", "HAMi containers directory vanished")
             else:
                 region = read_region_entry(root_fd, f, devmem, now_s=ts_ms / 1000)
-            if isinstance(region, Region) and snap.gpus:
-                stray = [d.uuid for d in region.devices if d.uuid not in gpus]
-                if stray:
-                    region = RegionError("unknown_gpu", f"device UUID {stray[0]} is not a GPU of this node")
             if isinstance(region, RegionError):
                 self._region_error(res, f.pod_uid, f.container, f.dir_name, region)
                 res.hami_ok[(f.pod_uid, f.container)] = False
                 continue
-            res.hami_ok[(f.pod_uid, f.container)] = True
+            key = (f.pod_uid, f.container)
+            res.hami_ok[key] = True
+            skipped = [err for _, err in region.device_errors]
+            skipped += [RegionError("seqlock_stuck", f"slot {i} stayed odd (its writer died mid-update)")
+                        for i in region.stuck_slots]
+            kept = region.devices
+            if snap.gpus:
+                kept = [d for d in region.devices if d.uuid in gpus]
+                skipped += [RegionError("unknown_gpu", f"device {d.index}: UUID {d.uuid} is not a GPU of this node")
+                            for d in region.devices if d.uuid not in gpus]
+            for err in skipped:
+                self._region_error(res, f.pod_uid, f.container, f.dir_name, err)
+            if skipped:
+                res.hami_partial.add(key)
             grants = _grants_for(pod, f.container)
-            devices = region.devices
+            devices = kept
             if nvml_pids is not None:
                 # HAMi-core frees an exited process's slot lazily, so its memory would stay at the
                 # high-water mark: drop a slot whose host pid NVML no longer lists and /proc lacks.
                 live = [p for p in region.procs
                         if not p.hostpid or p.hostpid in nvml_pids or (self.pid_alive is not None and self.pid_alive(p.hostpid))]
                 if len(live) != len(region.procs):
-                    devices = aggregate(region.devices, live)
+                    devices = aggregate(kept, live)
             age = max(0.0, ts_ms / 1000 - region.last_kernel_time) if region.last_kernel_time else None
             for dev in devices:
                 g = gpus.get(dev.uuid)
@@ -195,13 +220,23 @@ class TickBuilder:
                     sm_util_ratio=_clamp01(sm), last_kernel_age_s=age, process_count=dev.processes,
                     nvml_memory_used_bytes=nvml_mem,
                     alloc_memory_bytes=grant.mem_mib * MiB if grant else None,
-                    alloc_cores_ratio=grant.cores / 100 if grant and grant.cores else None,
+                    alloc_cores_ratio=grant_cores_ratio(grant),
                     whole_gpu=bool(pod and f.container in pod.whole_gpus), source="hami",
                 )
                 slices.append(s)
                 seen.add((f.pod_uid, f.container, dev.uuid))
                 res.disagreement[(f.pod_uid, f.container, dev.uuid)] = memory_disagrees(
                     s.hami_memory_used_bytes, nvml_mem, self.tolerance_bytes, self.tolerance_ratio)
+
+    def _dir_error(self, res: BuildResult, pods, entry: str, err: RegionError) -> None:
+        """A container directory that could not be read (two .cache files, a link): when it
+        names a container of a listed pod, that container's use is unknown, not zero."""
+        parsed = parse_dir_name(entry)
+        if parsed is None or pods.pods.get(parsed[0]) is None:
+            self._region_error(res, None, None, entry, err)
+            return
+        self._region_error(res, parsed[0], parsed[1], entry, err)
+        res.hami_ok[parsed] = False
 
     def _region_error(self, res: BuildResult, uid: str | None, container: str | None, entry: str, err: RegionError) -> None:
         res.region_errors.append((uid, container, entry, err))
@@ -212,11 +247,10 @@ class TickBuilder:
 
     def _annotation_slices(self, res: BuildResult, pods, gpus: dict[str, GpuSample], seen) -> None:
         for pod in pods:
-            for ci, grants in enumerate(pod.grants):
-                if ci >= len(pod.containers):
-                    continue
-                cname = pod.containers[ci]
-                failed = res.hami_ok.get((pod.uid, cname)) is False
+            for cname, grants in pod.grants.items():
+                if cname in pod.finished:
+                    continue   # an init container that completed holds its grant no more
+                failed = res.hami_ok.get((pod.uid, cname)) is False or (pod.uid, cname) in res.hami_partial
                 for vi, gr in enumerate(grants):
                     if (pod.uid, cname, gr.uuid) in seen or (gpus and gr.uuid not in gpus):
                         continue
@@ -226,9 +260,9 @@ class TickBuilder:
                         pod_uid=pod.uid, container=cname, gpu_uuid=gr.uuid, pod=pod.name, namespace=pod.namespace,
                         vdevice_index=vi, hami_memory_limit_bytes=gr.mem_mib * MiB,
                         hami_memory_used_bytes=used, hami_context_bytes=used, hami_module_bytes=used,
-                        hami_buffer_bytes=used, sm_limit_ratio=gr.cores / 100 if gr.cores else None,
+                        hami_buffer_bytes=used, sm_limit_ratio=core_limit_ratio(gr.cores / 100),
                         sm_util_ratio=None if failed else 0.0, process_count=None if failed else 0,
-                        alloc_memory_bytes=gr.mem_mib * MiB, alloc_cores_ratio=gr.cores / 100 if gr.cores else None,
+                        alloc_memory_bytes=gr.mem_mib * MiB, alloc_cores_ratio=grant_cores_ratio(gr),
                         whole_gpu=cname in pod.whole_gpus, source="annotation",
                     ))
 
@@ -303,10 +337,7 @@ class TickBuilder:
 
 
 def _grants_for(pod: PodInfo | None, container: str) -> list[Grant]:
-    if pod is None or container not in pod.containers:
-        return []
-    ci = pod.containers.index(container)
-    return pod.grants[ci] if ci < len(pod.grants) else []
+    return pod.grants.get(container, []) if pod is not None else []
 
 
 def _gpu_reading(g: GpuSample, slice_count: int) -> GpuReading:

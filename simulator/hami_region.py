@@ -1,12 +1,16 @@
 """Byte-exact writer of HAMi-core shared regions (the per-container `.cache` files).
 
 HAMi-core (libvgpu.so) mmaps one region per container and every CUDA process in the
-container writes its own slot. We write the same bytes from outside: layout v1 (HAMi-core
-major 1; sizeof 2,008,952 on x86-64, offsets in ARCHITECTURE.md) and the older v0 layout
-(no version fields, narrower slots, no seqlock and no last_kernel_time). v0 offsets follow
-from HAMi's pkg/monitor/nvidia/v0/spec.go laid out with x86-64 C alignment; HAMi's monitor
-recognises a v0 file by its size, 1,197,897 bytes: sizeof(shared_region_t) = 1,197,896
-plus the one byte HAMi-core writes past the end when it creates the file.
+container writes its own slot. We write the same bytes from outside, per HAMi-core version
+(x86-64 offsets of src/multiprocess/multiprocess_memory_limit.h):
+
+- `1.2` (V1, today's): sizeof 2,008,952, version 1.2; `1.1` the same offsets, version 1.1;
+- `v0` (before the version fields): sizeof 1,197,896, narrower slots, no seqlock, no
+  last_kernel_time;
+- `1.1-2026-03`: HAMi-core main of March 2026, never released: seqlock after hostpid,
+  sem_postinit after sem, sizeof 2,008,984 (to show that it is refused, not misread).
+
+Every file is sizeof + 1 bytes: HAMi-core creates it by writing one byte at offset sizeof.
 
 Updates are in place: the file is created once, then each tick pwrites the header fields
 and the changed slots. A slot is written with the seqlock protocol HAMi-core uses (bump
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 MAGIC = 19920718
@@ -51,15 +55,17 @@ class Layout:
     recent_kernel: int
     priority: int
     last_kernel_time: int | None
+    slot_used: int = 8                   # used[16] inside a slot
 
 
 V1 = Layout(
-    name="v1", sizeof=2_008_952, file_size=2_008_952, version=(1, 2), sm_init_flag=12, owner_pid=16,
+    name="v1", sizeof=2_008_952, file_size=2_008_953, version=(1, 2), sm_init_flag=12, owner_pid=16,
     device_num=56, uuids=64, limit=1600, sm_limit=1728, procs=1856, slot_size=1960, used_stride=64,
     monitorused=1032, device_util=1160, util_stride=48, status=1928, seqlock=1936,
     proc_num=2_008_896, utilization_switch=2_008_900, recent_kernel=2_008_904, priority=2_008_908,
     last_kernel_time=2_008_912,
 )
+V1_1 = replace(V1, name="v1", version=(1, 1))
 V0 = Layout(
     name="v0", sizeof=1_197_896, file_size=1_197_897, version=None, sm_init_flag=4, owner_pid=8,
     device_num=48, uuids=56, limit=1592, sm_limit=1720, procs=1848, slot_size=1168, used_stride=40,
@@ -67,8 +73,16 @@ V0 = Layout(
     proc_num=1_197_880, utilization_switch=1_197_884, recent_kernel=1_197_888, priority=1_197_892,
     last_kernel_time=None,
 )
-LAYOUTS = {"v0": V0, "v1": V1}
-_SLOT_USED = 8   # used[16] starts right after pid, hostpid in both layouts
+# every field from sem_postinit (after sem) on 32 bytes later; in the slot the seqlock first
+MOVED_1_1 = Layout(
+    name="1.1-2026-03", sizeof=2_008_984, file_size=2_008_985, version=(1, 1), sm_init_flag=12, owner_pid=16,
+    device_num=88, uuids=96, limit=1632, sm_limit=1760, procs=1888, slot_size=1960, used_stride=64,
+    monitorused=1040, device_util=1168, util_stride=48, status=1936, seqlock=8,
+    proc_num=2_008_928, utilization_switch=2_008_932, recent_kernel=2_008_936, priority=2_008_940,
+    last_kernel_time=2_008_944, slot_used=16,
+)
+# by HAMi-core version (scenario key `hami_core`)
+LAYOUTS = {"v0": V0, "1.1": V1_1, "1.2": V1, "1.1-2026-03": MOVED_1_1}
 
 
 @dataclass
@@ -79,13 +93,14 @@ class ProcSlot:
     monitorused: list[int]                # per vdevice: bytes NVML attributes to the process
     sm_util: list[int]                    # per vdevice: percent of the GPU's SMs
     status: int = 1
+    killed: bool = False                  # its writer died mid-update: the seqlock stays odd
 
 
 @dataclass
 class RegionState:
     uuids: list[str]
     limits: list[int]                     # bytes per vdevice
-    sm_limits: list[int]                  # percent per vdevice (0 = no limit)
+    sm_limits: list[int]                  # percent per vdevice (HAMi-core writes 100 for no limit)
     procs: list[ProcSlot] = field(default_factory=list)
     owner_pid: int = 0
     last_kernel_time: int = 0             # Unix seconds (HAMi-core stores time(NULL))
@@ -121,11 +136,11 @@ def _header(layout: Layout, st: RegionState) -> list[tuple[int, bytes]]:
 
 
 def _slot_body(layout: Layout, p: ProcSlot) -> bytes:
-    """A slot's bytes up to (not including) the seqlock."""
+    """A slot's bytes up to the status (the seqlock's 8 bytes inside it, if any, left 0)."""
     buf = bytearray(layout.status + 4)
     struct.pack_into("<ii", buf, 0, p.pid, p.hostpid)
     for d, (ctx, mod, data) in enumerate(p.used):
-        struct.pack_into("<5Q", buf, _SLOT_USED + d * layout.used_stride, ctx, mod, data, 0, ctx + mod + data)
+        struct.pack_into("<5Q", buf, layout.slot_used + d * layout.used_stride, ctx, mod, data, 0, ctx + mod + data)
     for d, v in enumerate(p.monitorused):
         struct.pack_into("<Q", buf, layout.monitorused + d * 8, v)
     for d, sm in enumerate(p.sm_util):
@@ -146,8 +161,17 @@ def encode_region(layout: Layout, st: RegionState, seq: int = 2) -> bytes:
         body = _slot_body(layout, p)
         buf[base:base + len(body)] = body
         if layout.seqlock is not None:
-            struct.pack_into("<Q", buf, base + layout.seqlock, seq)
+            struct.pack_into("<Q", buf, base + layout.seqlock, seq + 1 if p.killed else seq)
     return bytes(buf)
+
+
+def _pwrite_body(fd: int, lay: Layout, body: bytes, base: int) -> None:
+    """The slot's fields, around the seqlock where the layout puts it inside them."""
+    if lay.seqlock is not None and lay.seqlock < len(body):
+        os.pwrite(fd, body[: lay.seqlock], base)
+        os.pwrite(fd, body[lay.seqlock + 8 :], base + lay.seqlock + 8)
+    else:
+        os.pwrite(fd, body, base)
 
 
 class RegionWriter:
@@ -182,10 +206,15 @@ class RegionWriter:
                     os.pwrite(fd, body, base)
                 else:
                     (seq,) = struct.unpack("<Q", os.pread(fd, 8, base + lay.seqlock))
-                    seq += seq & 1                       # a crashed writer left it odd
-                    os.pwrite(fd, struct.pack("<Q", seq + 1), base + lay.seqlock)
-                    os.pwrite(fd, body, base)
-                    os.pwrite(fd, struct.pack("<Q", seq + 2), base + lay.seqlock)
+                    if p.killed:   # bumped to odd, fields half written, never bumped back
+                        if seq % 2 == 0:
+                            os.pwrite(fd, struct.pack("<Q", seq + 1), base + lay.seqlock)
+                            _pwrite_body(fd, lay, body, base)
+                    else:
+                        seq += seq & 1                   # a slot reused after a killed writer
+                        os.pwrite(fd, struct.pack("<Q", seq + 1), base + lay.seqlock)
+                        _pwrite_body(fd, lay, body, base)
+                        os.pwrite(fd, struct.pack("<Q", seq + 2), base + lay.seqlock)
                 if i < len(self._slots):
                     self._slots[i] = body
                 else:

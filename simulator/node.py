@@ -22,18 +22,28 @@ import numpy as np
 from simulator import workload as wl
 from simulator.hami_region import LAYOUTS, ProcSlot, RegionState, RegionWriter
 from simulator.nvml import FakeNvml, GpuNow, ProcNow
-from simulator.scenario import MIB, RES_GPU, Container, Pod, Scenario, stable_uuid
+from simulator.scenario import MIB, RES_GPU, Container, Pod, Scenario, stable_hash, stable_uuid
 
 ANNOTATION_ALLOCATED = "hami.io/vgpu-devices-allocated"
 ANNOTATION_NODE = "hami.io/vgpu-node"
 
 
-def allocation_annotation(node_gpus, pod: Pod) -> str:
-    """`<uuid>,NVIDIA,<memMiB>,<cores>:` per device, `;` after each container (empty keeps the index)."""
+def allocation_annotation(node_gpus, pod: Pod, hami_version: str = "2.10") -> str:
+    """`<uuid>,NVIDIA,<memMiB>,<cores>:` per device, `;` after each container (empty keeps the index).
+
+    As HAMi's EncodePodSingleDevice writes it; from v2.9.0 one entry per init container comes
+    first, up to v2.8.3 init containers get no HAMi devices and no entry.
+    """
+    indexed = pod.containers if hami_version == "2.8" else (*pod.init_containers, *pod.containers)
     parts = []
-    for c in pod.containers:
+    for c in indexed:
         parts.append("".join(f"{node_gpus[d].uuid},NVIDIA,{m},{c.cores}:" for d, m in zip(c.devices, c.mem_mib)) + ";")
     return "".join(parts)
+
+
+def hami_sm_limit(cores: int) -> int:
+    """What HAMi-core stores: CUDA_DEVICE_SM_LIMIT (HAMi sets it to gpucores), 100 when 0 or unset."""
+    return cores if cores > 0 else 100
 
 
 @dataclass
@@ -57,7 +67,7 @@ class SimulatedNode:
         self.cluster = self.spec.cluster
         self.tenant = self.spec.tenant
         self.hami_dir = Path(hami_dir)
-        self.layout = LAYOUTS[self.spec.layout]
+        self.layout = LAYOUTS[self.spec.hami_core]
         self.model = wl.FleetModel([self.spec], seed)
         self.gpus = self.spec.gpus
         self._col = {(s.ci, s.vdev): i for i, s in enumerate(self.model.slices)}
@@ -123,18 +133,32 @@ class SimulatedNode:
             out.append((p, used, true, sm))
         return out
 
+    def watcher_zeroed(self, lc: LiveContainer) -> bool:
+        """Whether this read falls between HAMi-core's watcher zeroing every slot's sm_util and
+        monitorused (init_gpu_device_utilization) and setting them from NVML again."""
+        p = self.spec.watcher_zeroed
+        return p > 0 and stable_hash("watcher", lc.container.key, self.ts_ms // 1000) < p * 2.0**64
+
     def region_state(self, lc: LiveContainer) -> RegionState:
         c = lc.container
         last = int(self.state.containers.last_kernel_s[0, lc.ci])
+        zeroed = self.watcher_zeroed(lc)
         slots = [
             ProcSlot(pid=wl.container_pid(p), hostpid=wl.host_pid(self.name, lc.pod_uid, c.name, p),
-                     used=used, monitorused=true, sm_util=sm)
+                     used=used, monitorused=[0] * len(true) if zeroed else true,
+                     sm_util=[0] * len(sm) if zeroed else sm)
             for p, used, true, sm in self._procs(lc)
         ]
+        if c.writer_killed:
+            # a process killed inside a memory update: its slot stays, odd, with what it held
+            p = c.processes
+            slots.append(ProcSlot(pid=wl.container_pid(p), hostpid=wl.host_pid(self.name, lc.pod_uid, c.name, p),
+                                  used=[(256 * MIB, 0, 512 * MIB)] + [(0, 0, 0)] * (len(c.devices) - 1),
+                                  monitorused=[0] * len(c.devices), sm_util=[0] * len(c.devices), killed=True))
         return RegionState(
             uuids=[self.gpus[d].uuid for d in c.devices],
             limits=[m * MIB for m in c.mem_mib],
-            sm_limits=[c.cores] * len(c.devices),
+            sm_limits=[hami_sm_limit(c.cores)] * len(c.devices),
             procs=slots,
             owner_pid=wl.container_pid(0),
             last_kernel_time=last,
@@ -183,32 +207,33 @@ class SimulatedNode:
         return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
 
     def _pod_json(self, pod: Pod, uid: str, name: str, started: str) -> dict:
-        containers, statuses = [], []
-        for c in pod.containers:
+        def spec(c: Container) -> dict:
             res = {k: str(v) for k, v in c.requests.items()}
             if RES_GPU in res and c.whole_gpu:
                 res = {RES_GPU: res[RES_GPU]}
-            containers.append({
-                "name": c.name,
-                "image": f"registry.example/{pod.namespace}/{c.name}:latest",
-                "resources": {"limits": dict(res), "requests": dict(res)},
-            })
-            statuses.append({
-                "name": c.name, "ready": True, "restartCount": 0,
-                "containerID": "containerd://" + stable_uuid("ctr", uid, c.name).replace("-", ""),
-                "state": {"running": {"startedAt": started}},
-            })
+            return {"name": c.name, "image": f"registry.example/{pod.namespace}/{c.name}:latest",
+                    "resources": {"limits": dict(res), "requests": dict(res)}}
+
+        def status(c: Container, state: dict) -> dict:
+            return {"name": c.name, "ready": "running" in state, "restartCount": 0,
+                    "containerID": "containerd://" + stable_uuid("ctr", uid, c.name).replace("-", ""), "state": state}
+
+        containers = [spec(c) for c in pod.containers]
+        statuses = [status(c, {"running": {"startedAt": started}}) for c in pod.containers]
+        done = {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": started, "finishedAt": started}}
+        extra_spec = {"initContainers": [spec(c) for c in pod.init_containers]} if pod.init_containers else {}
+        extra_status = {"initContainerStatuses": [status(c, done) for c in pod.init_containers]} if pod.init_containers else {}
         return {
             "metadata": {
                 "name": name, "namespace": pod.namespace, "uid": uid,
                 "labels": {"app": pod.name, "slicemeter.sim/pattern": pod.containers[0].workload.pattern},
                 "annotations": {
-                    ANNOTATION_ALLOCATED: allocation_annotation(self.gpus, pod),
+                    ANNOTATION_ALLOCATED: allocation_annotation(self.gpus, pod, self.spec.hami_version),
                     ANNOTATION_NODE: self.name,
                     "hami.io/bind-phase": "success",
-                } if any(c.has_gpu for c in pod.containers) else {},
+                } if any(c.has_gpu for c in (*pod.init_containers, *pod.containers)) else {},
                 "creationTimestamp": started,
             },
-            "spec": {"nodeName": self.name, "schedulerName": "hami-scheduler", "containers": containers},
-            "status": {"phase": "Running", "startTime": started, "containerStatuses": statuses},
+            "spec": {"nodeName": self.name, "schedulerName": "hami-scheduler", **extra_spec, "containers": containers},
+            "status": {"phase": "Running", "startTime": started, **extra_status, "containerStatuses": statuses},
         }

@@ -40,7 +40,12 @@ PATTERN_PARAMS: dict[str, dict[str, tuple[float, float, float]]] = {
     "batch-jobs": {"level": (0.9, 0.0, 1.0), "jobs_per_day": (6, 1, 48), "duration_min": (45, 15, 1440),
                    "memory": (0.8, 0.0, 1.0)},
 }
+# HAMi-core versions by region layout (simulator/hami_region.py); `hami_layout` v0/v1 is the older key
+HAMI_CORE = ("v0", "1.1", "1.2", "1.1-2026-03")
 LAYOUTS = ("v0", "v1")
+# how HAMi's scheduler indexes hami.io/vgpu-devices-allocated: containers only up to v2.8.3,
+# init containers first from v2.9.0
+HAMI_VERSIONS = ("2.8", "2.10")
 RES_GPU, RES_MEM, RES_MEM_PCT, RES_CORES = (
     "nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -106,6 +111,7 @@ class Container:
     workload: Workload
     processes: int
     hami_underreport: float          # 1.0 = honest; <1: HAMi region under-reports buffers
+    writer_killed: bool              # a dead process's slot stuck mid-update (seqlock odd) in the region
     requests: dict[str, int]         # what the pod spec asked for (kubelet JSON)
     key: int                         # stable hash: seeds this container's noise
     sched_key: int                   # stable hash of the pod: notebook sessions, batch schedule
@@ -122,6 +128,7 @@ class Pod:
     uid: str
     containers: tuple[Container, ...]
     batch: bool                     # pods of a batch-jobs pattern exist only while a job runs
+    init_containers: tuple[Container, ...] = ()   # ran to completion before the containers
 
 
 @dataclass(frozen=True)
@@ -129,10 +136,13 @@ class Node:
     name: str
     tenant: str
     cluster: str                    # the tenant's API server URL (cluster identity in Ticks)
-    layout: str                     # HAMi shared-region layout: v0 | v1
+    layout: str                     # region layout family: v0 | v1 | 1.1-2026-03 (unreadable by design)
     gpus: tuple[Gpu, ...]
     pods: tuple[Pod, ...]
     nvml_unsupported: frozenset[str] = frozenset()
+    hami_core: str = "1.2"          # HAMi-core version writing the regions (HAMI_CORE)
+    hami_version: str = "2.10"      # HAMi scheduler version writing the annotations (HAMI_VERSIONS)
+    watcher_zeroed: float = 0.0     # share of reads that catch HAMi-core's watcher between zeroing and setting sm_util
 
 
 @dataclass
@@ -281,7 +291,8 @@ def _load_tenants(doc: _Doc, raw: list) -> list[dict[str, Any]]:
 
 def _load_node(doc: _Doc, raw: Any, p: str, tenants: dict[str, dict]) -> list[Node]:
     _check_keys(doc, raw if isinstance(raw, dict) else {}, p,
-                {"name", "tenant", "hami_layout", "count", "gpus", "pods", "nvml_unsupported"})
+                {"name", "tenant", "hami_layout", "hami_core", "hami_version", "hami_watcher_zeroed", "count", "gpus",
+                 "pods", "nvml_unsupported"})
     base = _get(doc, raw, p, "name", str)
     if not _DNS_SUBDOMAIN.match(base):
         raise doc.error(f"{p}.name", f"node name {base!r} is not a DNS name")
@@ -291,6 +302,18 @@ def _load_node(doc: _Doc, raw: Any, p: str, tenants: dict[str, dict]) -> list[No
     layout = _get(doc, raw, p, "hami_layout", str, "v1")
     if layout not in LAYOUTS:
         raise doc.error(f"{p}.hami_layout", f"unknown HAMi layout {layout!r} (known: v0, v1)")
+    if "hami_layout" in raw and "hami_core" in raw:
+        raise doc.error(f"{p}.hami_core", "give hami_core or the older hami_layout, not both")
+    core = str(_get(doc, raw, p, "hami_core", (str, float), "v0" if layout == "v0" else "1.2"))
+    if core not in HAMI_CORE:
+        raise doc.error(f"{p}.hami_core", f"unknown HAMi-core version {core!r} (known: {', '.join(HAMI_CORE)})")
+    layout = {"v0": "v0", "1.1-2026-03": "1.1-2026-03"}.get(core, "v1")
+    hami_version = _get(doc, raw, p, "hami_version", str, "2.10")
+    if hami_version not in HAMI_VERSIONS:
+        raise doc.error(f"{p}.hami_version", f"unknown HAMi version {hami_version!r} (known: {', '.join(HAMI_VERSIONS)})")
+    zeroed = _get(doc, raw, p, "hami_watcher_zeroed", (int, float), 0.0)
+    if isinstance(zeroed, bool) or not 0.0 <= zeroed <= 1.0:
+        raise doc.error(f"{p}.hami_watcher_zeroed", f"{zeroed!r} is outside [0, 1]")
     count = _get(doc, raw, p, "count", int, 1)
     if count < 1:
         raise doc.error(f"{p}.count", "count must be >= 1")
@@ -327,7 +350,7 @@ def _load_node(doc: _Doc, raw: Any, p: str, tenants: dict[str, dict]) -> list[No
             for i, (model, mem) in enumerate(gpu_specs)
         )
         pods = _load_pods(doc, pods_raw, p, name, suffix, cluster, gpus)
-        nodes.append(Node(name, tenant, cluster, layout, gpus, pods, unsupported))
+        nodes.append(Node(name, tenant, cluster, layout, gpus, pods, unsupported, core, hami_version, float(zeroed)))
     return nodes
 
 
@@ -356,13 +379,19 @@ def _load_pods(doc: _Doc, pods_raw: list, node_path: str, node: str, suffix: str
     pods = []
     for i, raw in enumerate(pods_raw):
         p = f"{node_path}.pods[{i}]"
-        _check_keys(doc, raw if isinstance(raw, dict) else {}, p, {"name", "namespace", "containers", "workload"})
+        _check_keys(doc, raw if isinstance(raw, dict) else {}, p,
+                    {"name", "namespace", "containers", "init_containers", "workload"})
         name = _get(doc, raw, p, "name", str) + suffix
         ns = _get(doc, raw, p, "namespace", str, "default")
         for key, v in (("name", name), ("namespace", ns)):
             if not _DNS_LABEL.match(v) and not (key == "name" and _DNS_SUBDOMAIN.match(v)):
                 raise doc.error(f"{p}.{key}", f"{v!r} is not a valid Kubernetes {key}")
         pod_workload = raw.get("workload")
+        # init containers run to completion first: placed on free capacity, which they give back
+        inits = tuple(
+            _load_container(doc, c, f"{p}.init_containers[{j}]", "idle-reservation", p, node, name, ns, gpus,
+                            list(mem_used), list(cores_used), list(whole_taken))
+            for j, c in enumerate(_get(doc, raw, p, "init_containers", list, [])))
         containers = []
         for j, c in enumerate(_get(doc, raw, p, "containers", list)):
             cp = f"{p}.containers[{j}]"
@@ -370,14 +399,14 @@ def _load_pods(doc: _Doc, pods_raw: list, node_path: str, node: str, suffix: str
                                               gpus, mem_used, cores_used, whole_taken))
         if not containers:
             raise doc.error(f"{p}.containers", "a pod needs at least one container")
-        cnames = [c.name for c in containers]
+        cnames = [c.name for c in (*inits, *containers)]
         if len(set(cnames)) != len(cnames):
             raise doc.error(f"{p}.containers", f"duplicate container names {cnames}")
         batch = any(c.workload.pattern == "batch-jobs" for c in containers)
         if batch and len({c.workload for c in containers if c.has_gpu}) != 1:
             raise doc.error(f"{p}.containers", "a batch-jobs pod's GPU containers must share one workload (one schedule)")
         uid = stable_uuid("pod", cluster, ns, name)
-        pods.append(Pod(name, ns, uid, tuple(containers), batch))
+        pods.append(Pod(name, ns, uid, tuple(containers), batch, inits))
     names = [(pd.namespace, pd.name) for pd in pods]
     for i, n in enumerate(names):
         if names.index(n) != i:
@@ -389,7 +418,7 @@ def _load_container(doc: _Doc, c: Any, cp: str, pod_workload: Any, pod_path: str
                     gpus: tuple[Gpu, ...], mem_used: list[int], cores_used: list[int],
                     whole_taken: list[bool]) -> Container:
     _check_keys(doc, c if isinstance(c, dict) else {}, cp,
-                {"name", "resources", "workload", "processes", "devices", "hami_underreport"})
+                {"name", "resources", "workload", "processes", "devices", "hami_underreport", "hami_writer_killed"})
     cname = _get(doc, c, cp, "name", str)
     if not _DNS_LABEL.match(cname):
         raise doc.error(f"{cp}.name", f"{cname!r} is not a valid container name")
@@ -417,6 +446,7 @@ def _load_container(doc: _Doc, c: Any, cp: str, pod_workload: Any, pod_path: str
     under = float(_get(doc, c, cp, "hami_underreport", (int, float), 1.0))
     if not 0.0 <= under <= 1.0:
         raise doc.error(f"{cp}.hami_underreport", "must be within [0, 1]")
+    killed = _get(doc, c, cp, "hami_writer_killed", bool, False)
     if n_gpu > len(gpus):
         raise doc.error(f"{rp}.{RES_GPU}", f"asks for {n_gpu} GPUs, node {node} has {len(gpus)}")
 
@@ -471,7 +501,7 @@ def _load_container(doc: _Doc, c: Any, cp: str, pod_workload: Any, pod_path: str
         requests[RES_GPU] = n_gpu
     return Container(
         name=cname, devices=tuple(devices), mem_mib=tuple(mem_for(gpus[d]) for d in devices), cores=cores, whole_gpu=whole,
-        workload=workload, processes=processes if n_gpu else 0, hami_underreport=under,
+        workload=workload, processes=processes if n_gpu else 0, hami_underreport=under, writer_killed=killed,
         requests=requests, key=stable_hash("container", node, ns, pod, cname),
         sched_key=stable_hash("pod", node, ns, pod),
     )

@@ -79,6 +79,7 @@ class _NodeCols:
 
 
 _D_HAMI = pa.array(["hami"], pa.string())
+_D_ANNOTATION = pa.array(["annotation"], pa.string())
 
 
 def _node_cols(model: wl.FleetModel, ni: int, node: Node) -> _NodeCols:
@@ -99,7 +100,9 @@ def _node_cols(model: wl.FleetModel, ni: int, node: Node) -> _NodeCols:
         sgpu_codes=np.array([s.container.devices[s.vdev] for s in sl], dtype=np.int32),
         vdev=np.array([s.vdev for s in sl], dtype=np.int16),
         limit_bytes=np.array([s.container.mem_mib[s.vdev] * MIB for s in sl], dtype=np.int64),
-        sm_limit=np.array([s.container.cores / 100 for s in sl], dtype=np.float32),
+        # the exporter's sm_limit_ratio: a real limit only (HAMi-core writes 100 for none), else null
+        sm_limit=np.array([s.container.cores / 100 if 0 < s.container.cores < 100 else np.nan for s in sl],
+                          dtype=np.float32),
         alloc_cores=np.array([s.container.cores / 100 for s in sl], dtype=np.float32),
         whole=np.array([s.container.whole_gpu for s in sl], dtype=bool),
         nproc=np.array([len(s.procs) for s in sl], dtype=np.int16),
@@ -182,6 +185,13 @@ def _slice_table(nc: _NodeCols, model: wl.FleetModel, st: wl.FleetState, interva
     else:                                       # v0 regions carry no last_kernel_time
         age_arr = pa.nulls(n, pa.float32())
     zeros = np.zeros(n, dtype=np.int32)
+    sm_limit = per_slice(nc.sm_limit)
+    # what the exporter reads; a node whose HAMi-core layout it refuses reports grants, use unknown
+    readable = nc.node.layout in ("v0", "v1")
+
+    def used(values: np.ndarray, kind: pa.DataType) -> pa.Array:
+        return pa.array(values) if readable else pa.nulls(n, kind)
+
     arrays = [
         pa.array(ts, pa.int64()),
         pa.array(np.full(n, interval_ms, dtype=np.int32)),
@@ -194,19 +204,19 @@ def _slice_table(nc: _NodeCols, model: wl.FleetModel, st: wl.FleetState, interva
         _dict_col(per_slice(nc.sgpu_codes), nc.d_gpu),
         pa.array(per_slice(nc.vdev)),
         pa.array(per_slice(nc.limit_bytes)),
-        pa.array(flat(ctx + mod + data) * MIB),
-        pa.array(flat(ctx) * MIB),
-        pa.array(flat(mod) * MIB),
-        pa.array(flat(data) * MIB),
-        pa.array(per_slice(nc.sm_limit)),
-        pa.array(flat(st.sm_pct[:, cols] / 100).astype(np.float32)),
-        age_arr,
-        pa.array(per_slice(nc.nproc)),
-        pa.array(flat(st.used_mib[:, cols]) * MIB),
+        used(flat(ctx + mod + data) * MIB, pa.int64()),
+        used(flat(ctx) * MIB, pa.int64()),
+        used(flat(mod) * MIB, pa.int64()),
+        used(flat(data) * MIB, pa.int64()),
+        pa.array(sm_limit, pa.float32(), mask=np.isnan(sm_limit)),
+        used(flat(st.sm_pct[:, cols] / 100).astype(np.float32), pa.float32()),
+        age_arr if readable else pa.nulls(n, pa.float32()),
+        used(per_slice(nc.nproc), pa.int16()),
+        used(flat(st.used_mib[:, cols]) * MIB, pa.int64()),
         pa.array(per_slice(nc.limit_bytes)),
         pa.array(per_slice(nc.alloc_cores)),
         pa.array(per_slice(nc.whole)),
-        _dict_col(zeros, _D_HAMI),
+        _dict_col(zeros, _D_HAMI if readable else _D_ANNOTATION),
     ]
     return pa.Table.from_arrays(arrays, schema=SLICE_SCHEMA)
 

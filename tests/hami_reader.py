@@ -6,6 +6,8 @@ from __future__ import annotations
 import struct
 
 V1_SIZE = 2_008_952
+# HAMi-core writes one byte at offset sizeof when it creates the file
+V1_FILE_SIZE = V1_SIZE + 1
 V0_FILE_SIZE = 1_197_897
 
 # name: (sm_init, owner, devnum, uuids, limit, sm_limit, procs, slot, used_stride, monitorused,
@@ -33,7 +35,7 @@ def read_region(data: bytes) -> dict:
     if len(data) == V0_FILE_SIZE:
         layout = "v0"
     else:
-        assert len(data) == V1_SIZE and struct.unpack_from("<I", data, 4)[0] == 1
+        assert len(data) == V1_FILE_SIZE and struct.unpack_from("<I", data, 4)[0] == 1
         layout = "v1"
     o = OFFSETS[layout]
     n = u64(data, o["devnum"])

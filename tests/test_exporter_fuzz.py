@@ -75,7 +75,10 @@ def mutate(rng, buf, lay, fields):
 
 
 def assert_bounded(r: Region, dev_mem) -> None:
-    assert 0 <= r.device_num <= 16 and 0 <= r.proc_num <= 1024 and len(r.devices) == r.device_num
+    assert 0 <= r.device_num <= 16 and 0 <= r.proc_num <= 1024
+    assert len(r.devices) + len(r.device_errors) == r.device_num
+    assert {d.index for d in r.devices}.isdisjoint(i for i, _ in r.device_errors)
+    assert all(0 <= i < r.proc_num for i in r.stuck_slots)
     assert r.last_kernel_time is None or 0 < r.last_kernel_time <= NOW + 300
     for d in r.devices:
         cap = dev_mem.get(d.uuid, 1 << 40)
@@ -106,6 +109,10 @@ def test_fuzz_10000_regions():
             if isinstance(r, Region):
                 assert_bounded(r, DEV_MEM)
                 outcomes["ok"] += 1
+                for _, err in r.device_errors:   # a bad device costs that device
+                    outcomes["device:" + err.reason] = outcomes.get("device:" + err.reason, 0) + 1
+                if r.stuck_slots:                # a slot stuck odd costs that slot
+                    outcomes["slot:stuck"] = outcomes.get("slot:stuck", 0) + 1
             else:
                 assert isinstance(r, RegionError) and r.reason and r.detail
                 outcomes[r.reason] = outcomes.get(r.reason, 0) + 1
@@ -114,7 +121,8 @@ def test_fuzz_10000_regions():
     assert n >= 10_000
     # the fuzzer really reached both sides and most rejection paths
     assert outcomes["ok"] > 500
-    for reason in ("bad_magic", "bad_proc_num", "bad_device_num", "bad_uuid", "bad_value", "truncated", "bad_size", "seqlock_busy"):
+    for reason in ("bad_magic", "bad_proc_num", "bad_device_num", "bad_value", "truncated", "bad_size",
+                   "device:bad_uuid", "device:bad_value", "slot:stuck"):
         assert outcomes.get(reason, 0) > 0, (reason, outcomes)
 
 

@@ -85,9 +85,6 @@ def test_sm_util_sum_is_capped():
         (lambda b: struct.pack_into("<Q", b, LAYOUT_V1.num_off, 17), "bad_device_num"),
         (lambda b: struct.pack_into("<i", b, LAYOUT_V1.tail_off, 5000), "bad_proc_num"),
         (lambda b: struct.pack_into("<i", b, LAYOUT_V1.tail_off, -1), "bad_proc_num"),
-        (lambda b: b.__setitem__(slice(LAYOUT_V1.uuids_off, LAYOUT_V1.uuids_off + 4), b"\xff\xfe\x00\x01"), "bad_uuid"),
-        (lambda b: struct.pack_into("<Q", b, LAYOUT_V1.limit_off, 200 * 1024**3), "bad_value"),
-        (lambda b: struct.pack_into("<Q", b, LAYOUT_V1.sm_limit_off, 101), "bad_value"),
         (lambda b: struct.pack_into("<Q", b, LAYOUT_V1.procs_off + 8, 2**64 - 5), "bad_value"),
         (lambda b: struct.pack_into("<i", b, LAYOUT_V1.procs_off, -3), "bad_value"),
         (lambda b: struct.pack_into("<q", b, LAYOUT_V1.tail_off + 16, -9), "bad_value"),
@@ -98,6 +95,24 @@ def test_rejects_with_reason(mutate, reason):
     mutate(buf)
     r = parse_region_bytes(buf, DEV_MEM, now_s=1_790_000_010)
     assert isinstance(r, RegionError) and r.reason == reason, r
+
+
+@pytest.mark.parametrize(
+    "mutate, reason",
+    [
+        (lambda b: b.__setitem__(slice(LAYOUT_V1.uuids_off, LAYOUT_V1.uuids_off + 4), b"\xff\xfe\x00\x01"), "bad_uuid"),
+        (lambda b: b.__setitem__(slice(LAYOUT_V1.uuids_off, LAYOUT_V1.uuids_off + 1), b"\0"), "uuid_unset"),
+        (lambda b: struct.pack_into("<Q", b, LAYOUT_V1.limit_off, 200 * 1024**3), "bad_value"),
+    ],
+)
+def test_a_bad_device_costs_that_device(mutate, reason):
+    buf = two_device_region()
+    mutate(buf)
+    r = parse_region_bytes(buf, DEV_MEM, now_s=1_790_000_010)
+    assert isinstance(r, Region), r
+    assert [(i, e.reason) for i, e in r.device_errors] == [(0, reason)]
+    (d1,) = r.devices
+    assert (d1.index, d1.uuid, d1.used_bytes, d1.sm_util_pct, d1.hostpids) == (1, GPU1, 810 * MiB, 45, [4108])
 
 
 def test_truncated_and_wrong_size():
@@ -122,9 +137,10 @@ def test_seqlock_retries_a_slot_mid_write():
     r = hami.parse_region(read_at, len(buf), DEV_MEM, now_s=1_790_000_010)
     assert isinstance(r, Region) and r.devices[0].used_bytes == 1320 * MiB
 
-    struct.pack_into("<Q", buf, seq_at, 7)   # a writer that never finishes costs this region only
+    struct.pack_into("<Q", buf, seq_at, 7)   # a writer that never finishes costs its slot only
     r = parse_region_bytes(buf, DEV_MEM, now_s=1_790_000_010)
-    assert isinstance(r, RegionError) and r.reason == "seqlock_busy"
+    assert isinstance(r, Region) and r.stuck_slots == [0] and [p.pid for p in r.procs] == [8]
+    assert r.devices[0].used_bytes == 0 and r.devices[1].used_bytes == 810 * MiB
 
 
 def test_seqlock_moved_during_read_rereads():
@@ -206,3 +222,18 @@ def test_hami_dump_prints_json(tmp_path, capsys):
     assert main(["hami-dump", str(bad)]) == 1
     assert "bad_magic" in capsys.readouterr().err
     assert hami_dump is not None
+
+
+def test_hami_dump_names_skipped_devices_and_slots(tmp_path, capsys):
+    from slicemeter.cli import main
+
+    buf = two_device_region()
+    buf[LAYOUT_V1.uuids_off : LAYOUT_V1.uuids_off + 96] = bytes(96)
+    struct.pack_into("<Q", buf, LAYOUT_V1.procs_off + LAYOUT_V1.slot_size + LAYOUT_V1.seq_off, 9)
+    path = _write_container(tmp_path, f"{UID}_trainer", bytes(buf) + b"\0")
+    assert main(["hami-dump", str(path)]) == 0
+    cap = capsys.readouterr()
+    out = json.loads(cap.out)
+    assert out["stuck_slots"] == [1] and out["device_errors"][0][0] == 0
+    assert out["device_errors"][0][1]["reason"] == "uuid_unset"
+    assert "device 0 skipped: uuid_unset" in cap.err and "slot 1 skipped" in cap.err

@@ -118,9 +118,9 @@ def test_index_pods_skips_finished_and_bad_pods():
     ]
     idx = index_pods({"items": items})
     assert set(idx.pods) == {"u1", "u3", "u4"} and idx.errors == 2
-    assert idx.pods["u1"].grants == [[Grant(U1, "NVIDIA", 100, 10)]] and idx.pods["u1"].hami
+    assert idx.pods["u1"].grants == {"main": [Grant(U1, "NVIDIA", 100, 10)]} and idx.pods["u1"].hami
     assert idx.pods["u3"].whole_gpus == {"main": 1} and not idx.pods["u3"].hami
-    assert idx.pods["u4"].annotation_error and idx.pods["u4"].grants == []
+    assert idx.pods["u4"].annotation_error and idx.pods["u4"].grants == {}
 
 
 class _Kubelet(http.server.BaseHTTPRequestHandler):

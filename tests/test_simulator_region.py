@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hami_reader import V0_FILE_SIZE, V1_SIZE, read_region
+from hami_reader import V0_FILE_SIZE, V1_FILE_SIZE, read_region
 from simulator.hami_region import V0, V1, ProcSlot, RegionState, RegionWriter
 from simulator.scenario import MIB, load_scenario
 
@@ -36,7 +36,7 @@ def test_region_fields_at_documented_offsets(tmp_path, layout):
     path = tmp_path / "r.cache"
     RegionWriter(path, layout).write(_state())
     data = path.read_bytes()
-    assert len(data) == (V1_SIZE if layout is V1 else V0_FILE_SIZE)
+    assert len(data) == (V1_FILE_SIZE if layout is V1 else V0_FILE_SIZE)
     assert struct.unpack_from("<i", data, 0)[0] == 19920718
     r = read_region(data)
     assert r["layout"] == layout.name
@@ -108,7 +108,15 @@ def test_simulate_cli_writes_the_regions_the_demo_scenario_implies(tmp_path):
                 continue
             assert pod["metadata"]["annotations"]["hami.io/vgpu-node"] == node.name
             spec = next(p for p in node.pods if pod["metadata"]["name"].startswith(p.name))
-            for c, entry in zip(pod["spec"]["containers"], alloc.split(";")):
+            entries = alloc.split(";")[:-1]          # `;` after every entry
+            inits = pod["spec"].get("initContainers", [])
+            # HAMi >= 2.9 (the default): one entry per init container first; 2.8: containers only
+            if node.hami_version == "2.8":
+                assert len(entries) == len(pod["spec"]["containers"])
+            else:
+                assert len(entries) == len(inits) + len(pod["spec"]["containers"])
+                entries = entries[len(inits):]
+            for c, entry in zip(pod["spec"]["containers"], entries):
                 c_spec = next(x for x in spec.containers if x.name == c["name"])
                 if not c_spec.has_gpu:
                     assert entry == ""
@@ -117,14 +125,15 @@ def test_simulate_cli_writes_the_regions_the_demo_scenario_implies(tmp_path):
                 files = list(d.glob("*.cache"))
                 assert len(files) == 1, d
                 data = files[0].read_bytes()
-                assert len(data) == (V1_SIZE if node.layout == "v1" else V0_FILE_SIZE)
+                assert len(data) == (V1_FILE_SIZE if node.layout == "v1" else V0_FILE_SIZE)
                 assert struct.unpack_from("<i", data, 0)[0] == 19920718
                 v1_files += node.layout == "v1"
                 r = read_region(data)
                 devs = [x.split(",") for x in entry.split(":") if x]
                 assert r["uuids"] == [x[0] for x in devs] and all(u in gpus for u in r["uuids"])
                 assert r["limit"][: len(devs)] == [int(x[2]) * MIB for x in devs]
-                assert r["sm_limit"][: len(devs)] == [int(x[3]) for x in devs]
+                # HAMi-core stores 100 where the pod has no core limit (gpucores 0)
+                assert r["sm_limit"][: len(devs)] == [int(x[3]) or 100 for x in devs]
                 assert r["proc_num"] == c_spec.processes
                 assert all(p["status"] == 1 and p["hostpid"] > 0 for p in r["procs"])
                 if node.layout == "v1":

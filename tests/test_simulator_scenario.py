@@ -40,6 +40,10 @@ def test_demo_scenario_covers_the_issue():
     assert any(c.whole_gpu for c in containers), "a whole-GPU pod"
     assert any(len(p.containers) > 1 for n in s.nodes for p in n.pods), "a multi-container pod"
     assert {n.layout for n in s.nodes} == {"v0", "v1"}
+    assert {n.hami_core for n in s.nodes} >= {"v0", "1.1", "1.2"} and {n.hami_version for n in s.nodes} == {"2.8", "2.10"}
+    assert any(c.has_gpu and c.cores == 0 and not c.whole_gpu for c in containers), "a memory-only slice"
+    assert any(c.has_gpu for n in s.nodes for p in n.pods for c in p.init_containers), "a GPU init container"
+    assert any(n.watcher_zeroed > 0 for n in s.nodes)
     assert {n.cluster for n in s.nodes} == {t["api_server"] for t in s.tenants}
     # HAMi's grant never exceeds a GPU
     for n in s.nodes:

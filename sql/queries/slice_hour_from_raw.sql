@@ -3,7 +3,7 @@
 WITH s AS (
     SELECT r.*, r.interval_ms / 1000.0 AS dt, date_trunc('hour', make_timestamp(r.ts_ms * 1000)) AS hour,
            capped_share(r.whole_gpu, coalesce(r.alloc_memory_bytes, r.hami_memory_limit_bytes) / i.memory_total_bytes) AS a_mem,
-           capped_share(r.whole_gpu, coalesce(r.alloc_cores_ratio, r.sm_limit_ratio)) AS a_cores,
+           capped_share(r.whole_gpu, granted_cores(r.alloc_cores_ratio, r.sm_limit_ratio)) AS a_cores,
            trusted_memory(r.hami_memory_used_bytes, r.nvml_memory_used_bytes) AS mem_used,
            capped_share(false, trusted_memory(r.hami_memory_used_bytes, r.nvml_memory_used_bytes) / i.memory_total_bytes) AS u_mem,
            capped_share(false, r.sm_util_ratio) AS u_sm,

@@ -13,6 +13,10 @@ CREATE OR REPLACE TEMP MACRO trusted_memory(hami, nvml) AS
 -- A share of the GPU in [0, 1]; whole-GPU slices count 1.
 CREATE OR REPLACE TEMP MACRO capped_share(whole, x) AS
     CASE WHEN whole THEN 1.0::DOUBLE ELSE coalesce(least(1.0::DOUBLE, greatest(0.0::DOUBLE, x::DOUBLE)), 0.0::DOUBLE) END;
+-- The core share a slice was granted: the grant's, else the HAMi region's sm_limit only when
+-- it is a real limit (0 < x < 1): HAMi-core writes 100 % when the pod has no core limit.
+CREATE OR REPLACE TEMP MACRO granted_cores(alloc_cores, sm_limit) AS
+    coalesce(alloc_cores, CASE WHEN sm_limit > 0.0::DOUBLE AND sm_limit < 1.0::DOUBLE THEN sm_limit END);
 -- Energy of a GPU-hour: counter delta plus the first sample's own interval (power x dt),
 -- power x dt throughout where the counter is missing or went backwards (driver reset).
 CREATE OR REPLACE TEMP MACRO hour_energy(first_e, last_e, first_p, power_j) AS
@@ -94,7 +98,7 @@ CREATE OR REPLACE TEMP MACRO slice_rollup(tbl, inventory, bucket_ms, cutoff) AS 
 WITH s AS (
     SELECT b.*, b.interval_ms / 1000.0 AS dt,
            capped_share(b.whole_gpu, coalesce(b.alloc_memory_bytes, b.hami_memory_limit_bytes) / i.memory_total_bytes) AS a_mem,
-           capped_share(b.whole_gpu, coalesce(b.alloc_cores_ratio, b.sm_limit_ratio)) AS a_cores,
+           capped_share(b.whole_gpu, granted_cores(b.alloc_cores_ratio, b.sm_limit_ratio)) AS a_cores,
            trusted_memory(b.hami_memory_used_bytes, b.nvml_memory_used_bytes) AS mem_used,
            capped_share(false, trusted_memory(b.hami_memory_used_bytes, b.nvml_memory_used_bytes) / i.memory_total_bytes) AS u_mem,
            capped_share(false, b.sm_util_ratio) AS u_sm,
