@@ -39,7 +39,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kafka", help="bootstrap HOST:PORT (required unless --once)")
     p.add_argument("--topic", default=DEFAULT_TOPIC)
     p.add_argument("--port", type=int, default=9400, help="/metrics port (0: no HTTP server)")
-    p.add_argument("--listen", default="0.0.0.0", help="/metrics bind address")
+    p.add_argument("--listen", default="127.0.0.1",
+                   help="/metrics bind address (default 127.0.0.1; 0.0.0.0 where Prometheus scrapes the node)")
     p.add_argument("--node", default=os.environ.get("NODE_NAME") or socket.gethostname(), help="node name (default $NODE_NAME)")
     p.add_argument("--simulate", metavar="FILE", help="scenario YAML: use a simulated node as the source (no GPU needed)")
     src = p.add_mutually_exclusive_group()
@@ -188,7 +189,7 @@ def build_exporter(args: argparse.Namespace) -> tuple[Exporter, ExporterStats]:
     return exporter, stats
 
 
-def serve_metrics(stats: ExporterStats, port: int, addr: str = "0.0.0.0") -> Any:
+def serve_metrics(stats: ExporterStats, port: int, addr: str = "127.0.0.1") -> Any:
     """/metrics over HTTP in a background thread: fresh families from the Collector per scrape."""
     from exporter.exposition import serve
 
