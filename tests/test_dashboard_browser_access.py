@@ -132,7 +132,7 @@ def test_tenant_dashboard_shows_and_exports_only_that_tenant(fleet_db, browser, 
 
 def test_signed_in_user_sees_the_tenants_of_their_groups(fleet_db, browser, artifacts_dir, tmp_path):
     cfg = tmp_path / "access.yaml"
-    cfg.write_text("groups:\n  acme-finops: [acme]\n  platform-ops: '*'\n")
+    cfg.write_text("groups:\n  acme-finops: [acme]\n  finance: [acme, globex]\n  platform-ops: '*'\n")
     with serve_dashboard(fleet_db, tmp_path / "dashboard.log", "--access", str(cfg)) as url:
         ann = browser.new_context(viewport={"width": 1440, "height": 1500}, extra_http_headers={
             "X-Forwarded-Email": "ann@acme.example", "X-Forwarded-Groups": "staff,acme-finops"})
@@ -154,8 +154,22 @@ def test_signed_in_user_sees_the_tenants_of_their_groups(fleet_db, browser, arti
         ops_page.wait_for_selector("[data-testid=stTable] td", timeout=60_000)
         ops_text = ops_page.inner_text("body")
         ops.close()
+        # granted two tenants: a picker, acme first; choosing globex shows globex alone
+        fin = browser.new_context(extra_http_headers={"X-Forwarded-Email": "fin@corp", "X-Forwarded-Groups": "finance"})
+        fin_page = fin.new_page()
+        fin_page.goto(url)
+        fin_page.wait_for_selector("[data-testid=stTable] td", timeout=60_000)
+        fin_acme = fin_page.inner_text("[data-testid=stTable]")
+        fin_page.locator("[data-testid=stSidebar] [data-testid=stSelectbox]").filter(has_text="Tenant").click()
+        fin_page.get_by_role("option", name="globex").click()
+        fin_page.wait_for_selector("text=Tenant: globex", timeout=60_000)
+        fin_page.wait_for_selector("[data-testid=stTable] td:has-text('Globex Inference')", timeout=60_000)
+        fin_globex = fin_page.inner_text("[data-testid=stTable]")
+        fin.close()
     assert "Signed in as ann@acme.example" in texts["fleet"] and "Tenant: acme" in texts["fleet"]
     assert {p: seen(t) for p, t in texts.items() if seen(t)} == {}
     for text in (nobody_text, eve_text):
         assert "ACME Research" not in text and "Fleet utilization" not in text and not seen(text)
     assert all(name in ops_text for _t, name, *_ in TENANTS)   # the platform group sees every tenant
+    assert "ACME Research" in fin_acme and "Globex" not in fin_acme
+    assert "Globex Inference" in fin_globex and "ACME" not in fin_globex and "Initech" not in fin_globex
