@@ -2,6 +2,7 @@
 numbers, negative ones included, stay numbers."""
 import csv
 import io
+import sys
 from decimal import Decimal
 
 import pytest
@@ -30,7 +31,8 @@ def test_numbers_and_ordinary_text_are_unchanged(cell):
     assert neutralise_csv_cell(cell) == cell
 
 
-def test_exported_csvs_carry_no_formula_and_keep_numbers(tmp_path):
+def test_exported_csvs_carry_no_formula_and_keep_numbers(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", sys.argv[:])   # main() sets sys.argv; later tests read it
     db = tmp_path / "m.duckdb"
     con = connect(db)
     add_tenants(con)
