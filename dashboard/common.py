@@ -34,6 +34,9 @@ def sidebar() -> bool:
         st.sidebar.caption(f"Tenant: **{tenant}** (this dashboard shows only its data)")
     months = data.query("dash_months")["month"].tolist()
     st.sidebar.caption(f"Database: `{path.name}`")
+    if not months and tenant:
+        st.warning(f"No metered GPU-hours for tenant {tenant} (its clusters in the tenant catalog have reported none).")
+        return False
     if not months:
         st.warning("The database has no metered GPU-hours yet. Start ingest, or run `slicemeter demo`.")
         return False

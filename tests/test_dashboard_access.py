@@ -191,6 +191,14 @@ def test_pages_served_for_one_tenant_show_only_it(fleet_db, truth, monkeypatch):
     assert total == f"${sum(acme['cost'], Decimal(0)):,.2f}"
 
 
+def test_a_tenant_without_data_is_told_so(fleet_db, monkeypatch):
+    monkeypatch.setenv("SLICEMETER_DB", str(fleet_db))
+    monkeypatch.setenv("SLICEMETER_TENANT", "nosuch")
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception and not at.metric
+    assert any("No metered GPU-hours for tenant nosuch" in w.body for w in at.warning)
+
+
 def test_signed_in_dashboard_without_the_proxys_headers_shows_nothing(fleet_db, monkeypatch, tmp_path):
     cfg = tmp_path / "access.yaml"
     cfg.write_text("groups:\n  acme-team: [acme]\n")
