@@ -1,16 +1,23 @@
-"""`slicemeter dashboard --db FILE [--port 8501]`: serve the Streamlit app on a database.
+"""`slicemeter dashboard --db FILE [--port 8501] [--tenant T] [--access FILE]`: serve the
+Streamlit app on a database.
 
 Replaces this process with `streamlit run dashboard/app.py` (headless), so signals sent to
-it (Ctrl-C, the demo's SIGTERM) reach Streamlit directly. The database path goes through
-as the script argument `--db` and $SLICEMETER_DB.
+it (Ctrl-C, the demo's SIGTERM) reach Streamlit directly. The database path, the tenant and
+the access file go through as script arguments (`--db`, `--tenant`, `--access`).
+
+`--access` trusts identity headers, which only the authenticating proxy may set: the
+dashboard then listens on loopback only, where nothing but a proxy on the same host (the
+pod's sidecar) reaches it (docs/dashboard.md, "Access").
 """
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import sys
 from pathlib import Path
 
+from dashboard.access import check_tenant, load_access
 from slicemeter.cli import ConfigError
 
 APP = Path(__file__).resolve().parent / "app.py"
@@ -20,9 +27,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", required=True, help="DuckDB file to read (opened read-only; an ingest snapshot)")
     parser.add_argument("--port", type=int, default=8501, help="HTTP port (default 8501)")
     parser.add_argument("--address", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--tenant", help="serve this tenant only: every page, total and download shows its rows alone")
+    parser.add_argument("--access", metavar="FILE",
+                        help="sign-in through an authenticating proxy: YAML mapping the proxy's groups to "
+                             "tenants (docs/dashboard.md, Access); needs a loopback --address")
 
 
-def streamlit_argv(db: Path, port: int, address: str) -> list[str]:
+def is_loopback(address: str) -> bool:
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def streamlit_argv(db: Path, port: int, address: str, tenant: str | None = None,
+                   access: Path | None = None) -> list[str]:
     """The streamlit command line (pure: tested without starting anything)."""
     return [
         sys.executable, "-m", "streamlit", "run", str(APP),
@@ -34,6 +55,8 @@ def streamlit_argv(db: Path, port: int, address: str) -> list[str]:
         "--client.toolbarMode", "viewer",
         "--theme.base", "light",
         "--", "--db", str(db),
+        *(["--tenant", tenant] if tenant else []),
+        *(["--access", str(access)] if access else []),
     ]
 
 
@@ -43,8 +66,17 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--db: no such database file: {db}")
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port: {args.port} is not a TCP port")
-    argv = streamlit_argv(db.resolve(), args.port, args.address)
+    check_tenant(args.tenant)
+    access = None
+    if args.access:
+        access = Path(args.access).resolve()
+        load_access(access)   # a broken file stops here, not at the first request
+        if not is_loopback(args.address):
+            raise ConfigError(f"--access trusts identity headers, so the dashboard must be reachable only "
+                              f"through the proxy: --address must be loopback, not {args.address}")
+    argv = streamlit_argv(db.resolve(), args.port, args.address, args.tenant, access)
     env = dict(os.environ, SLICEMETER_DB=str(db.resolve()))
-    print(f"dashboard: http://{args.address}:{args.port}/ on {db}", flush=True)
+    scope = f" for tenant {args.tenant}" if args.tenant else ""
+    print(f"dashboard: http://{args.address}:{args.port}/ on {db}{scope}", flush=True)
     os.execve(argv[0], argv, env)
     return 0  # not reached

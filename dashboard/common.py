@@ -7,20 +7,36 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from dashboard import data, fmt
+from dashboard import access, data, fmt
 
 MONTH_KEY = "month"
 
 
 def sidebar() -> bool:
-    """Database check and month picker; False (with the reason shown) when there is no data."""
+    """Database check, who is signed in and which tenant they see, and the month picker;
+    False (with the reason shown) when there is nothing to show."""
     try:
         path = data.db_path()
     except data.NoDatabase as exc:
         st.error(str(exc))
         return False
+    try:
+        user, allowed = data.signed_in()
+        if data.fixed_tenant() is None and allowed is not None and len(allowed) > 1:
+            st.sidebar.selectbox("Tenant", access.choices(allowed), key=data.TENANT_PICK)
+        tenant = data.scope()
+    except access.Denied as exc:
+        st.error(str(exc))
+        return False
+    if user:
+        st.sidebar.caption(f"Signed in as {user}")
+    if tenant:
+        st.sidebar.caption(f"Tenant: **{tenant}** (this dashboard shows only its data)")
     months = data.query("dash_months")["month"].tolist()
     st.sidebar.caption(f"Database: `{path.name}`")
+    if not months and tenant:
+        st.warning(f"No metered GPU-hours for tenant {tenant} (its clusters in the tenant catalog have reported none).")
+        return False
     if not months:
         st.warning("The database has no metered GPU-hours yet. Start ingest, or run `slicemeter demo`.")
         return False

@@ -5,6 +5,12 @@ result keyed on the database file's identity (path, size, mtime): ingest's snaps
 replaced atomically, so new data changes the key and the next rerun reads it. A
 connection is opened per cache miss and closed at once: holding one would pin the old
 snapshot file and keep a lock that `slicemeter export` needs.
+
+Tenant scope is enforced here, not in the pages: every connection a page gets is scoped
+to the request's tenant (sql/scope/tenant.sql: the store's tables read as that tenant's
+rows, every other table reads empty), chargeback and the export files are the full bill's
+rows of that tenant, and every cache key carries the scope, so one tenant's cached result
+never answers another's request.
 """
 from __future__ import annotations
 
@@ -18,22 +24,32 @@ import duckdb
 import pandas as pd
 import streamlit as st
 
+from dashboard import access
+from ingest.sql_script import statements
 from ingest.store import connect, sql_text
 
 DB_ENV = "SLICEMETER_DB"
+TENANT_ENV = "SLICEMETER_TENANT"
+ACCESS_ENV = "SLICEMETER_ACCESS"
+TENANT_PICK = "tenant_pick"   # session key of the tenant picker (a user granted several)
+_UNSET = object()
 
 
 class NoDatabase(RuntimeError):
     pass
 
 
+def script_option(name: str, env: str) -> str | None:
+    """`--name VALUE` after `--` on the streamlit command line, else $env."""
+    argv = sys.argv[1:]
+    if name in argv and argv.index(name) + 1 < len(argv):
+        return argv[argv.index(name) + 1]
+    return os.environ.get(env) or None
+
+
 def db_path() -> Path:
     """The database: `--db FILE` after `--` on the streamlit command line, else $SLICEMETER_DB."""
-    argv = sys.argv[1:]
-    value = None
-    if "--db" in argv and argv.index("--db") + 1 < len(argv):
-        value = argv[argv.index("--db") + 1]
-    value = value or os.environ.get(DB_ENV)
+    value = script_option("--db", DB_ENV)
     if not value:
         raise NoDatabase(f"no database: run `slicemeter dashboard --db FILE` or set {DB_ENV}")
     path = Path(value)
@@ -50,27 +66,92 @@ def db_version(path: Path) -> tuple:
     return (st_.st_ino, st_.st_size, st_.st_mtime_ns, wal_m)
 
 
+@st.cache_resource
+def _access_config(path: str) -> access.AccessConfig:
+    return access.load_access(path)
+
+
+def fixed_tenant() -> str | None:
+    """`--tenant T`: the one tenant this dashboard serves."""
+    return access.check_tenant(script_option("--tenant", TENANT_ENV))
+
+
+def access_config() -> access.AccessConfig | None:
+    """`--access FILE`: identity from the proxy's headers, groups mapped to tenants."""
+    path = script_option("--access", ACCESS_ENV)
+    return _access_config(path) if path else None
+
+
+def signed_in() -> tuple[str | None, frozenset[str] | None]:
+    """(user, the tenants the user may see; None: all). access.Denied when it may see nothing."""
+    cfg = access_config()
+    if cfg is None:
+        return None, None
+    return access.allowed_tenants(cfg, st.context.headers)
+
+
+def scope() -> str | None:
+    """The tenant this request sees (None: every tenant). access.Denied when none."""
+    _user, allowed = signed_in()
+    return access.resolve_scope(fixed_tenant(), allowed, st.session_state.get(TENANT_PICK))
+
+
+def scope_connection(con: duckdb.DuckDBPyConnection, tenant: str) -> None:
+    """Narrow a store connection to one tenant: sql/scope/tenant.sql shadows the tables a
+    tenant's rows live in; every other table (raw samples, dead letters, frozen months,
+    tables added later) is shadowed by an empty view, so nothing reads another tenant's
+    rows through it."""
+    catalog = con.execute("SELECT current_database()").fetchone()[0]
+    store = '"' + catalog.replace('"', '""') + '"'
+    scoped = set()
+    for body in statements(sql_text("scope/tenant.sql").replace("{store}", store)):
+        con.execute(body, {"tenant": tenant} if "$tenant" in body else None)
+        if body.startswith("CREATE OR REPLACE TEMP VIEW "):
+            scoped.add(body.split()[5])
+    others = con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() AND NOT temporary "
+        "UNION SELECT view_name FROM duckdb_views() WHERE database_name = current_database() "
+        "AND NOT temporary AND NOT internal").fetchall()
+    for (name,) in others:
+        if name not in scoped:
+            ident = '"' + name.replace('"', '""') + '"'
+            con.execute(f"CREATE OR REPLACE TEMP VIEW {ident} AS SELECT * FROM {store}.main.{ident} LIMIT 0")
+
+
+def connection_scope(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The tenant a connection was scoped to (None: unscoped), for caches keyed on a connection."""
+    try:
+        return con.execute("SELECT tenant FROM temp.main.scope_tenant").fetchone()[0]
+    except duckdb.CatalogException:
+        return None
+
+
 @contextlib.contextmanager
-def open_db(path: Path | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
+def open_db(path: Path | None = None, tenant: str | None | object = _UNSET) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A read-only connection, scoped to `tenant` (default: this request's scope)."""
+    tenant = scope() if tenant is _UNSET else tenant
     con = connect(path or db_path(), read_only=True)
     try:
+        if tenant is not None:
+            scope_connection(con, tenant)
         yield con
     finally:
         con.close()
 
 
 @st.cache_data(show_spinner=False, max_entries=512)
-def _cached(path: str, version: tuple, name: str, params: tuple) -> pd.DataFrame:
-    with open_db(Path(path)) as con:
+def _cached(path: str, version: tuple, tenant: str | None, name: str, params: tuple) -> pd.DataFrame:
+    with open_db(Path(path), tenant) as con:
         return con.execute(sql_text(f"queries/{name}.sql"), dict(params)).df()
 
 
 def query(name: str, **params) -> pd.DataFrame:
-    """Run sql/queries/<name>.sql with named parameters ($start, $end, ...)."""
+    """Run sql/queries/<name>.sql with named parameters ($start, $end, ...), on this
+    request's tenant's rows."""
     if not name.replace("_", "").isalnum():
         raise ValueError(f"bad query name {name!r}")
     path = db_path()
-    return _cached(str(path.resolve()), db_version(path), name, tuple(sorted(params.items())))
+    return _cached(str(path.resolve()), db_version(path), scope(), name, tuple(sorted(params.items())))
 
 
 class ModuleMissing(RuntimeError):
@@ -89,21 +170,23 @@ def _import(module: str):
 
 
 @st.cache_data(show_spinner="Computing chargeback…", max_entries=64)
-def _chargeback(path: str, version: tuple, month: str, basis: str, idle: str) -> pd.DataFrame:
+def _chargeback(path: str, version: tuple, tenant: str | None, month: str, basis: str, idle: str) -> pd.DataFrame:
     cb = _import("ingest.chargeback")
-    with open_db(Path(path)) as con:
-        return cb.chargeback(con, month, basis=basis, idle=idle)
+    # the whole fleet's bill (idle and rounding are fleet-wide), then the tenant's rows
+    with open_db(Path(path), None) as con:
+        return cb.chargeback(con, month, basis=basis, idle=idle, tenant=tenant)
 
 
 def chargeback(month: str, basis: str, idle: str) -> pd.DataFrame:
-    """ingest.chargeback.chargeback on this database: the same code the exports use."""
+    """ingest.chargeback.chargeback on this database, this request's tenant's rows: the
+    same code and rows as `slicemeter export --tenant`."""
     _import("ingest.chargeback")  # fail before touching the cache
     path = db_path()
-    return _chargeback(str(path.resolve()), db_version(path), month, basis, idle)
+    return _chargeback(str(path.resolve()), db_version(path), scope(), month, basis, idle)
 
 
 @st.cache_data(show_spinner="Writing the month's exports…", max_entries=32)
-def _exports(path: str, version: tuple, month: str, basis: str, idle: str) -> dict[str, bytes]:
+def _exports(path: str, version: tuple, tenant: str | None, month: str, basis: str, idle: str) -> dict[str, bytes]:
     import subprocess
     import tempfile
 
@@ -111,7 +194,7 @@ def _exports(path: str, version: tuple, month: str, basis: str, idle: str) -> di
         proc = subprocess.run(
             [sys.executable, "-c", "import sys; from slicemeter.cli import main; sys.exit(main())",
              "export", "--db", path, "--month", month,
-             "--out", out, "--basis", basis, "--idle", idle],
+             "--out", out, "--basis", basis, "--idle", idle, *(["--tenant", tenant] if tenant else [])],
             capture_output=True, text=True, timeout=300,
         )
         if proc.returncode != 0:
@@ -121,10 +204,11 @@ def _exports(path: str, version: tuple, month: str, basis: str, idle: str) -> di
 
 def exports(month: str, basis: str, idle: str) -> dict[str, bytes]:
     """The month's export files (name -> bytes), written by `slicemeter export` (ingest.exports)
-    in a child process, so the dashboard shows exactly what the CLI writes."""
+    in a child process, so the dashboard shows exactly what the CLI writes (with --tenant
+    when this request is scoped to one)."""
     _import("ingest.exports")
     path = db_path()
-    return _exports(str(path.resolve()), db_version(path), month, basis, idle)
+    return _exports(str(path.resolve()), db_version(path), scope(), month, basis, idle)
 
 
 def carbon_intensity(default: float = 320.0) -> float:

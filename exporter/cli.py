@@ -41,7 +41,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kafka", help="bootstrap HOST:PORT of the Ticks' topic (omit: Prometheus only, nothing published)")
     p.add_argument("--topic", default=DEFAULT_TOPIC)
     p.add_argument("--port", type=int, default=9400, help="/metrics port (0: no HTTP server)")
-    p.add_argument("--listen", default="0.0.0.0", help="/metrics bind address")
+    p.add_argument("--listen", default="127.0.0.1",
+                   help="/metrics bind address (default 127.0.0.1; 0.0.0.0 where Prometheus scrapes the node)")
     p.add_argument("--hami-metrics", choices=HAMI_METRICS_MODES, default="monitor",
                    help="HAMi's families on /metrics: monitor (HAMi vGPUmonitor's, a drop-in), full (also the "
                         "scheduler's per-device families, from this node's grants), off (default: monitor)")
@@ -193,7 +194,7 @@ def build_exporter(args: argparse.Namespace) -> tuple[Exporter, ExporterStats]:
     return exporter, stats
 
 
-def serve_metrics(stats: ExporterStats, port: int, addr: str = "0.0.0.0", hami_metrics: str = "monitor") -> Any:
+def serve_metrics(stats: ExporterStats, port: int, addr: str = "127.0.0.1", hami_metrics: str = "monitor") -> Any:
     """/metrics over HTTP in a background thread: fresh families from the Collector per scrape."""
     from exporter.exposition import serve
 

@@ -57,7 +57,7 @@ def render(families: Iterable[Metric]) -> bytes:
     return "".join(out).encode()
 
 
-def serve(collect: Callable[[], Iterable[Metric]], port: int, addr: str = "0.0.0.0") -> http.server.ThreadingHTTPServer:
+def serve(collect: Callable[[], Iterable[Metric]], port: int, addr: str = "127.0.0.1") -> http.server.ThreadingHTTPServer:
     """GET /metrics (and /) -> render(collect()); runs in a daemon thread, returns the server."""
 
     class Handler(http.server.BaseHTTPRequestHandler):

@@ -20,6 +20,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--group", default="slicemeter-ingest",
                    help="consumer group; '' assigns every partition to this process without a group")
     p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
+    p.add_argument("--metrics-listen", default="127.0.0.1", metavar="ADDR",
+                   help="metrics bind address (default 127.0.0.1; 0.0.0.0 where Prometheus scrapes the pod)")
     p.add_argument("--snapshot", type=Path, metavar="PATH", help="keep a consistent read-only copy here")
     p.add_argument("--snapshot-interval", type=float, default=60.0, metavar="S")
     p.add_argument("--raw-retention-days", type=float, default=35.0, help="keep raw samples this long (rollups: for ever)")
@@ -71,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         tenants.store_catalog(con, tenants.merge(catalog or tenants.Catalog(), imported))
     metrics = IngestMetrics()
     if args.metrics_port:
-        metrics.serve(args.metrics_port)
+        metrics.serve(args.metrics_port, args.metrics_listen)
     refresher = None
     if args.recommend_interval:
         from ingest.recommend_metrics import RecommendRefresher

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ingest.chargeback import IDLE_NAMESPACE, Bill, parse_month
+from ingest.csv_cells import neutralise_csv_cell
 from slicemeter.cli import ConfigError
 
 _TENANT = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -54,7 +55,7 @@ def _csv_bytes(header: list[str], rows: list[list]) -> bytes:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(header)
     for r in rows:
-        w.writerow([_text(v) for v in r])
+        w.writerow([neutralise_csv_cell(_text(v)) for v in r])
     return buf.getvalue().encode()
 
 

@@ -61,5 +61,5 @@ class IngestMetrics:
         self.recommend = RecommendHeadline()  # filled by ingest.recommend_metrics
         r.register(self.recommend)
 
-    def serve(self, port: int, addr: str = "0.0.0.0"):
+    def serve(self, port: int, addr: str = "127.0.0.1"):
         return start_http_server(port, addr=addr, registry=self.registry)

@@ -13,11 +13,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import duckdb
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from ingest.store import sql_text
-from slicemeter.cli import ConfigError
+from slicemeter.cli import ConfigError, read_yaml_file
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 KAMAJI_INFO = "kamaji_tenant_control_plane_info"
@@ -120,14 +119,7 @@ def parse_catalog(doc) -> Catalog:
 
 
 def load_catalog(path: str | Path) -> Catalog:
-    path = Path(path)
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"--tenants: cannot read {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"--tenants: {path} is not valid YAML: {exc}") from None
-    return parse_catalog(doc)
+    return parse_catalog(read_yaml_file(path, "--tenants"))
 
 
 def _tenant_name(tcp_name: str) -> str:

@@ -10,6 +10,7 @@ import argparse
 import importlib
 import logging
 import sys
+from pathlib import Path
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -28,6 +29,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 class ConfigError(Exception):
     """A bad option or config value; the message names the offending key."""
+
+
+def read_yaml_file(path, option: str):
+    """The parsed YAML file that `option` names; ConfigError saying which and why otherwise."""
+    import yaml
+
+    try:
+        return yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(f"{option}: cannot read {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{option}: {path} is not valid YAML: {exc}") from None
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:

@@ -186,6 +186,13 @@ def test_prometheus_scrapes_the_ports_the_services_listen_on():
     assert {"exporter-acme:9400", "exporter-globex:9400", "ingest:9401"} == listening
     assert listening <= targets
     assert targets - listening == {"localhost:9090"}
+    # the listeners default to loopback: a scraped one names the container's every address
+    for name, svc in project_services().items():
+        cmd = svc["command"]
+        if cmd[0] == "exporter":
+            assert option(cmd, "--listen") == "0.0.0.0", name
+        if cmd[0] == "ingest":
+            assert option(cmd, "--metrics-listen") == "0.0.0.0", name
     # Each exporter target is labelled with the node its service simulates.
     (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "slicemeter-exporter"]
     assert job["honor_labels"] is True
@@ -202,13 +209,29 @@ def test_grafana_gets_the_provisioning_and_the_dashboards():
     home = SERVICES["grafana"]["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
     assert (REPO / "grafana/dashboards" / Path(home).name).is_file()
     ds = yaml.safe_load((REPO / "grafana/provisioning/datasources/prometheus.yml").read_text())["datasources"][0]
-    assert ds["url"] == "http://prometheus:9090" and "9090:9090" in SERVICES["prometheus"]["ports"]
+    assert ds["url"] == "http://prometheus:9090" and "127.0.0.1:9090:9090" in SERVICES["prometheus"]["ports"]
+
+
+def test_published_ports_bind_loopback_only():
+    published = {name: svc["ports"] for name, svc in SERVICES.items() if svc.get("ports")}
+    assert set(published) == {"dashboard", "prometheus", "grafana"}
+    for name, ports in published.items():
+        for p in ports:
+            assert isinstance(p, str) and p.startswith("127.0.0.1:") and p.count(":") == 2, (name, p)
+
+
+def test_grafana_has_no_anonymous_viewers_and_no_default_password():
+    env = SERVICES["grafana"]["environment"]
+    assert env["GF_AUTH_ANONYMOUS_ENABLED"] == "false" and "GF_AUTH_ANONYMOUS_ORG_ROLE" not in env
+    assert env["GF_USERS_ALLOW_SIGN_UP"] == "false"
+    # ${VAR:?message}: compose stops with the message when the variable is unset or empty
+    assert re.fullmatch(r"\$\{GRAFANA_ADMIN_PASSWORD:\?[^}]+\}", env["GF_SECURITY_ADMIN_PASSWORD"])
 
 
 def test_dashboard_reads_the_snapshot_ingest_writes():
     ingest, dash = SERVICES["ingest"]["command"], SERVICES["dashboard"]["command"]
     assert option(dash, "--db") == option(ingest, "--snapshot") != option(ingest, "--db")
-    assert f"{option(dash, '--port')}:{option(dash, '--port')}" in SERVICES["dashboard"]["ports"]
+    assert f"127.0.0.1:{option(dash, '--port')}:{option(dash, '--port')}" in SERVICES["dashboard"]["ports"]
     assert SERVICES["ingest"]["volumes"][0].split(":")[0] == SERVICES["dashboard"]["volumes"][0].split(":")[0]
 
 

@@ -2,6 +2,7 @@
 the page renders over Streamlit's websocket, shows the tenants and the fleet utilization."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -38,17 +39,18 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> Non
     raise AssertionError(f"dashboard not healthy within {timeout:.0f} s")
 
 
-@pytest.fixture
-def served(tmp_path):
-    db = build_fleet_db(tmp_path / "fleet.duckdb", "2026-11")
+@contextlib.contextmanager
+def serve_dashboard(db, log_path, *options: str):
+    """`slicemeter dashboard --db DB OPTIONS...` on a free port; yields its URL."""
     port = free_port()
-    log = open(tmp_path / "dashboard.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-c", "import sys; from slicemeter.cli import main; sys.exit(main())", "dashboard", "--db", str(db), "--port", str(port)],
+    log = open(log_path, "wb")
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from slicemeter.cli import main; sys.exit(main())",
+                             "dashboard", "--db", str(db), "--port", str(port), *options],
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}/"
     try:
         wait_healthy(url, proc)
-        yield url, db
+        yield url
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -57,6 +59,13 @@ def served(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
+
+
+@pytest.fixture
+def served(tmp_path):
+    db = build_fleet_db(tmp_path / "fleet.duckdb", "2026-11")
+    with serve_dashboard(db, tmp_path / "dashboard.log") as url:
+        yield url, db
 
 
 def click_through_heatmap(page, url: str) -> None:

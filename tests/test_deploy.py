@@ -55,6 +55,15 @@ def pod_specs() -> list[tuple[str, dict]]:
             for d in of_kind("DaemonSet") + of_kind("Deployment")]
 
 
+PROJECT_IMAGE = "ghcr.io/slicemeter/slicemeter:"
+SIGN_IN_IMAGE = "quay.io/oauth2-proxy/oauth2-proxy:"
+
+
+def project_containers(spec: dict) -> list[dict]:
+    """The containers running slicemeter itself (not the sign-in proxy beside the dashboard)."""
+    return [c for c in spec["containers"] if c["image"].startswith(PROJECT_IMAGE)]
+
+
 def test_manifests_cover_the_pipeline():
     kinds = {(d["kind"], d["metadata"]["name"]) for _, d in DOCS}
     assert {("DaemonSet", "slicemeter-exporter"), ("Service", "slicemeter-exporter"),
@@ -137,13 +146,17 @@ def test_containers_have_requests_limits_and_run_as_the_images_non_root_user():
         psc = spec["securityContext"]
         assert psc["runAsNonRoot"] is True and str(psc["runAsUser"]) == dockerfile_user, where
         assert psc["seccompProfile"]["type"] == "RuntimeDefault", where
+        assert {c["image"].rsplit(":", 1)[0] + ":" for c in spec["containers"]} <= {PROJECT_IMAGE, SIGN_IN_IMAGE}
         for c in spec["containers"]:
             r = c["resources"]
             assert {"cpu", "memory"} <= set(r["requests"]) and {"cpu", "memory"} <= set(r["limits"]), (where, c["name"])
             sc = c["securityContext"]
             assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"]["drop"] == ["ALL"], (where, c["name"])
             assert sc["readOnlyRootFilesystem"] is True
-            assert c["image"].endswith(f":{version}"), (where, c["image"])
+            if c in project_containers(spec):
+                assert c["image"].endswith(f":{version}"), (where, c["image"])
+            else:   # a pinned release, never a moving tag
+                assert re.fullmatch(r"v\d+\.\d+\.\d+", c["image"].rsplit(":", 1)[1]), (where, c["image"])
             assert not any(k.startswith("nvidia.com/") for k in r["requests"]), "must not take a GPU from HAMi"
 
 
@@ -157,7 +170,7 @@ def _env_names(container: dict, configmaps: dict[str, dict]) -> set[str]:
 def test_containers_run_existing_subcommands_with_defined_variables():
     configmaps = {c["metadata"]["name"]: c for c in of_kind("ConfigMap")}
     for where, spec in pod_specs():
-        for c in spec["containers"]:
+        for c in project_containers(spec):
             args = c["args"]
             assert args[0] in COMMANDS, f"{where}/{c['name']}: {args[0]} is not a slicemeter subcommand"
             for var in re.findall(r"\$\((\w+)\)", " ".join(args)):
@@ -175,7 +188,7 @@ def test_containers_pass_their_subcommands_own_option_parsers():
     configmaps = {c["metadata"]["name"]: c for c in of_kind("ConfigMap")}
     parsed = {}
     for where, spec in pod_specs():
-        for c in spec["containers"]:
+        for c in project_containers(spec):
             values = {}
             for ref in c.get("envFrom", []):
                 values |= configmaps[ref["configMapRef"]["name"]]["data"]
@@ -185,7 +198,10 @@ def test_containers_pass_their_subcommands_own_option_parsers():
                 parsed[argv[0]] = args
     assert {"exporter", "ingest", "dashboard"} <= set(parsed)
     assert parsed["exporter"].interval == 10 and parsed["exporter"].kafka.endswith(":9092")
-    assert parsed["dashboard"].address == "0.0.0.0"
+    # listeners default to loopback; the scraped ones say 0.0.0.0, the dashboard stays on
+    # loopback behind its sign-in proxy
+    assert parsed["exporter"].listen == "0.0.0.0" and parsed["ingest"].metrics_listen == "0.0.0.0"
+    assert parsed["dashboard"].address == "127.0.0.1" and parsed["dashboard"].access
 
 
 def test_exporter_daemonset_reads_hami_read_only_and_knows_its_node():
@@ -234,7 +250,7 @@ def test_ingest_is_a_single_writer_with_its_data_on_the_claim():
     pvc = one("PersistentVolumeClaim", "slicemeter-data")
     assert {v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v} == {"slicemeter-data"}
     assert pvc["spec"]["accessModes"] == ["ReadWriteOnce"]
-    containers = {c["name"]: c for c in spec["containers"]}
+    containers = {c["name"]: c for c in project_containers(spec)}
     ingest_args = dict(a.split("=", 1) for a in containers["ingest"]["args"][1:])
     dash_args = dict(a.split("=", 1) for a in containers["dashboard"]["args"][1:])
     assert dash_args["--db"] == ingest_args["--snapshot"] != ingest_args["--db"]
@@ -272,3 +288,80 @@ def test_prometheusrule_generator_carries_every_rule_with_the_crd_required_field
         assert g["name"] and g["rules"]
         for r in g["rules"]:
             assert r["expr"] and ("record" in r) != ("alert" in r)
+
+
+# --- access: the sign-in proxy and the NetworkPolicies ----------------------------------------
+
+def _selects(selector: dict, labels: dict) -> bool:
+    assert set(selector) <= {"matchLabels"}, "only matchLabels selectors are evaluated here"
+    return selector.get("matchLabels", {}).items() <= labels.items()
+
+
+def _allowed_ports(workload: dict) -> tuple[bool, set[int]]:
+    """(is the pod isolated for ingress, the container ports some policy lets traffic reach)."""
+    labels = workload["spec"]["template"]["metadata"]["labels"]
+    named = {p["name"]: p["containerPort"] for c in workload["spec"]["template"]["spec"]["containers"]
+             for p in c.get("ports", [])}
+    isolated, allowed = False, set()
+    for pol in of_kind("NetworkPolicy"):
+        if not _selects(pol["spec"]["podSelector"], labels) or "Ingress" not in pol["spec"]["policyTypes"]:
+            continue
+        isolated = True
+        for rule in pol["spec"].get("ingress", []):
+            assert rule.get("from") and rule.get("ports"), f"{pol['metadata']['name']}: a rule open to all"
+            for src in rule["from"]:
+                assert set(src) <= {"namespaceSelector", "podSelector"} and all(src.values()), src
+            allowed |= {named[p["port"]] if isinstance(p["port"], str) else p["port"] for p in rule["ports"]}
+    return isolated, allowed
+
+
+def test_network_policies_let_in_only_the_scrapes_and_the_sign_in_proxy():
+    assert {("NetworkPolicy", n) for n in ("slicemeter-default-deny-ingress", "slicemeter-ingest", "slicemeter-exporter")} \
+        <= {(d["kind"], d["metadata"]["name"]) for _, d in DOCS}
+    deny = one("NetworkPolicy", "slicemeter-default-deny-ingress")["spec"]
+    assert deny["podSelector"] == {} and deny["policyTypes"] == ["Ingress"] and not deny.get("ingress")
+    assert _allowed_ports(one("Deployment", "slicemeter-ingest")) == (True, {9401, 4180})   # not 8501
+    assert _allowed_ports(one("DaemonSet", "slicemeter-exporter")) == (True, {9400})
+    # every Service port leads to a port the policies open (a closed one would be a dead Service)
+    for svc in of_kind("Service"):
+        (workload,) = [d for d in of_kind("DaemonSet") + of_kind("Deployment")
+                       if svc["spec"]["selector"].items() <= d["spec"]["template"]["metadata"]["labels"].items()]
+        assert {p["port"] for p in svc["spec"]["ports"]} <= _allowed_ports(workload)[1], svc["metadata"]["name"]
+
+
+def test_the_policy_check_notices_an_open_port():
+    dep = copy.deepcopy(one("Deployment", "slicemeter-ingest"))
+    dep["spec"]["template"]["metadata"]["labels"] = {"app.kubernetes.io/name": "other"}
+    assert _allowed_ports(dep) == (True, set())   # only the default deny selects it
+
+
+def test_the_dashboard_is_reached_only_through_the_sign_in_proxy():
+    from dashboard.access import parse_access
+
+    spec = one("Deployment", "slicemeter-ingest")["spec"]["template"]["spec"]
+    containers = {c["name"]: c for c in spec["containers"]}
+    dash, proxy = containers["dashboard"], containers["oauth2-proxy"]
+    dash_args = dict(a.split("=", 1) for a in dash["args"][1:])
+    assert dash_args["--address"] == "127.0.0.1" and not dash.get("ports")
+    proxy_args = dict(a.split("=", 1) for a in proxy["args"])
+    assert proxy_args["--upstream"] == f"http://127.0.0.1:{dash_args['--port']}/"
+    # oauth2-proxy: --pass-user-headers sets X-Forwarded-Email and X-Forwarded-Groups (one line
+    # per group), and --skip-auth-strip-headers drops those a client sends (docs/upstream.md)
+    assert proxy_args["--pass-user-headers"] == "true" and proxy_args["--skip-auth-strip-headers"] == "true"
+    assert proxy_args["--provider"] == "oidc" and proxy_args["--oidc-groups-claim"] == "groups"
+    assert proxy_args["--http-address"] == f"0.0.0.0:{proxy['ports'][0]['containerPort']}"
+    assert {r.get("secretRef", r.get("configMapRef"))["name"] for r in proxy["envFrom"]} == {"slicemeter-oauth2-proxy"}
+    proxy_env = one("ConfigMap", "slicemeter-oauth2-proxy")["data"]
+    assert all(k.startswith("OAUTH2_PROXY_") for k in proxy_env)
+    assert proxy_env["OAUTH2_PROXY_OIDC_ISSUER_URL"].startswith("https://")
+    # the access file the dashboard mounts parses, reads the proxy's headers, and grants
+    # only tenants of the catalog
+    mount = next(m for m in dash["volumeMounts"] if dash_args["--access"].startswith(m["mountPath"] + "/"))
+    (vol,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    cm = one("ConfigMap", vol["configMap"]["name"])["data"]
+    cfg = parse_access(yaml.safe_load(cm[Path(dash_args["--access"]).name]))
+    assert (cfg.user_header, cfg.groups_header) == ("X-Forwarded-Email", "X-Forwarded-Groups")
+    catalog = {t["name"] for t in yaml.safe_load(one("ConfigMap", "slicemeter-tenants")["data"]["tenants.yaml"])["tenants"]}
+    assert set().union(*(g for g in cfg.groups.values() if g is not None)) <= catalog
+    svc_ports = {p["name"]: p["port"] for p in one("Service", "slicemeter-ingest")["spec"]["ports"]}
+    assert svc_ports["http"] == proxy["ports"][0]["containerPort"]

@@ -11,6 +11,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
+from dashboard.data import connection_scope
 from ingest.prices import DEFAULT_PRICES as PRICES_FILE
 from ingest.recommend import build_plan
 
@@ -46,9 +47,10 @@ def _prices():
 
 
 @st.cache_data(show_spinner="Planning the month...", max_entries=8)
-def _cached_plan(db_file: str, mtime: float, month: str, headroom: float, prices_key: str,
-                 _prices, currency, _con):
-    # keyed on the database file and its mtime (a new snapshot replans), month, headroom
+def _cached_plan(db_file: str, mtime: float, tenant: str | None, month: str, headroom: float,
+                 prices_key: str, _prices, currency, _con):
+    # keyed on the database file and its mtime (a new snapshot replans), the tenant the
+    # connection is scoped to (one tenant's plan never answers another), month, headroom
     # and the price catalog's content
     return build_plan(_con, month, headroom=headroom, prices=_prices, currency=currency)
 
@@ -63,8 +65,8 @@ def _plan(con, month: str, headroom: float):
     if path is None or not path.is_file():
         return build_plan(con, month, headroom=headroom, prices=prices, currency=currency)
     prices_key = repr(sorted((prices or {}).items()))
-    return _cached_plan(str(path), path.stat().st_mtime, month, headroom, prices_key, prices,
-                        currency, con)
+    return _cached_plan(str(path), path.stat().st_mtime, connection_scope(con), month, headroom,
+                        prices_key, prices, currency, con)
 
 
 def _slice_table(slices: pd.DataFrame) -> pd.DataFrame:

