@@ -120,13 +120,17 @@ def kamaji_server():
 def test_kamaji_import_over_http(kamaji_server, tmp_path):
     imported = tenants.fetch_kamaji_tenants(kamaji_server)
     assert [(t.name, t.tcp_namespace, t.api_server, t.kubernetes_version) for t in imported] == [
-        ("acme", "tenant-acme", "https://acme.tenants.example:6443", "v1.30.2"),
-        ("globex", "tenant-globex", "https://globex.tenants.example:6443", "v1.31.0"),
+        ("acme", "tenant-acme", "https://10.20.0.10:6443", "v1.30.2"),
+        ("globex", "tenant-globex", "https://[2001:db8:7::10]:6443", "v1.31.0"),
+        ("hooli", "tenant-hooli", "https://10.20.0.40:6443", "v1.30.2"),
         ("initech", "tenant-initech", None, "v1.29.6"),
     ]
     merged = tenants.merge(tenants.load_catalog(_write(tmp_path, CATALOG)), imported)
-    assert [t.name for t in merged.tenants] == ["acme", "platform", "globex", "initech"]
-    assert merged.tenants[0].display_name == "ACME Research"  # the YAML wins
+    assert [t.name for t in merged.tenants] == ["acme", "platform", "globex", "hooli", "initech"]
+    acme = merged.tenants[0]
+    assert (acme.display_name, acme.cost_center) == ("ACME Research", "CC-1001")  # the YAML wins
+    # and keeps its api_server; Kamaji's endpoint becomes an alias of the same tenant
+    assert acme.api_server == "https://acme.tenants.example:6443" and "https://10.20.0.10:6443" in acme.aliases
     con = store.connect(tmp_path / "k.duckdb")
     tenants.store_catalog(con, merged)
     # initech has no address: its cluster identity is "namespace/name"
