@@ -112,3 +112,33 @@ class KubeApi:
     def client_cert_user() -> dict:
         b64 = lambda p: base64.b64encode(p.read_bytes()).decode()  # noqa: E731
         return {"client-certificate-data": b64(CERT), "client-key-data": b64(KEY)}
+
+
+class MetricsServer:
+    """A Kamaji controller's /metrics over plain HTTP (how its metrics Service serves them)."""
+
+    def __init__(self, body: bytes):
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                if self.path != "/metrics":
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> "MetricsServer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()

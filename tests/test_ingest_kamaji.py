@@ -14,7 +14,7 @@ import yaml
 
 from ingest import kamaji, store, tenants
 from ingest.catalog_sync import CatalogSync, Source
-from kube_api import DATA, TOKEN, KubeApi, tcp_list
+from kube_api import DATA, TOKEN, KubeApi, MetricsServer, tcp_list
 from slicemeter.cli import ConfigError
 
 SCHEMA = json.loads((DATA / "kamaji" / "tenantcontrolplane.schema.json").read_text())
@@ -197,27 +197,9 @@ def test_metrics_without_the_series_say_so_loudly(caplog):
         'kamaji_tenant_control_plane_info{address="",datastore_driver="unknown",exposure_strategy="unknown",'
         'kubernetes_version="unknown",tcp_name="x",tcp_namespace="y"} 1\n')
     assert unknown[0].kubernetes_version is None
-    # over plain HTTP, as a controller's metrics endpoint is usually served
-    import http.server
-    import threading
-
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(b"# HELP kamaji_build_info Build information for Kamaji.\n")
-
-        def log_message(self, *a):
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
+    with MetricsServer(b"# HELP kamaji_build_info Build information for Kamaji.\n") as srv:
         with caplog.at_level(logging.WARNING, logger="slicemeter.ingest.tenants"):
-            assert tenants.fetch_kamaji_tenants(f"http://127.0.0.1:{srv.server_address[1]}/metrics") == []
-    finally:
-        srv.shutdown()
-        srv.server_close()
+            assert tenants.fetch_kamaji_tenants(srv.url) == []
     assert "serves no kamaji_tenant_control_plane_info series" in caplog.text and "26.4.3-edge" in caplog.text
 
 
@@ -307,3 +289,54 @@ def test_a_removed_plane_yields_its_address_to_a_new_one(tmp_path):
     tenants.store_catalog(con, merged)
     assert _owners(con) == {"https://10.20.0.40:6443": "initech"}
     assert "hooli" in {t.name for t in tenants.stored_tenants(con)}
+
+
+@pytest.mark.broker
+def test_a_fleet_on_advertise_addresses_and_ipv6_bills_nothing_unassigned(broker, tmp_path):
+    """End to end: Ticks from kubelets on every address form through the real broker and
+    `slicemeter ingest --kamaji-kubeconfig`; then the same store through the metrics
+    fallback, which names the clusters it cannot match with their sample counts."""
+    import subprocess
+
+    from ingest_helpers import SLICEMETER, create_topic, produce_chunks
+    from synth_ticks import SynthNode, messages
+
+    nodes = [SynthNode(node=f"gpu-node-{i}", cluster=c, gpus=2, slices_per_gpu=2, model_index=i)
+             for i, c in enumerate(KUBELET_CLUSTERS)]
+    create_topic(broker.bootstrap, partitions=2)
+    _, produced = produce_chunks(broker.bootstrap, list(messages(nodes, 1_800_000_000_000, ticks=30, ticks_per_message=10)))
+    db = tmp_path / "fleet.duckdb"
+
+    def ingest(*extra: str) -> str:
+        run = subprocess.run([*SLICEMETER, "ingest", "--kafka", broker.bootstrap, "--db", str(db), "--group", "",
+                              "--until-idle", "5", "--catalog-interval", "0", *extra],
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr[-3000:]
+        return run.stderr
+
+    with KubeApi() as api:
+        log = ingest("--kamaji-kubeconfig", str(api.kubeconfig(tmp_path / "kubeconfig")))
+    assert "every stored cluster matched" in log
+    con = store.connect(db, read_only=True)
+    try:
+        stored = con.execute("SELECT sum(sample_count) FROM gpu_hour").fetchone()[0] + \
+            con.execute("SELECT sum(sample_count) FROM slice_hour").fetchone()[0]
+        assert stored == produced
+        assert _unassigned_samples(con) == 0
+        assert _owners(con) == {c: t for c, (t, _) in KUBELET_CLUSTERS.items()}
+    finally:
+        con.close()
+
+    with MetricsServer(METRICS.encode()) as srv:
+        log = ingest("--kamaji-metrics", srv.url)
+    per_node = produced // len(nodes)
+    unmatched = ["https://192.168.50.10:6443", "https://API.acme.tenants.example/", "https://initech.tenants.example:6443"]
+    con = store.connect(db, read_only=True)
+    try:
+        assert sorted(tenants.unassigned_clusters(con)) == sorted((c, per_node) for c in unmatched)
+        assert _unassigned_samples(con) == 3 * per_node
+    finally:
+        con.close()
+    assert "3 stored cluster(s) match none" in log
+    for c in unmatched:
+        assert f"{c} ({per_node} samples)" in log

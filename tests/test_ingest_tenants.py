@@ -1,14 +1,13 @@
 """Tenant catalog: YAML, Kamaji /metrics import, attribution and re-attribution."""
 from __future__ import annotations
 
-import http.server
-import threading
 from pathlib import Path
 
 import pytest
 import yaml
 
 from ingest import store, tenants
+from kube_api import MetricsServer
 from slicemeter.cli import ConfigError
 
 DATA = Path(__file__).parent / "data"
@@ -94,27 +93,8 @@ def test_attribution_unassigned_and_reattribution(tmp_path):
 
 @pytest.fixture
 def kamaji_server():
-    body = (DATA / "kamaji_metrics.txt").read_bytes()
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            if self.path != "/metrics":
-                self.send_error(404)
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *a):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
-    server.shutdown()
-    server.server_close()
+    with MetricsServer((DATA / "kamaji_metrics.txt").read_bytes()) as srv:
+        yield srv.url
 
 
 def test_kamaji_import_over_http(kamaji_server, tmp_path):
