@@ -340,3 +340,14 @@ def test_a_fleet_on_advertise_addresses_and_ipv6_bills_nothing_unassigned(broker
     assert "3 stored cluster(s) match none" in log
     for c in unmatched:
         assert f"{c} ({per_node} samples)" in log
+
+
+def test_two_removed_planes_on_one_address_leave_it_to_the_last_removed(tmp_path):
+    con = store.connect(tmp_path / "rr.duckdb")
+    _hours(con, {"https://10.20.0.40:6443": 5})
+    old = tenants.Tenant("hooli", tcp_namespace="tenant-hooli", tcp_name="hooli", api_server="https://10.20.0.40:6443",
+                         source="kamaji-api", removed_at="2026-11-20T10:00:00Z")
+    newer = tenants.Tenant("pied", tcp_namespace="tenant-pied", tcp_name="pied", aliases=("https://10.20.0.40",),
+                           source="kamaji-api", removed_at="2026-11-25T10:00:00Z")
+    tenants.store_catalog(con, tenants.Catalog(tenants=[old, newer]))
+    assert _owners(con) == {"https://10.20.0.40:6443": "pied"}
