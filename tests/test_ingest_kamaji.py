@@ -351,3 +351,26 @@ def test_two_removed_planes_on_one_address_leave_it_to_the_last_removed(tmp_path
                            source="kamaji-api", removed_at="2026-11-25T10:00:00Z")
     tenants.store_catalog(con, tenants.Catalog(tenants=[old, newer]))
     assert _owners(con) == {"https://10.20.0.40:6443": "pied"}
+
+
+def test_a_scenario_with_ipv6_and_aliases_is_also_the_ingest_catalog(tmp_path):
+    from simulator.scenario import parse_scenario
+
+    text = """
+tenants:
+  - name: globex
+    kamaji: {namespace: tenant-globex, name: globex}
+    api_server: https://[2001:db8:7::10]:6443
+    aliases: ["https://globex.tenants.example"]
+nodes:
+  - name: gpu-node-1
+    tenant: globex
+    gpus: [{model: "NVIDIA L4", count: 1}]
+    pods: []
+"""
+    scenario = parse_scenario(text)
+    assert scenario.nodes[0].cluster == "https://[2001:db8:7::10]:6443"
+    catalog = tenants.parse_catalog(yaml.safe_load(text))
+    assert catalog.tenants[0].aliases == ("https://globex.tenants.example",)
+    with pytest.raises(Exception, match=r"tenants\[0\]\.aliases\[0\]"):
+        parse_scenario(text.replace('["https://globex.tenants.example"]', "[7]"))
