@@ -61,9 +61,12 @@ class CatalogSync:
         try:
             catalog = tenants.load_catalog(self.yaml_path) if self.yaml_path else tenants.Catalog()
             source, imported = self._imported()
-            merged = tenants.merge(catalog, imported)
-            if imported is not None:
-                merged = tenants.carry_removed(tenants.stored_tenants(self.con), merged, tenants.utc_now_iso())
+            if imported is None:
+                merged = tenants.merge(catalog, None)
+            else:
+                previous = tenants.stored_tenants(self.con)
+                merged = tenants.merge(catalog, tenants.keep_names(previous, imported))
+                merged = tenants.carry_removed(previous, merged, tenants.utc_now_iso())
             tenants.store_catalog(self.con, merged)
         except ConfigError as exc:
             tenants.record_sync(self.con, source, False, message=str(exc))

@@ -8,6 +8,7 @@ re-attributes every stored rollup (unknown clusters: 'unassigned').
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import urllib.request
@@ -236,6 +237,24 @@ def _utc_naive(iso: str | None) -> datetime | None:
     return (t.astimezone(timezone.utc) if t.tzinfo else t).replace(tzinfo=None)
 
 
+def keep_names(previous: list[Tenant], imported: list[Tenant]) -> list[Tenant]:
+    """Imported planes under the tenant names stored for them before (pure): a tenant's
+    name is its identity in bills, so it must not move when planes come and go. A new
+    plane whose name is taken (a removed plane of the same name) gets a suffix."""
+    by_tcp = {(t.tcp_namespace, t.tcp_name): t.name for t in previous if t.tcp_namespace}
+    taken = {t.name for t in previous}
+    out = []
+    for k in imported:
+        name = by_tcp.get((k.tcp_namespace, k.tcp_name))
+        if name is None:
+            name, n = k.name, 2
+            while name in taken:
+                name, n = f"{k.name}-{n}", n + 1
+        taken.add(name)
+        out.append(replace(k, name=name))
+    return out
+
+
 def carry_removed(previous: list[Tenant], catalog: Catalog, now_iso: str) -> Catalog:
     """Keep the Kamaji tenants the source no longer lists, marked removed (pure): the
     catalog is a view over stored hours, and a plane's deletion must not hand its past
@@ -257,20 +276,30 @@ def stored_tenants(con: duckdb.DuckDBPyConnection) -> list[Tenant]:
             for r in rows]
 
 
+@contextlib.contextmanager
+def _transaction(con: duckdb.DuckDBPyConnection):
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield con
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
 def store_catalog(con: duckdb.DuckDBPyConnection, catalog: Catalog) -> None:
     """Replace the stored catalog in one transaction (views re-attribute on the next read).
 
     A cluster key two live tenants claim is a ConfigError naming both; nothing is stored then."""
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with _transaction(con):
         con.execute(sql_text("ingest/tenants_clear.sql"))
         if catalog.tenants:
             con.executemany(sql_text("ingest/tenants_insert.sql"),
                             [[t.name, t.display_name, t.tcp_namespace, t.tcp_name, t.api_server, t.cost_center]
                              for t in catalog.tenants])
             con.executemany(sql_text("ingest/tenant_source_insert.sql"),
-                            [[t.name, t.source, t.kubernetes_version, t.api_server if t.source != "yaml" else None,
-                              t.admin_kubeconfig_secret, _utc_naive(t.removed_at)] for t in catalog.tenants])
+                            [[t.name, t.source, t.kubernetes_version, t.admin_kubeconfig_secret, _utc_naive(t.removed_at)]
+                             for t in catalog.tenants])
         aliases = [[t.name, a] for t in catalog.tenants for a in t.aliases]
         if aliases:
             con.executemany(sql_text("ingest/tenant_alias_insert.sql"), aliases)
@@ -282,23 +311,14 @@ def store_catalog(con: duckdb.DuckDBPyConnection, catalog: Catalog) -> None:
         if conflicts:
             raise ConfigError("tenant catalog: a cluster matches more than one tenant: " + "; ".join(
                 f"{key} is claimed by {' and '.join(names)} ({', '.join(ids)})" for key, names, ids in conflicts))
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
 
 
 def record_sync(con: duckdb.DuckDBPyConnection, source: str, ok: bool, catalog: Catalog | None = None,
                 message: str | None = None) -> None:
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with _transaction(con):
         con.execute(sql_text("ingest/catalog_sync_insert.sql"),
                     [source, ok, len(catalog.tenants) if catalog else None,
                      sum(len(t.aliases) for t in catalog.tenants) if catalog else None, message])
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
 
 
 def unassigned_clusters(con: duckdb.DuckDBPyConnection, start: datetime | None = None,

@@ -250,18 +250,20 @@ def test_resync_follows_planes_that_come_and_go(tmp_path):
         sync = CatalogSync(con.cursor(), None, [Source("kamaji-api", lambda: kamaji.fetch_tenants(access))])
         sync.sync_once()
         assert tenants.unassigned_clusters(con) == [("https://10.20.0.77:6443", 24)]
-        # hooli's deletion completes, umbrella is created on a new address
+        # hooli's deletion completes; a new plane of the same name is created elsewhere
         doc = tcp_list()
         doc["items"] = [i for i in doc["items"] if i["metadata"]["name"] != "hooli"]
-        umbrella = copy.deepcopy(doc["items"][2])
-        umbrella["metadata"].update(name="umbrella", namespace="tenant-umbrella", uid="u-5")
-        umbrella["status"]["controlPlaneEndpoint"] = "10.20.0.77:6443"
-        umbrella["spec"]["networkProfile"]["certSANs"] = []
-        api.doc = doc | {"items": doc["items"] + [umbrella]}
+        again = copy.deepcopy(doc["items"][2])
+        again["metadata"].update(name="hooli", namespace="tenant-hooli-v2", uid="u-5")
+        again["status"]["controlPlaneEndpoint"] = "10.20.0.77:6443"
+        again["spec"]["networkProfile"]["certSANs"] = []
+        api.doc = doc | {"items": doc["items"] + [again]}
         sync.sync_once()
         owners = _owners(con)
-        assert owners["https://10.20.0.77:6443"] == "umbrella"
         assert owners["https://10.20.0.40:6443"] == "hooli"  # its stored hours keep their owner
+        assert owners["https://10.20.0.77:6443"] == "hooli-2"  # a new tenant, not the old one's name
+        sync.sync_once()  # and the names stay put from one round to the next
+        assert _owners(con) == owners
         assert _unassigned_samples(con) == 0
         removed = con.execute("SELECT tenant, removed_at FROM tenant_sources WHERE removed_at IS NOT NULL").fetchall()
         assert removed == [("hooli", datetime(2026, 11, 20, 10, 0))]
@@ -271,7 +273,7 @@ def test_resync_follows_planes_that_come_and_go(tmp_path):
             sync.sync_once()
         assert _owners(con) == owners
     rows = con.execute("SELECT source, ok, tenants FROM catalog_syncs ORDER BY synced_at, ok DESC").fetchall()
-    assert rows == [("kamaji-api", True, 4), ("kamaji-api", True, 5), ("kamaji-api", False, None)]
+    assert rows == [("kamaji-api", True, 4), ("kamaji-api", True, 5), ("kamaji-api", True, 5), ("kamaji-api", False, None)]
 
 
 def test_a_removed_plane_yields_its_address_to_a_new_one(tmp_path):

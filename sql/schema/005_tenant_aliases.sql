@@ -14,7 +14,6 @@ CREATE TABLE IF NOT EXISTS tenant_sources (
     tenant                  VARCHAR PRIMARY KEY,
     source                  VARCHAR NOT NULL,   -- yaml | kamaji-api | kamaji-metrics
     kubernetes_version      VARCHAR,
-    control_plane_endpoint  VARCHAR,
     admin_kubeconfig_secret VARCHAR,            -- the Secret's name only, never its content
     removed_at              TIMESTAMP
 );
