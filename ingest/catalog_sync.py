@@ -44,17 +44,17 @@ class CatalogSync:
 
     def _imported(self) -> tuple[str, list[tenants.Tenant] | None]:
         """The first source that answers; a ConfigError naming every failure if none does."""
+        if not self.sources:
+            return "yaml", None
         errors = []
-        for source in self.sources:
+        for source, fallback in zip(self.sources, self.sources[1:] + [None]):
             try:
                 return source.name, source.fetch()
             except ConfigError as exc:
                 errors.append(str(exc))
-                if source is not self.sources[-1]:
-                    log.warning("%s; trying %s", exc, self.sources[self.sources.index(source) + 1].name)
-        if errors:
-            raise ConfigError("; ".join(errors))
-        return "yaml", None
+                if fallback is not None:
+                    log.warning("%s; trying %s", exc, fallback.name)
+        raise ConfigError("; ".join(errors))
 
     def sync_once(self) -> tenants.Catalog:
         source = self.sources[0].name if self.sources else "yaml"

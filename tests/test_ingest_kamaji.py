@@ -376,3 +376,17 @@ nodes:
     assert catalog.tenants[0].aliases == ("https://globex.tenants.example",)
     with pytest.raises(Exception, match=r"tenants\[0\]\.aliases\[0\]"):
         parse_scenario(text.replace('["https://globex.tenants.example"]', "[7]"))
+
+
+def test_the_metrics_fallback_is_used_when_the_api_fails(tmp_path, caplog):
+    con = store.connect(tmp_path / "f.duckdb")
+    with KubeApi() as api, MetricsServer(METRICS.encode()) as srv:
+        api.status = 403
+        access = kamaji.load_kubeconfig(api.kubeconfig(tmp_path / "kc"))
+        sync = CatalogSync(con.cursor(), None, [Source("kamaji-api", lambda: kamaji.fetch_tenants(access)),
+                                               Source("kamaji-metrics", lambda: tenants.fetch_kamaji_tenants(srv.url))])
+        with caplog.at_level(logging.WARNING, logger="slicemeter.ingest.catalog"):
+            catalog = sync.sync_once()
+    assert [t.source for t in catalog.tenants] == ["kamaji-metrics"] * 4
+    assert "HTTP 403" in caplog.text and "trying kamaji-metrics" in caplog.text
+    assert con.execute("SELECT source, ok FROM catalog_syncs").fetchall() == [("kamaji-metrics", True)]
