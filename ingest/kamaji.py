@@ -29,6 +29,7 @@ DEFAULT_PORT = 6443              # spec.networkProfile.port default
 DEFAULT_CLUSTER_DOMAIN = "cluster.local"  # spec.networkProfile.clusterDomain default
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 PAGE_SIZE = 500
+MAX_PAGE_BYTES = 64 << 20   # 500 planes are a few MB; more is not a TenantControlPlane page
 
 
 @dataclass(frozen=True)
@@ -172,7 +173,10 @@ def fetch_tcp_list(access: ApiAccess, timeout: float = 10.0) -> dict:
                 req.add_header("Authorization", f"Bearer {token}")
             try:
                 with urllib.request.urlopen(req, timeout=timeout, context=ctx) as resp:  # noqa: S310 - https only
-                    page = json.loads(resp.read())
+                    body = resp.read(MAX_PAGE_BYTES + 1)
+                if len(body) > MAX_PAGE_BYTES:
+                    raise ConfigError(f"{access.source}: GET {LIST_PATH}: a page over {MAX_PAGE_BYTES} bytes")
+                page = json.loads(body)
             except urllib.error.HTTPError as exc:
                 raise ConfigError(f"{access.source}: GET {LIST_PATH}: HTTP {exc.code} {exc.reason}"
                                   + (" (RBAC: list tenantcontrolplanes.kamaji.clastix.io)" if exc.code == 403 else "")) from None

@@ -390,3 +390,10 @@ def test_the_metrics_fallback_is_used_when_the_api_fails(tmp_path, caplog):
     assert [t.source for t in catalog.tenants] == ["kamaji-metrics"] * 4
     assert "HTTP 403" in caplog.text and "trying kamaji-metrics" in caplog.text
     assert con.execute("SELECT source, ok FROM catalog_syncs").fetchall() == [("kamaji-metrics", True)]
+
+
+def test_a_list_of_something_else_is_refused(tmp_path):
+    with KubeApi(doc={"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": []}) as api:
+        access = kamaji.load_kubeconfig(api.kubeconfig(tmp_path / "kc"))
+        with pytest.raises(ConfigError, match="expected kind TenantControlPlaneList, got 'PodList'"):
+            kamaji.fetch_tenants(access)
