@@ -15,7 +15,15 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kafka", required=True, metavar="HOST:PORT", help="bootstrap server(s), comma separated")
     p.add_argument("--db", required=True, type=Path, help="DuckDB file (created and migrated if new)")
     p.add_argument("--tenants", type=Path, help="tenant catalog YAML (a scenario's tenants: list)")
-    p.add_argument("--kamaji-metrics", metavar="URL", help="import tenants from a Kamaji controller's /metrics")
+    p.add_argument("--kamaji-kubeconfig", type=Path, metavar="FILE",
+                   help="import tenants from the management cluster's TenantControlPlanes (docs/ingest.md)")
+    p.add_argument("--kamaji-in-cluster", action="store_true",
+                   help="as --kamaji-kubeconfig, with this pod's service account")
+    p.add_argument("--kamaji-context", metavar="NAME", help="kubeconfig context (default: current-context)")
+    p.add_argument("--kamaji-metrics", metavar="URL",
+                   help="fallback: import tenants from a Kamaji controller's /metrics (endpoint addresses only)")
+    p.add_argument("--catalog-interval", type=float, default=300.0, metavar="S",
+                   help="re-read the tenant catalog sources every S seconds; 0 = at start only")
     p.add_argument("--topic", default="slicemeter.ticks")
     p.add_argument("--group", default="slicemeter-ingest",
                    help="consumer group; '' assigns every partition to this process without a group")
@@ -50,6 +58,12 @@ def _check(args: argparse.Namespace) -> None:
         raise ConfigError(f"--batch-samples must be > 0, got {args.batch_samples}")
     if args.snapshot and args.snapshot.resolve() == args.db.resolve():
         raise ConfigError("--snapshot must differ from --db")
+    if args.kamaji_kubeconfig and args.kamaji_in_cluster:
+        raise ConfigError("--kamaji-kubeconfig and --kamaji-in-cluster: choose one")
+    if args.kamaji_context and not args.kamaji_kubeconfig:
+        raise ConfigError("--kamaji-context needs --kamaji-kubeconfig")
+    if args.catalog_interval < 0:
+        raise ConfigError(f"--catalog-interval must be >= 0, got {args.catalog_interval}")
     if args.recommend_interval < 0:
         raise ConfigError(f"--recommend-interval must be >= 0, got {args.recommend_interval}")
     if args.recommend_interval and not args.snapshot:
@@ -58,19 +72,37 @@ def _check(args: argparse.Namespace) -> None:
         raise ConfigError("--recommend-interval needs --metrics-port: the figures are served there")
 
 
+def catalog_sources(args: argparse.Namespace) -> list:
+    """The Kamaji sources in the order tried: the TenantControlPlane API, then /metrics."""
+    from ingest import kamaji, tenants
+    from ingest.catalog_sync import Source
+
+    sources = []
+    if args.kamaji_kubeconfig or args.kamaji_in_cluster:
+        access = (kamaji.load_kubeconfig(args.kamaji_kubeconfig, args.kamaji_context) if args.kamaji_kubeconfig
+                  else kamaji.in_cluster_access())
+        sources.append(Source("kamaji-api", lambda: kamaji.fetch_tenants(access)))
+    if args.kamaji_metrics:
+        url = args.kamaji_metrics
+        sources.append(Source("kamaji-metrics", lambda: tenants.fetch_kamaji_tenants(url)))
+    return sources
+
+
 def run(args: argparse.Namespace) -> int:
-    from ingest import store, tenants
+    from ingest import store
+    from ingest.catalog_sync import CatalogSync
     from ingest.consumer import IngestConfig, Ingestor
     from ingest.metrics import IngestMetrics
     from ingest.prices import load_prices_or_default
 
     _check(args)
     prices = load_prices_or_default(args.prices) if args.recommend_interval else None
-    catalog = tenants.load_catalog(args.tenants) if args.tenants else None
-    imported = tenants.fetch_kamaji_tenants(args.kamaji_metrics) if args.kamaji_metrics else None
+    sources = catalog_sources(args)
     con = store.connect(args.db)
-    if catalog is not None or imported is not None:
-        tenants.store_catalog(con, tenants.merge(catalog or tenants.Catalog(), imported))
+    catalog_sync = None
+    if args.tenants or sources:
+        catalog_sync = CatalogSync(con.cursor(), args.tenants, sources, args.catalog_interval)
+        catalog_sync.sync_once()  # a bad catalog or an unreachable source stops here, before any Tick
     metrics = IngestMetrics()
     if args.metrics_port:
         metrics.serve(args.metrics_port, args.metrics_listen)
@@ -92,11 +124,15 @@ def run(args: argparse.Namespace) -> int:
     def stop(signum, frame):
         ingestor.stopping = True
     signal.signal(signal.SIGTERM, stop)
+    if catalog_sync:
+        catalog_sync.start()
     try:
         rc = ingestor.run()
     finally:
         if refresher:
             refresher.stop()
+        if catalog_sync:
+            catalog_sync.stop()
     secs = ingestor.active_seconds()
     # one parseable line: bench/bench_ingest.py reads it
     log.info("ingest done: samples=%d active_seconds=%.3f rate=%.0f", ingestor.samples_written, secs,

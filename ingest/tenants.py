@@ -1,15 +1,19 @@
 """The tenant catalog: which Kamaji TenantControlPlane (tenant) a cluster identity belongs to.
 
-Sources: a YAML file (the `tenants:` list of a scenario, BRIEF format) and/or a Kamaji
-controller's /metrics (`kamaji_tenant_control_plane_info`). Parsing is pure; fetching and
-storing are the I/O edges. The stored catalog feeds the view slice_hour_tenant, so
-replacing it re-attributes every stored rollup (unknown clusters: 'unassigned').
+Sources: a YAML file (the `tenants:` list of a scenario), the management cluster's
+TenantControlPlane API (ingest/kamaji.py) and, as a fallback, a Kamaji controller's
+/metrics (`kamaji_tenant_control_plane_info`). Parsing is pure; fetching and storing are
+the I/O edges. The stored catalog feeds the view slice_hour_tenant, so replacing it
+re-attributes every stored rollup (unknown clusters: 'unassigned').
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 import re
 import urllib.request
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 
 import duckdb
@@ -20,6 +24,8 @@ from slicemeter.cli import ConfigError, read_yaml_file
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 KAMAJI_INFO = "kamaji_tenant_control_plane_info"
+KAMAJI_UNKNOWN = "unknown"  # Kamaji's label value for an unset version, driver or exposure
+log = logging.getLogger("slicemeter.ingest.tenants")
 
 
 @dataclass(frozen=True)
@@ -31,6 +37,10 @@ class Tenant:
     api_server: str | None = None
     cost_center: str | None = None
     kubernetes_version: str | None = None
+    aliases: tuple[str, ...] = ()        # more identities of the same cluster (kubelets' addresses)
+    source: str = "yaml"                 # yaml | kamaji-api | kamaji-metrics
+    admin_kubeconfig_secret: str | None = None
+    removed_at: str | None = None        # the TenantControlPlane is being deleted / gone (ISO time)
 
     @property
     def cluster(self) -> str | None:
@@ -97,8 +107,12 @@ def parse_catalog(doc) -> Catalog:
             api_server=_str(raw.get("api_server"), f"{key}.api_server"),
             cost_center=_str(raw.get("cost_center"), f"{key}.cost_center"),
         )
-        if t.cluster is None:
-            raise ConfigError(f"{key}: needs api_server or kamaji {{namespace, name}} to match clusters")
+        aliases = raw.get("aliases") or []
+        if not isinstance(aliases, list):
+            raise ConfigError(f"{key}.aliases: expected a list of cluster identities")
+        t = replace(t, aliases=tuple(_str(a, f"{key}.aliases[{j}]", required=True) for j, a in enumerate(aliases)))
+        if t.cluster is None and not t.aliases:
+            raise ConfigError(f"{key}: needs api_server, aliases or kamaji {{namespace, name}} to match clusters")
         if any(o.name == name for o in tenants):
             raise ConfigError(f"{key}.name: duplicate tenant {name!r}")
         tenants.append(t)
@@ -106,7 +120,8 @@ def parse_catalog(doc) -> Catalog:
         if not isinstance(overrides, list):
             raise ConfigError(f"{key}.namespace_overrides: expected a list")
         for j, o in enumerate(overrides):
-            pending_overrides.append((f"{key}.namespace_overrides[{j}]", _mapping(o, f"{key}.namespace_overrides[{j}]"), t.cluster))
+            pending_overrides.append((f"{key}.namespace_overrides[{j}]", _mapping(o, f"{key}.namespace_overrides[{j}]"),
+                                      t.cluster or t.aliases[0]))
     names = {t.name for t in tenants}
     overrides_out = []
     for key, o, cluster in pending_overrides:
@@ -122,13 +137,19 @@ def load_catalog(path: str | Path) -> Catalog:
     return parse_catalog(read_yaml_file(path, "--tenants"))
 
 
-def _tenant_name(tcp_name: str) -> str:
+def tenant_name(tcp_name: str) -> str:
+    """A tenant name (lowercase DNS label) for a TenantControlPlane's name."""
     name = re.sub(r"[^a-z0-9-]+", "-", tcp_name.lower()).strip("-")[:63].strip("-")
     return name or "tenant"
 
 
 def parse_kamaji_metrics(text: str) -> list[Tenant]:
-    """Tenants from a Kamaji controller's Prometheus exposition (pure)."""
+    """Tenants from a Kamaji controller's Prometheus exposition (pure).
+
+    The series has six labels (tcp_namespace, tcp_name, kubernetes_version,
+    datastore_driver, address, exposure_strategy); address is "https://" +
+    status.controlPlaneEndpoint, empty until the plane is exposed, and it is the only
+    address the metric knows: kubelets on an advertise address or a certSAN do not match it."""
     found: dict[tuple[str, str], Tenant] = {}
     for family in text_string_to_metric_families(text):
         if family.name != KAMAJI_INFO and f"{family.name}_info" != KAMAJI_INFO:
@@ -138,9 +159,12 @@ def parse_kamaji_metrics(text: str) -> list[Tenant]:
             ns, name = labels.get("tcp_namespace"), labels.get("tcp_name")
             if not ns or not name:
                 continue
+            version = labels.get("kubernetes_version")
             found[(ns, name)] = Tenant(
-                name=_tenant_name(name), display_name=name, tcp_namespace=ns, tcp_name=name,
-                api_server=labels.get("address") or None, kubernetes_version=labels.get("kubernetes_version") or None,
+                name=tenant_name(name), display_name=name, tcp_namespace=ns, tcp_name=name,
+                api_server=labels.get("address") or None,
+                kubernetes_version=None if version in (None, "", KAMAJI_UNKNOWN) else version,
+                source="kamaji-metrics",
             )
     return [found[k] for k in sorted(found)]
 
@@ -153,11 +177,17 @@ def fetch_kamaji_tenants(url: str, timeout: float = 10.0) -> list[Tenant]:
             text = resp.read().decode("utf-8", "replace")
     except OSError as exc:
         raise ConfigError(f"--kamaji-metrics: cannot fetch {url}: {exc}") from None
-    return parse_kamaji_metrics(text)
+    found = parse_kamaji_metrics(text)
+    if not found:
+        log.warning("--kamaji-metrics: %s serves no %s series: Kamaji before 26.4.3-edge does not export it, "
+                    "and only the leader replica does; no tenant was imported (use --kamaji-kubeconfig)",
+                    url, KAMAJI_INFO)
+    return found
 
 
 def merge(catalog: Catalog, imported: list[Tenant] | None) -> Catalog:
-    """The YAML catalog wins; Kamaji fills in missing addresses and adds unknown TCPs."""
+    """The YAML catalog wins (names, display names, cost centres); Kamaji adds its
+    addresses as aliases, its details, and the TCPs the YAML does not name."""
     if not imported:
         return catalog
     tenants = list(catalog.tenants)
@@ -167,8 +197,11 @@ def merge(catalog: Catalog, imported: list[Tenant] | None) -> Catalog:
         i = by_tcp.get((k.tcp_namespace, k.tcp_name))
         if i is not None:
             t = tenants[i]
-            tenants[i] = replace(t, api_server=t.api_server or k.api_server,
-                                 kubernetes_version=t.kubernetes_version or k.kubernetes_version)
+            aliases = tuple(dict.fromkeys(t.aliases + ((k.api_server,) if k.api_server else ()) + k.aliases))
+            tenants[i] = replace(k, name=t.name, display_name=t.display_name or k.display_name,
+                                 api_server=t.api_server or k.api_server, cost_center=t.cost_center,
+                                 kubernetes_version=t.kubernetes_version or k.kubernetes_version,
+                                 aliases=aliases)
             continue
         name, n = k.name, 2
         while name in names:  # two TCPs of the same name in different namespaces
@@ -178,19 +211,108 @@ def merge(catalog: Catalog, imported: list[Tenant] | None) -> Catalog:
     return Catalog(tenants=tenants, overrides=list(catalog.overrides))
 
 
-def store_catalog(con: duckdb.DuckDBPyConnection, catalog: Catalog) -> None:
-    """Replace the stored catalog in one transaction (views re-attribute on the next read)."""
+def utc_now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _utc_naive(iso: str | None) -> datetime | None:
+    """An RFC 3339 time (Kubernetes' metadata.deletionTimestamp) as the store's naive UTC."""
+    if not iso:
+        return None
+    try:
+        t = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError(f"tenant catalog: {iso!r} is not an RFC 3339 time") from None
+    return (t.astimezone(timezone.utc) if t.tzinfo else t).replace(tzinfo=None)
+
+
+def keep_names(previous: list[Tenant], imported: list[Tenant]) -> list[Tenant]:
+    """Imported planes under the tenant names stored for them before (pure): a tenant's
+    name is its identity in bills, so it must not move when planes come and go. A new
+    plane whose name is taken (a removed plane of the same name) gets a suffix."""
+    by_tcp = {(t.tcp_namespace, t.tcp_name): t.name for t in previous if t.tcp_namespace}
+    taken = {t.name for t in previous}
+    out = []
+    for k in imported:
+        name = by_tcp.get((k.tcp_namespace, k.tcp_name))
+        if name is None:
+            name, n = k.name, 2
+            while name in taken:
+                name, n = f"{k.name}-{n}", n + 1
+        taken.add(name)
+        out.append(replace(k, name=name))
+    return out
+
+
+def carry_removed(previous: list[Tenant], catalog: Catalog, now_iso: str) -> Catalog:
+    """Keep the Kamaji tenants the source no longer lists, marked removed (pure): the
+    catalog is a view over stored hours, and a plane's deletion must not hand its past
+    hours to 'unassigned'. A YAML tenant that is gone is gone (the operator removed it)."""
+    live_tcps = {(t.tcp_namespace, t.tcp_name) for t in catalog.tenants}
+    names = {t.name for t in catalog.tenants}
+    kept = [replace(t, removed_at=t.removed_at or now_iso) for t in previous
+            if t.source.startswith("kamaji") and (t.tcp_namespace, t.tcp_name) not in live_tcps
+            and t.name not in names]
+    return Catalog(tenants=list(catalog.tenants) + kept, overrides=list(catalog.overrides)) if kept else catalog
+
+
+def stored_tenants(con: duckdb.DuckDBPyConnection) -> list[Tenant]:
+    """The catalog as stored (with sources, details and aliases)."""
+    rows = con.execute(sql_text("ingest/tenants_stored.sql")).fetchall()
+    return [Tenant(name=r[0], display_name=r[1], tcp_namespace=r[2], tcp_name=r[3], api_server=r[4], cost_center=r[5],
+                   source=r[6] or "yaml", kubernetes_version=r[7], admin_kubeconfig_secret=r[8],
+                   removed_at=r[9].replace(tzinfo=timezone.utc).isoformat() if r[9] is not None else None, aliases=tuple(r[10] or ()))
+            for r in rows]
+
+
+@contextlib.contextmanager
+def _transaction(con: duckdb.DuckDBPyConnection):
     con.execute("BEGIN TRANSACTION")
     try:
+        yield con
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+def store_catalog(con: duckdb.DuckDBPyConnection, catalog: Catalog) -> None:
+    """Replace the stored catalog in one transaction (views re-attribute on the next read).
+
+    A cluster key two live tenants claim is a ConfigError naming both; nothing is stored then."""
+    with _transaction(con):
         con.execute(sql_text("ingest/tenants_clear.sql"))
         if catalog.tenants:
             con.executemany(sql_text("ingest/tenants_insert.sql"),
                             [[t.name, t.display_name, t.tcp_namespace, t.tcp_name, t.api_server, t.cost_center]
                              for t in catalog.tenants])
+            con.executemany(sql_text("ingest/tenant_source_insert.sql"),
+                            [[t.name, t.source, t.kubernetes_version, t.admin_kubeconfig_secret, _utc_naive(t.removed_at)]
+                             for t in catalog.tenants])
+        aliases = [[t.name, a] for t in catalog.tenants for a in t.aliases]
+        if aliases:
+            con.executemany(sql_text("ingest/tenant_alias_insert.sql"), aliases)
         if catalog.overrides:
             con.executemany(sql_text("ingest/tenant_override_insert.sql"),
                             [[o.cluster, o.namespace, o.tenant] for o in catalog.overrides])
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
+        con.execute(sql_text("ingest/tenants_yield_to_live.sql"))
+        conflicts = con.execute(sql_text("ingest/tenants_conflicts.sql")).fetchall()
+        if conflicts:
+            raise ConfigError("tenant catalog: a cluster matches more than one tenant: " + "; ".join(
+                f"{key} is claimed by {' and '.join(names)} ({', '.join(ids)})" for key, names, ids in conflicts))
+
+
+def record_sync(con: duckdb.DuckDBPyConnection, source: str, ok: bool, catalog: Catalog | None = None,
+                message: str | None = None) -> None:
+    with _transaction(con):
+        con.execute(sql_text("ingest/catalog_sync_insert.sql"),
+                    [source, ok, len(catalog.tenants) if catalog else None,
+                     sum(len(t.aliases) for t in catalog.tenants) if catalog else None, message])
+
+
+def unassigned_clusters(con: duckdb.DuckDBPyConnection, start: datetime | None = None,
+                        end: datetime | None = None) -> list[tuple[str, int]]:
+    """(cluster, samples) of every stored cluster no tenant matches, most samples first."""
+    rows = con.execute(sql_text("queries/catalog_unassigned.sql"),
+                       {"start": start or datetime(1970, 1, 1), "end": end or datetime(9999, 1, 1)}).fetchall()
+    return [(r[0], int(r[1])) for r in rows]

@@ -262,17 +262,22 @@ def _load_tenants(doc: _Doc, raw: list) -> list[dict[str, Any]]:
     for i, t in enumerate(raw):
         p = f"tenants[{i}]"
         _check_keys(doc, t if isinstance(t, dict) else {}, p,
-                    {"name", "display_name", "kamaji", "api_server", "cost_center", "namespace_overrides"})
+                    {"name", "display_name", "kamaji", "api_server", "cost_center", "namespace_overrides", "aliases"})
         name = _get(doc, t, p, "name", str)
         if not _DNS_LABEL.match(name):
             raise doc.error(f"{p}.name", f"tenant name {name!r} is not a lowercase DNS label")
         api = _get(doc, t, p, "api_server", str)
-        if not re.match(r"^https?://[A-Za-z0-9.\-]+(:\d+)?/?$", api):
+        if not re.match(r"^https?://([A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\])(:\d+)?/?$", api):
             raise doc.error(f"{p}.api_server", f"{api!r} is not an https://host:port URL")
         kamaji = _get(doc, t, p, "kamaji", dict, {})
         for k in ("namespace", "name"):
             if k in kamaji:
                 _get(doc, kamaji, f"{p}.kamaji", k, str)
+        # more identities of the tenant's cluster for the ingest's catalog; the simulator
+        # names its Ticks' cluster by api_server alone
+        for j, alias in enumerate(_get(doc, t, p, "aliases", list, [])):
+            if not isinstance(alias, str):
+                raise doc.error(f"{p}.aliases[{j}]", f"expected str, got {type(alias).__name__} {alias!r}")
         overrides = _get(doc, t, p, "namespace_overrides", list, [])
         for j, o in enumerate(overrides):
             _get(doc, o, f"{p}.namespace_overrides[{j}]", "namespace", str)

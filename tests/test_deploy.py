@@ -70,7 +70,9 @@ def test_manifests_cover_the_pipeline():
             ("ServiceMonitor", "slicemeter-exporter"), ("Deployment", "slicemeter-ingest"),
             ("PersistentVolumeClaim", "slicemeter-data"), ("ConfigMap", "slicemeter-tenants"),
             ("ConfigMap", "slicemeter-prices"), ("ClusterRole", "slicemeter-exporter"),
-            ("ClusterRoleBinding", "slicemeter-exporter"), ("ServiceAccount", "slicemeter-exporter")} <= kinds
+            ("ClusterRoleBinding", "slicemeter-exporter"), ("ServiceAccount", "slicemeter-exporter"),
+            ("ServiceAccount", "slicemeter-ingest"), ("ClusterRole", "slicemeter-kamaji-reader"),
+            ("ClusterRoleBinding", "slicemeter-kamaji-reader"), ("ConfigMap", "slicemeter-kamaji")} <= kinds
 
 
 @pytest.mark.parametrize("where,doc", [(w, d) for w, d in DOCS if d["apiVersion"] != "monitoring.coreos.com/v1"],
@@ -240,6 +242,49 @@ def test_exporter_may_read_the_kubelet_and_nothing_more():
     assert ("nodes/proxy", "get") in grants
     assert {verb for _, verb in grants} == {"get"}
     assert not any("secrets" in res for res, _ in grants)
+
+
+def test_ingest_may_read_tenantcontrolplanes_and_nothing_more():
+    spec = one("Deployment", "slicemeter-ingest")["spec"]["template"]["spec"]
+    sa = spec["serviceAccountName"]
+    bindings = [b for b in of_kind("ClusterRoleBinding") + of_kind("RoleBinding")
+                if {"kind": "ServiceAccount", "name": sa, "namespace": "slicemeter"} in b["subjects"]]
+    assert len(bindings) == 1
+    role = one("ClusterRole", bindings[0]["roleRef"]["name"])
+    grants = {(group, res, verb) for rule in role["rules"] for group in rule["apiGroups"]
+              for res in rule["resources"] for verb in rule["verbs"]}
+    assert grants == {("kamaji.clastix.io", "tenantcontrolplanes", v) for v in ("get", "list", "watch")}
+
+
+def test_ingest_reads_kamaji_through_its_kubeconfig_with_a_token_only_it_sees(tmp_path):
+    from ingest import kamaji
+
+    spec = one("Deployment", "slicemeter-ingest")["spec"]["template"]["spec"]
+    assert spec["automountServiceAccountToken"] is False  # not into the dashboard container
+    containers = {c["name"]: c for c in spec["containers"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    args = dict(a.split("=", 1) for a in containers["ingest"]["args"][1:] if "=" in a)
+    kubeconfig_path = Path(args["--kamaji-kubeconfig"])
+    mounts = {m["mountPath"]: m for m in containers["ingest"]["volumeMounts"]}
+    config_volume = volumes[mounts[str(kubeconfig_path.parent)]["name"]]
+    kubeconfig = one("ConfigMap", config_volume["configMap"]["name"])["data"][kubeconfig_path.name]
+    # the client's own kubeconfig reader accepts it; the CA and token it names lie on the
+    # projected service-account volume
+    doc = yaml.safe_load(kubeconfig)
+    ca_path = Path(doc["clusters"][0]["cluster"]["certificate-authority"])
+    token_volume = volumes[mounts[str(ca_path.parent)]["name"]]
+    sources = token_volume["projected"]["sources"]
+    token_src = next(s["serviceAccountToken"] for s in sources if "serviceAccountToken" in s)
+    ca_src = next(s["configMap"] for s in sources if "configMap" in s)
+    assert ca_src["name"] == "kube-root-ca.crt" and ca_src["items"][0]["path"] == ca_path.name
+    (tmp_path / ca_path.name).write_text((REPO / "tests" / "data" / "kubelet-selfsigned.crt").read_text())
+    (tmp_path / token_src["path"]).write_text("t0ken")
+    local = yaml.safe_load(kubeconfig.replace(str(ca_path.parent), str(tmp_path)))
+    access = kamaji.access_from_kubeconfig(local, tmp_path)
+    assert access.server == "https://kubernetes.default.svc:443" and access.bearer() == "t0ken"
+    assert access.ca_pem.startswith("-----BEGIN CERTIFICATE-----")
+    assert not any(m["name"] == token_volume["name"] for m in containers["dashboard"]["volumeMounts"])
+    assert args["--catalog-interval"] and float(args["--catalog-interval"]) > 0
 
 
 def test_ingest_is_a_single_writer_with_its_data_on_the_claim():

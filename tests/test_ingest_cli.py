@@ -89,6 +89,11 @@ def test_metrics_and_snapshot_in_process(broker, tmp_path):
     (["--snapshot-interval", "0"], "--snapshot-interval"),
     (["--raw-retention-days", "-1"], "--raw-retention-days"),
     (["--tenants", "/nonexistent/t.yaml"], "--tenants"),
+    (["--kamaji-kubeconfig", "/nonexistent/kubeconfig"], "--kamaji-kubeconfig: cannot read"),
+    (["--kamaji-kubeconfig", "k", "--kamaji-in-cluster"], "choose one"),
+    (["--kamaji-context", "mgmt"], "--kamaji-context needs --kamaji-kubeconfig"),
+    (["--catalog-interval", "-5"], "--catalog-interval"),
+    (["--kamaji-metrics", "http://127.0.0.1:9/metrics"], "--kamaji-metrics: cannot fetch"),
 ])
 def test_ingest_config_errors_name_the_key(tmp_path, args, key):
     r = slicemeter("ingest", "--kafka", "127.0.0.1:9", "--db", str(tmp_path / "x.duckdb"), *args, timeout=60)

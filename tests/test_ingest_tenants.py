@@ -1,14 +1,13 @@
 """Tenant catalog: YAML, Kamaji /metrics import, attribution and re-attribution."""
 from __future__ import annotations
 
-import http.server
-import threading
 from pathlib import Path
 
 import pytest
 import yaml
 
 from ingest import store, tenants
+from kube_api import MetricsServer
 from slicemeter.cli import ConfigError
 
 DATA = Path(__file__).parent / "data"
@@ -94,39 +93,24 @@ def test_attribution_unassigned_and_reattribution(tmp_path):
 
 @pytest.fixture
 def kamaji_server():
-    body = (DATA / "kamaji_metrics.txt").read_bytes()
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            if self.path != "/metrics":
-                self.send_error(404)
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *a):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
-    server.shutdown()
-    server.server_close()
+    with MetricsServer((DATA / "kamaji_metrics.txt").read_bytes()) as srv:
+        yield srv.url
 
 
 def test_kamaji_import_over_http(kamaji_server, tmp_path):
     imported = tenants.fetch_kamaji_tenants(kamaji_server)
     assert [(t.name, t.tcp_namespace, t.api_server, t.kubernetes_version) for t in imported] == [
-        ("acme", "tenant-acme", "https://acme.tenants.example:6443", "v1.30.2"),
-        ("globex", "tenant-globex", "https://globex.tenants.example:6443", "v1.31.0"),
+        ("acme", "tenant-acme", "https://10.20.0.10:6443", "v1.30.2"),
+        ("globex", "tenant-globex", "https://[2001:db8:7::10]:6443", "v1.31.0"),
+        ("hooli", "tenant-hooli", "https://10.20.0.40:6443", "v1.30.2"),
         ("initech", "tenant-initech", None, "v1.29.6"),
     ]
     merged = tenants.merge(tenants.load_catalog(_write(tmp_path, CATALOG)), imported)
-    assert [t.name for t in merged.tenants] == ["acme", "platform", "globex", "initech"]
-    assert merged.tenants[0].display_name == "ACME Research"  # the YAML wins
+    assert [t.name for t in merged.tenants] == ["acme", "platform", "globex", "hooli", "initech"]
+    acme = merged.tenants[0]
+    assert (acme.display_name, acme.cost_center) == ("ACME Research", "CC-1001")  # the YAML wins
+    # and keeps its api_server; Kamaji's endpoint becomes an alias of the same tenant
+    assert acme.api_server == "https://acme.tenants.example:6443" and "https://10.20.0.10:6443" in acme.aliases
     con = store.connect(tmp_path / "k.duckdb")
     tenants.store_catalog(con, merged)
     # initech has no address: its cluster identity is "namespace/name"

@@ -4,12 +4,13 @@ from decimal import Decimal
 import altair as alt
 import streamlit as st
 
-from dashboard import common, data, fmt, money
+from dashboard import catalog, common, data, fmt, money
 
 common.header("Tenants", "GPU-hours and cost by tenant (Kamaji control plane) and namespace")
 b = common.bounds()
 usage = data.query("dash_tenant_usage", **b)
 if common.no_rows(usage, "slices"):
+    catalog.panel(b)
     st.stop()
 
 per_tenant = (usage.groupby(["tenant", "display_name"], as_index=False)
@@ -84,3 +85,5 @@ usage["used_of_allocated"] = usage["used_gpu_h"] / usage["allocated_gpu_h"].wher
 st.dataframe(common.as_pct(usage.drop(columns=["display_name"]), "used_of_allocated"), hide_index=True, width="stretch",
              column_config={"allocated_gpu_h": common.gpu_h_col("allocated"), "used_gpu_h": common.gpu_h_col("used"),
                             "used_of_allocated": common.pct_col("used / allocated")})
+
+catalog.panel(b)

@@ -1,2 +1,4 @@
 DELETE FROM tenant_namespace_overrides;
+DELETE FROM tenant_aliases;
+DELETE FROM tenant_sources;
 DELETE FROM tenants;

@@ -1,0 +1,1 @@
+INSERT OR IGNORE INTO tenant_aliases (tenant, alias) VALUES (?, ?)
