@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
 from ingest.metrics import RecommendHeadline
+from slicemeter import clock
 
 log = logging.getLogger("slicemeter.ingest.recommend")
 
@@ -23,7 +24,7 @@ RETRY_S = 5.0  # how soon to look again while the first snapshot is not written 
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return clock.now()
 
 
 class RecommendRefresher:
