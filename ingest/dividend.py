@@ -208,3 +208,35 @@ def in_band(utilization: float | None) -> str:
     lo, hi = ENTERPRISE_BAND
     return "below" if utilization < lo else "within" if utilization <= hi else "above"
 
+
+
+def dividend_metrics(reports: list[Report]) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Prometheus samples (ingest.metrics.DIVIDEND_METRICS) for the fleet and each tenant of
+    each report's month. Floats are fine here: gauges on a dashboard, never summed into a bill."""
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+
+    def add(name: str, labels: dict[str, str], value) -> None:
+        out.setdefault(name, [])
+        if value is not None:
+            out[name].append((labels, float(value)))
+
+    for report in reports:
+        for f in [report.fleet, *report.tenants]:
+            labels = {"scope": f.scope, "month": report.month}
+            add("slicemeter_dividend_sharing_factor", labels, f.sharing_factor)
+            add("slicemeter_dividend_containers_per_gpu", labels, f.containers_per_gpu)
+            add("slicemeter_dividend_gpus_in_use", labels, f.gpus_in_use)
+            add("slicemeter_dividend_gpus_needed", labels, f.gpus_needed)
+            add("slicemeter_dividend_gpus_avoided", labels, f.gpus_avoided)
+            add("slicemeter_dividend_utilization_ratio", labels, f.utilization)
+            add("slicemeter_dividend_monthly_cost_avoided", {**labels, "currency": f.currency or ""},
+                f.monthly_cost_avoided if f.currency else None)
+            add("slicemeter_dividend_energy_avoided_kwh", labels, f.kwh_avoided)
+            add("slicemeter_dividend_co2e_avoided_grams", labels, f.co2e_kg_avoided * 1000)
+    return out
+
+
+def previous_month(month: str) -> str:
+    start, _, _ = month_range(month)
+    year, mon = (start.year - 1, 12) if start.month == 1 else (start.year, start.month - 1)
+    return f"{year:04d}-{mon:02d}"

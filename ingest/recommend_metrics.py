@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
-from ingest.metrics import RecommendHeadline
+from ingest.metrics import Headline, RecommendHeadline
 from slicemeter import clock
 
 log = logging.getLogger("slicemeter.ingest.recommend")
@@ -29,13 +29,14 @@ def utc_now() -> datetime:
 
 class RecommendRefresher:
     def __init__(self, snapshot: Path, interval_s: float, headline: RecommendHeadline, prices=None,
-                 headroom: float = 0.2, now: Callable[[], datetime] = utc_now):
+                 headroom: float = 0.2, now: Callable[[], datetime] = utc_now, dividend: Headline | None = None):
         self.snapshot = Path(snapshot)
         self.interval_s = interval_s
         self.headline = headline
         self.prices = prices
         self.headroom = headroom
         self.now = now
+        self.dividend = dividend
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="recommend-metrics", daemon=True)
 
@@ -46,12 +47,18 @@ class RecommendRefresher:
 
         if not self.snapshot.is_file():
             return False
+        month = self.now().strftime("%Y-%m")
         con = connect(self.snapshot, read_only=True)
         try:
-            plan = build_plan(con, self.now().strftime("%Y-%m"), self.headroom, self.prices)
+            self.headline.update(headline_metrics(build_plan(con, month, self.headroom, self.prices)))
+            if self.dividend is not None:
+                from ingest.dividend import dividend, dividend_metrics, previous_month
+
+                # the month to date is young on the 1st: the last complete month beside it
+                months = (previous_month(month), month)
+                self.dividend.update(dividend_metrics([dividend(con, m, self.prices) for m in months]))
         finally:
             con.close()
-        self.headline.update(headline_metrics(plan))
         return True
 
     def _loop(self) -> None:
