@@ -20,7 +20,7 @@ from slicemeter import clock
 
 log = logging.getLogger("slicemeter.ingest.recommend")
 
-RETRY_S = 5.0  # how soon to look again while the first snapshot is not written yet
+RETRY_S = 5.0  # how soon to look again while the snapshot is absent or has no rollups yet
 
 
 def utc_now() -> datetime:
@@ -55,8 +55,10 @@ class RecommendRefresher:
                 from ingest.dividend import dividend, dividend_metrics, previous_month
 
                 # the month to date is young on the 1st: the last complete month beside it
-                months = (previous_month(month), month)
-                self.dividend.update(dividend_metrics([dividend(con, m, self.prices) for m in months]))
+                reports = [dividend(con, m, self.prices) for m in (previous_month(month), month)]
+                self.dividend.update(dividend_metrics(reports))
+                if not any(r.fleet.hours for r in reports):
+                    return False   # a snapshot from before the first rollups: look again soon
         finally:
             con.close()
         return True

@@ -171,6 +171,24 @@ def coverage(snapshot: Path, start: datetime, days: int, nodes: int) -> float:
     return min(1.0, done) * min(1.0, seen / max(1, nodes))
 
 
+def opening_month(snapshot: Path) -> str:
+    """The month the dashboard opens on and why (dashboard.fmt.default_month), from the snapshot."""
+    import duckdb
+
+    from dashboard.fmt import default_month
+    from ingest.store import sql_text
+
+    try:
+        con = duckdb.connect(str(snapshot), read_only=True)
+        try:
+            months = [(m, d) for m, d, _ in con.execute(sql_text("queries/dash_months.sql")).fetchall()]
+        finally:
+            con.close()
+        return ": ".join(default_month(months))
+    except (duckdb.Error, ValueError):
+        return "the latest month with data"
+
+
 def missing_commands() -> list[str]:
     """Subcommands whose module is not installed (the demo needs every one)."""
     out = []
@@ -368,7 +386,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             print(f"exporter  {node}: http://127.0.0.1:{args.exporter_port + i}/metrics", file=out)
         print(f"ingest    http://127.0.0.1:{ingest_metrics_port(args, nodes)}/metrics", file=out)
         print(f"logs      {paths.logs}", file=out)
-        print(f"dashboard {url}", file=out)
+        print(f"dashboard {url} (opens on {opening_month(paths.snapshot)})", file=out)
         print(f"dashboard ready in {time.monotonic() - t0:.0f} s (Ctrl-C stops everything)", file=out, flush=True)
         while True:
             if (bad := sup.failed()) is not None:

@@ -188,11 +188,11 @@ def dashboard_month(url: str) -> str:
             browser.close()
 
 
-def start_demo(tmp_path: Path, now: str, port: int, exporter_port: int) -> subprocess.Popen:
+def start_demo(tmp_path: Path, now: str, port: int, exporter_port: int, *extra: str) -> subprocess.Popen:
     """The README's demo command, `make demo`, with the clock at `now` (started with SIGINT
     ignored, as `make demo &` from a script has it)."""
-    demo_args = (f"--workdir {tmp_path / 'var'} --out {tmp_path / 'out'} --port {port} "
-                 f"--exporter-port {exporter_port}")
+    demo_args = " ".join([f"--workdir {tmp_path / 'var'} --out {tmp_path / 'out'} --port {port}",
+                          f"--exporter-port {exporter_port}", *extra])
     env = {**os.environ, "SLICEMETER_NOW": now}
     return subprocess.Popen(["make", "--no-print-directory", "demo", f"DEMO_ARGS={demo_args}"], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
@@ -227,6 +227,7 @@ def test_demo_on_the_first_of_a_month(tmp_path):
         lines = wait_ready(proc)
         out = "".join(lines)
         assert "export    2026-11 (last complete month)" in out and "export    2026-12 (month to date)" in out
+        assert "(opens on 2026-11: the latest month with at least 3 days of data" in out
         months = months_in(tmp_path / "var" / "snapshot.duckdb")
         assert months["2026-11"] >= 29 and months["2026-12"] == 1
         invoice = (tmp_path / "out" / "invoice-2026-11.csv").read_text().splitlines()
@@ -243,7 +244,8 @@ def test_demo_on_the_first_of_a_month(tmp_path):
         from simulator.scenario import load_scenario
         ingest_port = exporter_port + len(load_scenario(demo.DEFAULT_SCENARIO).nodes)  # after the exporters
         deadline = time.monotonic() + 60
-        while 'slicemeter_dividend_sharing_factor{scope="fleet",month="2026-11"}' not in (text := fetch_text(f"http://127.0.0.1:{ingest_port}/metrics")):
+        while not re.search(r'slicemeter_dividend_sharing_factor\{(?=[^}]*scope="fleet")(?=[^}]*month="2026-11")',
+                            text := fetch_text(f"http://127.0.0.1:{ingest_port}/metrics")):
             assert time.monotonic() < deadline, f"ingest serves no dividend figures: {text[-500:]}"
             time.sleep(0.2)
         assert "slicemeter_recommend_freeable_gpus " in text
@@ -258,14 +260,15 @@ def test_demo_on_the_first_of_a_month(tmp_path):
 
 
 def test_demo_on_the_fifteenth(tmp_path):
-    """On 15 November: October and November to date both have data, October's exports have
-    rows, and the dashboard opens on November, which has 15 days of data."""
+    """On 15 November (20 days of history, to keep the suite short): October and November to
+    date both have data, October's exports have rows, and the dashboard opens on November,
+    which has 15 days of data."""
     port, exporter_port = free_port(), free_port()
-    proc = start_demo(tmp_path, "2026-11-15T12:00:00Z", port, exporter_port)
+    proc = start_demo(tmp_path, "2026-11-15T12:00:00Z", port, exporter_port, "--days 20")
     try:
         wait_ready(proc)
         months = months_in(tmp_path / "var" / "snapshot.duckdb")
-        assert months["2026-10"] >= 15 and months["2026-11"] == 15
+        assert months["2026-10"] == 6 and months["2026-11"] == 15
         assert len((tmp_path / "out" / "invoice-2026-10.csv").read_text().splitlines()) > 1
         opened = dashboard_month(f"http://127.0.0.1:{port}/")
         assert opened.startswith("Opened on 2026-11: the latest month with data"), opened
