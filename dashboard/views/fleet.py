@@ -16,18 +16,20 @@ if common.no_rows(hourly, "metered GPU-hours"):
 div = data.dividend(common.month())
 fd = div.fleet
 st.subheader("Sharing dividend")
-d1, d2, d3, d4, d5 = st.columns(5)
+d1, d2, d3 = st.columns(3)
 d1.metric("Users on the same hardware", "–" if fd.sharing_factor is None else f"{fd.sharing_factor:.1f}x",
           help="GPUs the same containers would need if each took whole GPUs, over the GPUs in use "
                f"({fd.gpus_needed:.1f} / {fd.gpus_in_use:.1f}); {fd.containers} containers served.")
 d2.metric("Avoided GPUs", f"{fd.gpus_avoided:.1f}", help="Whole-GPU need minus GPUs in use, averaged over the month's metered hours.")
 d3.metric("Cost avoided / month", fmt.money(fd.monthly_cost_avoided, fd.currency or "USD"),
           help="The avoided GPUs at catalog prices, at this month's rate over the whole month.")
+d4, d5, d6 = st.columns(3)
 d4.metric("Month's GPU cost", fmt.money(fd.gpu_cost, fd.currency or "USD"),
           help="Metered GPU-hours at catalog prices: tenant charges plus idle.")
-d5.metric("Energy · carbon avoided", f"{fd.kwh_avoided:,.0f} kWh · {fd.co2e_kg_avoided:,.0f} kg",
-          help=f"Avoided GPU-hours at each model's measured idle power; {div.carbon_g_per_kwh:g} gCO2e/kWh "
-               "from the price catalog (electricity.carbon_g_per_kwh).")
+d5.metric("Energy avoided", f"{fd.kwh_avoided:,.0f} kWh", help="Avoided GPU-hours at each model's measured idle power.")
+d6.metric("Carbon avoided", f"{fd.co2e_kg_avoided:,.0f} kgCO2e",
+          help=f"Energy avoided at {div.carbon_g_per_kwh:g} gCO2e/kWh, from the price catalog "
+               "(electricity.carbon_g_per_kwh).")
 st.caption(f"Utilization {fmt.pct(fd.utilization)} with sharing, {fmt.pct(fd.utilization_unshared)} if each container "
            f"held whole GPUs; enterprise fleets typically run at 20-25 %. {fd.hours} of {div.month_hours} hours "
            "metered. Definitions: docs/dividend.md.")
