@@ -11,6 +11,7 @@ runs the queries on a connection. Money is Decimal from integer milliseconds, ne
 from __future__ import annotations
 
 import calendar
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
@@ -19,11 +20,13 @@ import pandas as pd
 
 from ingest.prices import PriceCatalog
 from ingest.store import sql_text
+from slicemeter.cli import ConfigError
 
 FLEET = "fleet"
 ENTERPRISE_BAND = (0.20, 0.25)   # typical utilization of enterprise GPU fleets (docs/dividend.md)
 MS_PER_HOUR = 3_600_000
 CENT = Decimal("0.01")
+_MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
 
 
 @dataclass(frozen=True)
@@ -92,11 +95,11 @@ class Report:
 
 def month_range(month: str) -> tuple[datetime, datetime, int]:
     """'2026-11' -> (start, end, hours in the month); ValueError names the bad value."""
-    try:
-        year, mon = (int(x) for x in month.split("-"))
-        start = datetime(year, mon, 1)
-    except (ValueError, AttributeError):
-        raise ValueError(f"month must look like 2026-11, got {month!r}") from None
+    m = _MONTH.match(month if isinstance(month, str) else "")
+    if not m:
+        raise ValueError(f"month must look like 2026-11, got {month!r}")
+    year, mon = int(m.group(1)), int(m.group(2))
+    start = datetime(year, mon, 1)
     days = calendar.monthrange(year, mon)[1]
     end = datetime(year + (mon == 12), mon % 12 + 1, 1)
     return start, end, days * 24
@@ -111,7 +114,7 @@ def _price(catalog: PriceCatalog | None, row) -> Decimal | None:
         return None
     try:
         return catalog.price(row.model, row.node, row.cluster)
-    except Exception:   # ConfigError: a model without a price is listed, not fatal
+    except ConfigError:   # a model without a price is listed in the report, not fatal
         return None
 
 

@@ -211,9 +211,15 @@ def wait_ready(proc: subprocess.Popen, timeout: float = 240) -> list[str]:
 
 
 def stop(proc: subprocess.Popen) -> None:
+    """SIGINT first: the demo stops its children (each in a session of its own, beyond the
+    reach of a kill of make's group); SIGKILL only if it does not exit."""
     if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def test_demo_on_the_first_of_a_month(tmp_path):
@@ -266,12 +272,13 @@ def test_demo_on_the_fifteenth(tmp_path):
     port, exporter_port = free_port(), free_port()
     proc = start_demo(tmp_path, "2026-11-15T12:00:00Z", port, exporter_port, "--days 20")
     try:
-        wait_ready(proc)
+        out = "".join(wait_ready(proc))
         months = months_in(tmp_path / "var" / "snapshot.duckdb")
-        assert months["2026-10"] == 6 and months["2026-11"] == 15
+        assert months == {"2026-11": 15, "2026-10": 6}, out
         assert len((tmp_path / "out" / "invoice-2026-10.csv").read_text().splitlines()) > 1
         opened = dashboard_month(f"http://127.0.0.1:{port}/")
-        assert opened.startswith("Opened on 2026-11: the latest month with data"), opened
+        assert opened.startswith("Opened on 2026-11: the latest month with data"), (opened, out, months_in(
+            tmp_path / "var" / "snapshot.duckdb"))
     finally:
         stop(proc)
 

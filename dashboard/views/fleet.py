@@ -16,15 +16,22 @@ if common.no_rows(hourly, "metered GPU-hours"):
 div = data.dividend(common.month())
 fd = div.fleet
 st.subheader("Sharing dividend")
+
+
+def money(amount) -> str:
+    """At catalog prices; a dash without a price catalog ($SLICEMETER_PRICES)."""
+    return fmt.money(amount, fd.currency) if fd.currency else "–"
+
+
 d1, d2, d3 = st.columns(3)
 d1.metric("Users on the same hardware", "–" if fd.sharing_factor is None else f"{fd.sharing_factor:.1f}x",
           help="GPUs the same containers would need if each took whole GPUs, over the GPUs in use "
                f"({fd.gpus_needed:.1f} / {fd.gpus_in_use:.1f}); {fd.containers} containers served.")
 d2.metric("Avoided GPUs", f"{fd.gpus_avoided:.1f}", help="Whole-GPU need minus GPUs in use, averaged over the month's metered hours.")
-d3.metric("Cost avoided / month", fmt.money(fd.monthly_cost_avoided, fd.currency or "USD"),
+d3.metric("Cost avoided / month", money(fd.monthly_cost_avoided),
           help="The avoided GPUs at catalog prices, at this month's rate over the whole month.")
 d4, d5, d6 = st.columns(3)
-d4.metric("Month's GPU cost", fmt.money(fd.gpu_cost, fd.currency or "USD"),
+d4.metric("Month's GPU cost", money(fd.gpu_cost),
           help="Metered GPU-hours at catalog prices: tenant charges plus idle.")
 d5.metric("Energy avoided", f"{fd.kwh_avoided:,.0f} kWh", help="Avoided GPU-hours at each model's measured idle power.")
 d6.metric("Carbon avoided", f"{fd.co2e_kg_avoided:,.0f} kgCO2e",
