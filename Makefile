@@ -26,8 +26,10 @@ system-deps:
 test: setup system-deps
 	$(BIN)/pytest -q
 
+# e.g. make demo DEMO_ARGS="--now 2026-12-01T09:00 --port 8600" (slicemeter demo --help)
+DEMO_ARGS ?=
 demo: setup
-	$(BIN)/slicemeter demo
+	$(BIN)/slicemeter demo $(DEMO_ARGS)
 
 bench: setup
 	@for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -32,7 +32,8 @@ def sidebar() -> bool:
         st.sidebar.caption(f"Signed in as {user}")
     if tenant:
         st.sidebar.caption(f"Tenant: **{tenant}** (this dashboard shows only its data)")
-    months = data.query("dash_months")["month"].tolist()
+    coverage = data.query("dash_months")
+    months = coverage["month"].tolist()
     st.sidebar.caption(f"Database: `{path.name}`")
     if not months and tenant:
         st.warning(f"No metered GPU-hours for tenant {tenant} (its clusters in the tenant catalog have reported none).")
@@ -40,9 +41,12 @@ def sidebar() -> bool:
     if not months:
         st.warning("The database has no metered GPU-hours yet. Start ingest, or run `slicemeter demo`.")
         return False
+    opening, why = fmt.default_month(list(zip(months, coverage["days"].tolist())))
     if st.session_state.get(MONTH_KEY) not in months:
-        st.session_state[MONTH_KEY] = months[0]
+        st.session_state[MONTH_KEY] = opening
     st.sidebar.selectbox("Month (UTC)", months, key=MONTH_KEY)
+    if st.session_state[MONTH_KEY] == opening:
+        st.sidebar.caption(f"Opened on {opening}: {why}.")
     return True
 
 

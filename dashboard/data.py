@@ -185,6 +185,23 @@ def chargeback(month: str, basis: str, idle: str) -> pd.DataFrame:
     return _chargeback(str(path.resolve()), db_version(path), scope(), month, basis, idle)
 
 
+@st.cache_data(show_spinner="Computing the sharing dividend…", max_entries=64)
+def _dividend(path: str, version: tuple, month: str):
+    div = _import("ingest.dividend")
+    from ingest.prices import load_prices_or_default
+
+    with open_db(Path(path)) as con:
+        return div.dividend(con, month, load_prices_or_default(None))
+
+
+def dividend(month: str):
+    """ingest.dividend.dividend on this database, at the default price catalog: the same
+    figures as `slicemeter report`."""
+    _import("ingest.dividend")
+    path = db_path()
+    return _dividend(str(path.resolve()), db_version(path), month)
+
+
 @st.cache_data(show_spinner="Writing the month's exports…", max_entries=32)
 def _exports(path: str, version: tuple, tenant: str | None, month: str, basis: str, idle: str) -> dict[str, bytes]:
     import subprocess

@@ -52,3 +52,26 @@ def trend(daily: list[float | None], window: int = 7) -> tuple[float | None, flo
     if not prev:
         return cur, None
     return cur, cur - sum(prev) / len(prev)
+
+
+MIN_DEFAULT_DAYS = 3   # a month with less is too young to open on: its charts are a few points
+
+
+def default_month(months: list[tuple[str, float]], min_days: float = MIN_DEFAULT_DAYS) -> tuple[str, str]:
+    """(month, why) to open on, from (month, days of data) newest first: the latest month
+    with at least `min_days` days of data, else the one with the most."""
+    if not months:
+        raise ValueError("no months with data")
+    latest, latest_days = months[0]
+    for month, days in months:
+        if days >= min_days:
+            if month == latest:
+                return month, "the latest month with data"
+            return month, (f"the latest month with at least {min_days:g} days of data "
+                           f"({latest} has {_days(latest_days)} so far)")
+    month, days = max(months, key=lambda m: m[1])
+    return month, f"the month with the most data ({_days(days)}; none has {min_days:g} days yet)"
+
+
+def _days(n: float) -> str:
+    return f"{n:g} day" if n == 1 else f"{n:g} days"

@@ -28,6 +28,7 @@ from exporter.nvml import NvmlReader, NvmlUnavailable, load_pynvml
 from exporter.pods import SA_DIR, PodCache, cluster_from_kubeconfig, file_source, kubelet_url, url_source
 from exporter.publisher import Publisher, Spool, kafka_producer
 from exporter.tick_builder import BuildResult, TickBuilder
+from slicemeter import clock
 from slicemeter.cli import ConfigError
 from slicemeter.tick import encode_ticks
 
@@ -103,7 +104,7 @@ class Exporter:
         self._stop = threading.Event()
 
     def tick_once(self, ts_ms: int | None = None) -> BuildResult:
-        ts_ms = int(time.time() * 1000) if ts_ms is None else ts_ms
+        ts_ms = clock.now_ms() if ts_ms is None else ts_ms
         if self.before_tick:
             self.before_tick(ts_ms)
         if self.sync_pods:

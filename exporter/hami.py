@@ -20,9 +20,10 @@ import os
 import re
 import stat
 import struct
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
+
+from slicemeter import clock
 
 MAGIC = 19920718
 MAX_DEVICES = 16
@@ -264,7 +265,7 @@ def parse_region(
     `device_memory` maps GPU UUID -> physical memory bytes (from NVML) to bound values.
     """
     try:
-        return _parse(read_at, file_size, device_memory or {}, time.time() if now_s is None else now_s)
+        return _parse(read_at, file_size, device_memory or {}, clock.time_s() if now_s is None else now_s)
     except _Bad as bad:
         return RegionError(bad.reason, bad.detail)
     except (struct.error, ValueError, OverflowError, OSError) as exc:   # defensive: report, never raise

@@ -25,6 +25,7 @@ from exporter.hami import (Region, RegionError, aggregate, discover, open_contai
                            read_region_entry)
 from exporter.nvml import GpuSample, MigSample, NvmlReader
 from exporter.pods import Grant, PodCache, PodIndex, PodInfo, pid_to_pod
+from slicemeter import clock
 from slicemeter.tick import GpuReading, SliceReading, Tick
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,7 @@ class TickBuilder:
 
     def build(self, ts_ms: int | None = None, interval_ms: int = 10_000) -> BuildResult:
         t0 = time.perf_counter()
-        ts_ms = int(time.time() * 1000) if ts_ms is None else ts_ms
+        ts_ms = clock.now_ms() if ts_ms is None else ts_ms
         snap = self.nvml.read()
         gpus = {g.uuid: g for g in snap.gpus}
         devmem = {g.uuid: g.memory_total for g in snap.gpus if g.memory_total}

@@ -123,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
     progress = Progress(start_ms, end_ms, enabled=not args.no_progress)
     samples = messages = 0
     for node, gpus, slices in generate(scenario, start_ms, end_ms, interval_s=args.interval, seed=args.seed):
+        if gpus.num_rows + slices.num_rows == 0:
+            continue   # a node that has not joined yet
         for g, s in split_by_ticks(gpus, slices):
             producer.send(args.topic, key=node.encode(), value=encode_tables(g, s))
             samples += g.num_rows + s.num_rows

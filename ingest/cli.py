@@ -43,7 +43,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--until-idle", type=float, metavar="S", nargs="?", const=5.0,
                    help="drain and exit: stop once caught up (or after S seconds without a record)")
     p.add_argument("--recommend-interval", type=float, default=0.0, metavar="S",
-                   help="serve the current month's right-sizing figures (slicemeter_recommend_*), "
+                   help="serve the current month's right-sizing and sharing-dividend figures "
+                        "(slicemeter_recommend_*, slicemeter_dividend_*), "
                         "replanned from the snapshot every S seconds; 0 = off (default)")
     p.add_argument("--prices", type=Path, metavar="FILE",
                    help="price catalog for --recommend-interval (default examples/prices.yaml when present)")
@@ -109,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
     refresher = None
     if args.recommend_interval:
         from ingest.recommend_metrics import RecommendRefresher
-        refresher = RecommendRefresher(args.snapshot, args.recommend_interval, metrics.recommend, prices).start()
+        refresher = RecommendRefresher(args.snapshot, args.recommend_interval, metrics.recommend, prices,
+                                       dividend=metrics.dividend).start()
     cfg = IngestConfig(
         bootstrap=args.kafka, db=args.db, topic=args.topic, group=args.group or None,
         batch_samples=args.batch_samples, batch_max_s=args.batch_max_seconds,

@@ -11,30 +11,32 @@ from __future__ import annotations
 
 import logging
 import threading
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
-from ingest.metrics import RecommendHeadline
+from ingest.metrics import Headline, RecommendHeadline
+from slicemeter import clock
 
 log = logging.getLogger("slicemeter.ingest.recommend")
 
-RETRY_S = 5.0  # how soon to look again while the first snapshot is not written yet
+RETRY_S = 5.0  # how soon to look again while the snapshot is absent or has no rollups yet
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return clock.now()
 
 
 class RecommendRefresher:
     def __init__(self, snapshot: Path, interval_s: float, headline: RecommendHeadline, prices=None,
-                 headroom: float = 0.2, now: Callable[[], datetime] = utc_now):
+                 headroom: float = 0.2, now: Callable[[], datetime] = utc_now, dividend: Headline | None = None):
         self.snapshot = Path(snapshot)
         self.interval_s = interval_s
         self.headline = headline
         self.prices = prices
         self.headroom = headroom
         self.now = now
+        self.dividend = dividend
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="recommend-metrics", daemon=True)
 
@@ -45,12 +47,20 @@ class RecommendRefresher:
 
         if not self.snapshot.is_file():
             return False
+        month = self.now().strftime("%Y-%m")
         con = connect(self.snapshot, read_only=True)
         try:
-            plan = build_plan(con, self.now().strftime("%Y-%m"), self.headroom, self.prices)
+            self.headline.update(headline_metrics(build_plan(con, month, self.headroom, self.prices)))
+            if self.dividend is not None:
+                from ingest.dividend import dividend, dividend_metrics, previous_month
+
+                # the month to date is young on the 1st: the last complete month beside it
+                reports = [dividend(con, m, self.prices) for m in (previous_month(month), month)]
+                self.dividend.update(dividend_metrics(reports))
+                if not any(r.fleet.hours for r in reports):
+                    return False   # a snapshot from before the first rollups: look again soon
         finally:
             con.close()
-        self.headline.update(headline_metrics(plan))
         return True
 
     def _loop(self) -> None:

@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from ingest.store import sql_text
 from ingest.strings import StringIds
+from slicemeter import clock
 from slicemeter.tick import TickBatch
 
 log = logging.getLogger("slicemeter.ingest")
@@ -328,7 +329,7 @@ def stored_offsets(con: duckdb.DuckDBPyConnection, topic: str) -> dict[int, int]
 
 def apply_retention(con: duckdb.DuckDBPyConnection, days: float, now_ms: int | None = None) -> None:
     """Drop raw samples older than `days`; rollups are kept for ever."""
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    now_ms = clock.now_ms() if now_ms is None else now_ms
     cutoff = now_ms - int(days * 86_400_000)
     con.execute("BEGIN TRANSACTION")
     try:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from simulator.node import SimulatedNode
 from simulator.scenario import ScenarioError, load_scenario
+from slicemeter import clock
 from slicemeter.cli import ConfigError
 
 log = logging.getLogger("slicemeter.simulate")
@@ -36,7 +37,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _start_ms(value: str | None, interval_ms: int) -> int:
     if value is None:
-        now = int(time.time() * 1000)
+        now = clock.now_ms()
         return now - now % interval_ms
     if value.isdigit():
         return int(value)
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     while args.ticks == 0 or tick < args.ticks:
         ts = start + tick * interval_ms
         if args.realtime:
-            wait = ts / 1000 - time.time()
+            wait = ts / 1000 - clock.time_s()
             if wait > 0:
                 time.sleep(wait)   # pacing a live simulation, not synchronisation
         for node in nodes:

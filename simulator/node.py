@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from simulator import workload as wl
 from simulator.hami_region import LAYOUTS, ProcSlot, RegionState, RegionWriter
 from simulator.nvml import FakeNvml, GpuNow, ProcNow
 from simulator.scenario import MIB, RES_GPU, Container, Pod, Scenario, stable_hash, stable_uuid
+from slicemeter import clock
 
 ANNOTATION_ALLOCATED = "hami.io/vgpu-devices-allocated"
 ANNOTATION_NODE = "hami.io/vgpu-node"
@@ -75,7 +75,7 @@ class SimulatedNode:
         self.nvml = FakeNvml(self, self.spec.nvml_unsupported)
         self.ts_ms = 0
         self.state: wl.FleetState | None = None
-        self.advance(int(time.time() * 1000))
+        self.advance(clock.now_ms())
 
     # ---------------------------------------------------------------- time
     def advance(self, ts_ms: int) -> None:

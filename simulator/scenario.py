@@ -12,9 +12,10 @@ seed or on other entries, so adding a pod changes nothing else.
 """
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -127,8 +128,10 @@ class Pod:
     namespace: str
     uid: str
     containers: tuple[Container, ...]
-    batch: bool                     # pods of a batch-jobs pattern exist only while a job runs
+    batch: bool                     # comes and goes, one pod per run: batch jobs, sessions, replicas
     init_containers: tuple[Container, ...] = ()   # ran to completion before the containers
+    lifecycle: str | None = None    # "sessions" | "replica" (living fleet, see _living_pods)
+    replica: tuple[int, int] | None = None   # (k, replicas) of a scaled deployment's extra replica
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,7 @@ class Node:
     hami_core: str = "1.2"          # HAMi-core version writing the regions (HAMI_CORE)
     hami_version: str = "2.10"      # HAMi scheduler version writing the annotations (HAMI_VERSIONS)
     watcher_zeroed: float = 0.0     # share of reads that catch HAMi-core's watcher between zeroing and setting sm_util
+    joins_ms: int | None = None     # the node (a tenant onboarding) sends nothing before this instant
 
 
 @dataclass
@@ -297,7 +301,7 @@ def _load_tenants(doc: _Doc, raw: list) -> list[dict[str, Any]]:
 def _load_node(doc: _Doc, raw: Any, p: str, tenants: dict[str, dict]) -> list[Node]:
     _check_keys(doc, raw if isinstance(raw, dict) else {}, p,
                 {"name", "tenant", "hami_layout", "hami_core", "hami_version", "hami_watcher_zeroed", "count", "gpus",
-                 "pods", "nvml_unsupported"})
+                 "pods", "nvml_unsupported"} | LIVING_NODE_KEYS)
     base = _get(doc, raw, p, "name", str)
     if not _DNS_SUBDOMAIN.match(base):
         raise doc.error(f"{p}.name", f"node name {base!r} is not a DNS name")
@@ -355,7 +359,8 @@ def _load_node(doc: _Doc, raw: Any, p: str, tenants: dict[str, dict]) -> list[No
             for i, (model, mem) in enumerate(gpu_specs)
         )
         pods = _load_pods(doc, pods_raw, p, name, suffix, cluster, gpus)
-        nodes.append(Node(name, tenant, cluster, layout, gpus, pods, unsupported, core, hami_version, float(zeroed)))
+        nodes.append(Node(name, tenant, cluster, layout, gpus, pods, unsupported, core, hami_version, float(zeroed),
+                          _load_joins(doc, raw, p)))
     return nodes
 
 
@@ -385,7 +390,7 @@ def _load_pods(doc: _Doc, pods_raw: list, node_path: str, node: str, suffix: str
     for i, raw in enumerate(pods_raw):
         p = f"{node_path}.pods[{i}]"
         _check_keys(doc, raw if isinstance(raw, dict) else {}, p,
-                    {"name", "namespace", "containers", "init_containers", "workload"})
+                    {"name", "namespace", "containers", "init_containers", "workload"} | LIVING_POD_KEYS)
         name = _get(doc, raw, p, "name", str) + suffix
         ns = _get(doc, raw, p, "namespace", str, "default")
         for key, v in (("name", name), ("namespace", ns)):
@@ -411,7 +416,13 @@ def _load_pods(doc: _Doc, pods_raw: list, node_path: str, node: str, suffix: str
         if batch and len({c.workload for c in containers if c.has_gpu}) != 1:
             raise doc.error(f"{p}.containers", "a batch-jobs pod's GPU containers must share one workload (one schedule)")
         uid = stable_uuid("pod", cluster, ns, name)
-        pods.append(Pod(name, ns, uid, tuple(containers), batch, inits))
+
+        def replica_containers(replica: str, raw=raw, p=p, pod_workload=pod_workload, ns=ns) -> tuple[Container, ...]:
+            return tuple(_load_container(doc, c, f"{p}.containers[{j}]", pod_workload, p, node, replica, ns,
+                                         gpus, mem_used, cores_used, whole_taken)
+                         for j, c in enumerate(raw["containers"]))
+
+        pods.extend(_living_pods(doc, raw, p, Pod(name, ns, uid, tuple(containers), batch, inits), cluster, replica_containers))
     names = [(pd.namespace, pd.name) for pd in pods]
     for i, n in enumerate(names):
         if names.index(n) != i:
@@ -510,3 +521,80 @@ def _load_container(doc: _Doc, c: Any, cp: str, pod_workload: Any, pod_path: str
         requests=requests, key=stable_hash("container", node, ns, pod, cname),
         sched_key=stable_hash("pod", node, ns, pod),
     )
+
+
+# ---------------------------------------------------------------- the living fleet
+# Pods that come and go (docs/simulator.md, "A living fleet"): notebook sessions opened and
+# closed, a deployment's extra replicas scaled with its diurnal load, nodes of a tenant that
+# onboards part-way through the history. Batch jobs (the batch-jobs pattern) already come and go.
+
+LIVING_POD_KEYS = {"lifecycle", "replicas"}
+LIVING_NODE_KEYS = {"joins"}
+MAX_REPLICAS = 16
+
+
+def _gpu_patterns(pod: Pod) -> set[str]:
+    return {c.workload.pattern for c in pod.containers if c.has_gpu}
+
+
+def _living_pods(doc: _Doc, raw: dict, p: str, pod: Pod, cluster: str, load_replica) -> list[Pod]:
+    """The pod as given, or as a living one: `lifecycle: sessions` (a notebook that exists
+    only while its user has it open) or `replicas: N` (replica 0 always up, replica k up
+    while the service's load is at least k/N of its peak; each replica is its own slice)."""
+    lifecycle, replicas = raw.get("lifecycle"), raw.get("replicas")
+    if lifecycle is None and replicas is None:
+        return [pod]
+    if lifecycle is not None and replicas is not None:
+        raise doc.error(f"{p}.replicas", "give lifecycle or replicas, not both")
+    if lifecycle is not None:
+        if lifecycle != "sessions":
+            raise doc.error(f"{p}.lifecycle", f"unknown lifecycle {lifecycle!r} (known: sessions)")
+        if _gpu_patterns(pod) != {"bursty-notebook"}:
+            raise doc.error(f"{p}.lifecycle", "sessions follow a notebook's schedule: the pod's GPU containers "
+                                              "need the bursty-notebook pattern")
+        return [replace(pod, batch=True, lifecycle="sessions")]
+    n = _get(doc, raw, p, "replicas", int)
+    if not 2 <= n <= MAX_REPLICAS:
+        raise doc.error(f"{p}.replicas", f"replicas must be within 2..{MAX_REPLICAS}, got {n}")
+    if _gpu_patterns(pod) != {"diurnal-inference"}:
+        raise doc.error(f"{p}.replicas", "replicas scale with a diurnal load: the pod's GPU containers need "
+                                         "the diurnal-inference pattern")
+    out = [pod]
+    for k in range(1, n):
+        name = f"{pod.name}-r{k}"
+        out.append(Pod(name, pod.namespace, stable_uuid("pod", cluster, pod.namespace, name),
+                       load_replica(name), True, pod.init_containers, lifecycle="replica", replica=(k, n)))
+    return out
+
+
+def _load_joins(doc: _Doc, raw: dict, p: str) -> int | None:
+    """`joins: 2026-11-15` (a UTC date or date-time), or `joins: {days_before_now: 16}`:
+    that many days before today's UTC midnight on slicemeter's clock, so a demo run on any
+    day shows the onboarding inside its history."""
+    value = raw.get("joins")
+    if value is None:
+        return None
+    key = f"{p}.joins"
+    if isinstance(value, dict):
+        _check_keys(doc, value, key, {"days_before_now"})
+        days = _get(doc, value, key, "days_before_now", int)
+        if days < 0:
+            raise doc.error(f"{key}.days_before_now", "must be >= 0")
+        from slicemeter import clock
+
+        today = clock.now().replace(hour=0, minute=0, second=0, microsecond=0)
+        return int((today - dt.timedelta(days=days)).timestamp() * 1000)
+    if isinstance(value, dt.datetime):
+        when = value
+    elif isinstance(value, dt.date):
+        when = dt.datetime(value.year, value.month, value.day)
+    elif isinstance(value, str):
+        try:
+            when = dt.datetime.fromisoformat(value)
+        except ValueError:
+            raise doc.error(key, f"{value!r} is not a date (YYYY-MM-DD) or {{days_before_now: N}}") from None
+    else:
+        raise doc.error(key, f"expected a date or {{days_before_now: N}}, got {value!r}")
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return int(when.timestamp() * 1000)

@@ -221,6 +221,11 @@ def _slice_table(nc: _NodeCols, model: wl.FleetModel, st: wl.FleetState, interva
     return pa.Table.from_arrays(arrays, schema=SLICE_SCHEMA)
 
 
+def _since(table: pa.Table, joins_ms: int) -> pa.Table:
+    """A joining node's rows from the instant it joins (a tenant onboarding)."""
+    return table.filter(pa.array(table.column("ts_ms").to_numpy() >= joins_ms))
+
+
 def generate(scenario: Scenario, start_ms: int, end_ms: int, interval_s: float = 10, seed: int = 0,
              chunk_s: float = 3600, nodes: list[str] | None = None) -> Iterator[tuple[str, pa.Table, pa.Table]]:
     """Yield (node, gpu_table, slice_table) per node and time chunk for ticks in [start_ms, end_ms)."""
@@ -241,6 +246,9 @@ def generate(scenario: Scenario, start_ms: int, end_ms: int, interval_s: float =
         for model, ncs in models:
             st = model.state(ticks)
             for nc in ncs:
-                yield nc.node.name, _gpu_table(nc, st, interval_ms), _slice_table(nc, model, st, interval_ms)
+                gpus, slices = _gpu_table(nc, st, interval_ms), _slice_table(nc, model, st, interval_ms)
+                if nc.node.joins_ms is not None and ticks[0] < nc.node.joins_ms:
+                    gpus, slices = _since(gpus, nc.node.joins_ms), _since(slices, nc.node.joins_ms)
+                yield nc.node.name, gpus, slices
         t = int(ticks[-1]) + interval_ms
 

@@ -97,6 +97,7 @@ class ContainerArrays:
     nb_active: np.ndarray     # (notebooks, NB_WEEK_BLOCKS) session schedule
     nb_back: np.ndarray       # (notebooks, NB_WEEK_BLOCKS) blocks back to the last session, -1 = none
     batch_off: np.ndarray     # (batch containers, 7 * 48) job start offsets per weekday and job
+    life: "Lifecycle | None" = None   # pods that come and go (living fleet), set by FleetModel
 
 
 def container_arrays(containers: list[Container], seed: int) -> ContainerArrays:
@@ -206,6 +207,8 @@ def container_state(ca: ContainerArrays, t_ms: np.ndarray) -> ContainerState:
             memfrac[:, cols] = np.where(running, steady_mem, 0.0)
             last[:, cols] = np.where(running, tsec, 0)
             run[:, cols] = np.where(running, day * 64 + job, 0)
+    if ca.life is not None:
+        _apply_lifecycle(ca, tsec, present, run, util, memfrac, last)
     return ContainerState(present=present, run=run, util=util, memfrac=np.clip(memfrac, 0.0, 1.0),
                           last_kernel_s=last)
 
@@ -225,7 +228,78 @@ def expected_util(ca: ContainerArrays, t_s: np.ndarray) -> np.ndarray:
             out[:, cols] = np.where(active, level * 0.3 + 0.01 * 0.7, 0.0)   # burst share x level + floor
         elif pid == 4:
             out[:, cols] = np.where(_batch_running(ca, tcol)[0], level, 0.0)
+    if ca.life is not None and len(ca.life.replica_cols):
+        cols = ca.life.replica_cols
+        out[:, cols] *= _replica_up(ca, tcol)
     return out
+
+
+# ---------------------------------------------------------------- the living fleet
+
+@dataclass
+class Lifecycle:
+    """Containers whose pod comes and goes (simulator.scenario._living_pods)."""
+
+    session_cols: np.ndarray   # container columns of notebook pods that live for a session
+    session_rows: np.ndarray   # their rows in the notebook schedule (ContainerArrays.nb_active)
+    nb_since: np.ndarray       # (notebooks, NB_WEEK_BLOCKS) session blocks before this one
+    replica_cols: np.ndarray   # container columns of a deployment's extra replicas
+    replica_frac: np.ndarray   # (1, R) replica k of N is up while load >= k/N of the peak
+    replica_k: np.ndarray      # (1, R) k
+
+
+def lifecycle_arrays(ca: ContainerArrays, pods: list[Pod]) -> Lifecycle | None:
+    """Lifecycle arrays for containers whose pods (one per container column) are living."""
+    sessions = np.array([i for i, p in enumerate(pods) if p.lifecycle == "sessions"], dtype=np.int64)
+    replicas = np.array([i for i, p in enumerate(pods) if p.lifecycle == "replica"], dtype=np.int64)
+    if not len(sessions) and not len(replicas):
+        return None
+    notebooks = ca.groups.get(2, np.zeros(0, np.int64))
+    rows = np.searchsorted(notebooks, sessions)
+    # consecutive session blocks before each block, cyclic over the week (two passes)
+    since = np.zeros(ca.nb_active.shape, dtype=np.int64)
+    run = np.zeros(ca.nb_active.shape[0], dtype=np.int64)
+    for _ in range(2):
+        for b in range(NB_WEEK_BLOCKS):
+            run = np.where(ca.nb_active[:, b], run + 1, 0)
+            since[:, b] = np.maximum(run - 1, 0)
+    since = np.minimum(since, NB_WEEK_BLOCKS - 1)
+    k = np.array([pods[i].replica[0] for i in replicas], dtype=np.int64)
+    n = np.array([pods[i].replica[1] for i in replicas], dtype=np.int64)
+    return Lifecycle(session_cols=sessions, session_rows=rows, nb_since=since, replica_cols=replicas,
+                     replica_frac=(k / np.maximum(n, 1))[None, :], replica_k=k[None, :])
+
+
+def _replica_up(ca: ContainerArrays, tsec: np.ndarray) -> np.ndarray:
+    cols = ca.life.replica_cols
+    peak = ca.peak[:, cols]
+    return _diurnal_load(tsec, ca.base[:, cols], peak) >= peak * ca.life.replica_frac
+
+
+def _apply_lifecycle(ca: ContainerArrays, tsec: np.ndarray, present: np.ndarray, run: np.ndarray,
+                     util: np.ndarray, memfrac: np.ndarray, last: np.ndarray) -> None:
+    """Pods exist only while alive; each life is its own pod (run id = day * 64 + k, as a
+    batch run's): a session is named by the half-hour block it opened in, a replica by k."""
+    life = ca.life
+    alive_cols = []
+    if len(life.session_cols):
+        active, _, abs_block = _notebook_blocks(ca, tsec)
+        rows = life.session_rows
+        alive = active[:, rows]
+        opened = abs_block - life.nb_since[rows[None, :], abs_block % NB_WEEK_BLOCKS]
+        day_blocks = 86400 // NB_BLOCK_S
+        run[:, life.session_cols] = np.where(alive, (opened // day_blocks) * 64 + opened % day_blocks, 0)
+        alive_cols.append((life.session_cols, alive))
+    if len(life.replica_cols):
+        up = _replica_up(ca, tsec)
+        day = (tsec - ORIGIN_S) // 86400
+        run[:, life.replica_cols] = np.where(up, day * 64 + life.replica_k, 0)
+        alive_cols.append((life.replica_cols, up))
+    for cols, alive in alive_cols:
+        present[:, cols] = alive
+        util[:, cols] = np.where(alive, util[:, cols], 0.0)
+        memfrac[:, cols] = np.where(alive, memfrac[:, cols], 0.0)
+        last[:, cols] = np.where(alive, last[:, cols], 0)
 
 
 # ---------------------------------------------------------------- slices and GPUs of nodes
@@ -302,6 +376,8 @@ class FleetModel:
                                                     procs_on_device(c, j)))
         self.containers = containers
         self.ca = container_arrays(containers, seed) if containers else None
+        if self.ca is not None:
+            self.ca.life = lifecycle_arrays(self.ca, [pod for _, pod in self.container_pod])
         # slices sorted by GPU so per-GPU sums are cumsum differences
         self.slices.sort(key=lambda s: (s.gpu, s.ci, s.vdev))
         S = len(self.slices)
@@ -370,7 +446,9 @@ class FleetModel:
                     mod[:, cols] += m_
                     data[:, cols] += np.floor(d_ * self.s_under[cols]).astype(np.int64)
             gsm = np.minimum(self._per_gpu(sm), 100)
-            gmu = np.minimum(np.rint(self._per_gpu(sm * self.s_memint)), 100).astype(np.int64)
+            # rounded to 6 places first: the sum's last bits depend on the order of the GPU's columns,
+            # which differs between a one-node model and the fleet's, and must not move a .5 across rint
+            gmu = np.minimum(np.rint(np.round(self._per_gpu(sm * self.s_memint), 6)), 100).astype(np.int64)
             gused = self._per_gpu(used)
             gslices = self._per_gpu(present.astype(np.int64))
         else:

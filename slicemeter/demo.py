@@ -1,9 +1,13 @@
 """`slicemeter demo`: the whole pipeline on one machine, from one command.
 
 broker (Tansu, unless --kafka) -> ingest (DuckDB + snapshot) <- backfill of N days of the
-scenario -> live exporters (one per simulated node, /metrics on 9400+i; ingest's, with the
-right-sizing figures, on the port after them) -> `slicemeter
-export` of the current month into ./out -> the dashboard on :8501 against the snapshot.
+scenario, a rolling window ending now -> live exporters (one per simulated node, /metrics on
+9400+i; ingest's, with the right-sizing and sharing-dividend figures, on the port after them)
+-> `slicemeter export` of the last complete month and of the month to date into ./out -> the
+dashboard on :8501 against the snapshot.
+
+`--now` (or $SLICEMETER_NOW) runs the whole demo as of another instant: every child gets
+the pretend clock (slicemeter.clock), so the demo can be tried as on the 1st of a month.
 
 Every part is a child process running the subcommand's own CLI, exactly as a user would
 run it; logs and databases live in the working directory (./var). Ctrl-C or SIGTERM
@@ -26,6 +30,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable, TextIO
 
+from slicemeter import clock
 from slicemeter.cli import COMMANDS, ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -39,7 +44,9 @@ TOPIC = "slicemeter.ticks"  # the exporter's, backfill's and ingest's default to
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kafka", metavar="HOST:PORT", help="use this Kafka instead of starting Tansu")
     parser.add_argument("--scenario", type=Path, default=DEFAULT_SCENARIO, help="fleet scenario YAML (default examples/demo.yaml)")
-    parser.add_argument("--days", type=int, default=30, help="days of history to backfill (default 30)")
+    parser.add_argument("--days", type=int, default=30, help="days of history before now to backfill (default 30)")
+    parser.add_argument("--now", metavar="INSTANT", help="run as of this UTC instant, e.g. 2026-12-01T09:00 "
+                                                         f"(default: ${clock.ENV}, else the real clock)")
     parser.add_argument("--workdir", type=Path, default=Path("var"), help="databases and logs (default ./var)")
     parser.add_argument("--out", type=Path, default=Path("out"), help="export directory (default ./out)")
     parser.add_argument("--port", type=int, default=8501, help="dashboard port (default 8501)")
@@ -85,10 +92,24 @@ class Paths:
         return self.workdir / "hami" / node
 
 
-def backfill_start(now: datetime, days: int) -> datetime:
-    """History ends at today's UTC midnight; live Ticks take over from now."""
-    midnight = now.astimezone(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0, tzinfo=None)
-    return midnight - timedelta(days=days)
+def history_end(now: datetime, interval_s: float) -> datetime:
+    """History is a rolling window that ends at now (on a Tick boundary); live Ticks take
+    over from there, so the month to date has data on any day, even the 1st."""
+    t = now.astimezone(timezone.utc).replace(tzinfo=None)
+    epoch = datetime(1970, 1, 1)
+    step = timedelta(seconds=interval_s)
+    return epoch + ((t - epoch) // step) * step
+
+
+def backfill_start(now: datetime, days: int, interval_s: float = 10.0) -> datetime:
+    return history_end(now, interval_s) - timedelta(days=days)
+
+
+def export_months(now: datetime) -> list[str]:
+    """The last complete month and the month to date, oldest first."""
+    month = now.astimezone(timezone.utc).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    previous = (month - timedelta(days=1)).replace(day=1)
+    return [f"{previous:%Y-%m}", f"{month:%Y-%m}"]
 
 
 def ingest_metrics_port(args: argparse.Namespace, nodes: dict[str, str]) -> int:
@@ -99,22 +120,23 @@ def ingest_metrics_port(args: argparse.Namespace, nodes: dict[str, str]) -> int:
 def plan(args: argparse.Namespace, kafka: str, nodes: dict[str, str], paths: Paths, now: datetime) -> dict[str, list[str]]:
     """The child command lines, by name, in start order (the CLIs in the BRIEF). `nodes`:
     node name -> its tenant, the `tenant` label on that exporter's metrics."""
-    start = backfill_start(now, args.days)
+    start = backfill_start(now, args.days, args.interval)
     scenario = str(args.scenario)
     cmds = {
         "ingest": slicemeter_argv("ingest", "--kafka", kafka, "--db", str(paths.db), "--tenants", scenario,
                                   "--snapshot", str(paths.snapshot), "--snapshot-interval", str(args.snapshot_interval),
                                   "--metrics-port", str(ingest_metrics_port(args, nodes)),
                                   "--recommend-interval", str(RECOMMEND_INTERVAL_S)),
-        "backfill": slicemeter_argv("backfill", "--scenario", scenario, "--start", start.strftime("%Y-%m-%d"),
+        "backfill": slicemeter_argv("backfill", "--scenario", scenario, "--start", start.strftime("%Y-%m-%dT%H:%M:%S"),
                                     "--days", str(args.days), "--kafka", kafka, "--interval", str(args.interval)),
     }
     for i, (node, tenant) in enumerate(nodes.items()):
         cmds[f"exporter-{node}"] = slicemeter_argv(
             "exporter", "--simulate", scenario, "--node", node, "--tenant", tenant, "--port", str(args.exporter_port + i),
             "--kafka", kafka, "--hami-dir", str(paths.hami(node)), "--interval", str(args.interval))
-    month = now.astimezone(timezone.utc).strftime("%Y-%m")
-    cmds["export"] = slicemeter_argv("export", "--db", str(paths.export_copy), "--month", month, "--out", str(paths.out))
+    for month in export_months(now):
+        cmds[f"export-{month}"] = slicemeter_argv("export", "--db", str(paths.export_copy), "--month", month,
+                                                  "--out", str(paths.out))
     cmds["dashboard"] = slicemeter_argv("dashboard", "--db", str(paths.snapshot), "--port", str(args.port))
     return cmds
 
@@ -149,6 +171,24 @@ def coverage(snapshot: Path, start: datetime, days: int, nodes: int) -> float:
     return min(1.0, done) * min(1.0, seen / max(1, nodes))
 
 
+def opening_month(snapshot: Path) -> str:
+    """The month the dashboard opens on and why (dashboard.fmt.default_month), from the snapshot."""
+    import duckdb
+
+    from dashboard.fmt import default_month
+    from ingest.store import sql_text
+
+    try:
+        con = duckdb.connect(str(snapshot), read_only=True)
+        try:
+            months = [(m, d) for m, d, _ in con.execute(sql_text("queries/dash_months.sql")).fetchall()]
+        finally:
+            con.close()
+        return ": ".join(default_month(months))
+    except (duckdb.Error, ValueError):
+        return "the latest month with data"
+
+
 def missing_commands() -> list[str]:
     """Subcommands whose module is not installed (the demo needs every one)."""
     out = []
@@ -180,13 +220,14 @@ class Supervisor:
     logs: Path
     children: list[Child] = field(default_factory=list)
     grace_s: float = 10.0
+    pretend_clock: bool = False   # hand each child the demo's pretend now as it starts
 
     def start(self, name: str, argv: list[str], finite: bool = False) -> Child:
         self.logs.mkdir(parents=True, exist_ok=True)
         log = self.logs / f"{name}.log"
         with open(log, "ab") as fh:
             proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, cwd=os.getcwd())
+                                    start_new_session=True, cwd=os.getcwd(), env=child_env(self.pretend_clock))
         child = Child(name, proc, log, finite)
         self.children.append(child)
         return child
@@ -212,6 +253,14 @@ class Supervisor:
                 pass
             child.proc.wait()
         self.children.clear()
+
+
+def child_env(pretend_clock: bool) -> dict[str, str] | None:
+    """The environment of a child started now: with the pretend clock, its SLICEMETER_NOW
+    is this instant of the demo's clock (None: inherit the demo's environment)."""
+    if not pretend_clock:
+        return None
+    return {**os.environ, clock.ENV: clock.now().isoformat()}
 
 
 def tail(path: Path, lines: int = 15) -> str:
@@ -278,6 +327,12 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         return 3
     if not args.scenario.is_file():
         raise ConfigError(f"--scenario: no such file: {args.scenario}")
+    if args.now:
+        try:
+            clock.parse_instant(args.now, "--now")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        os.environ[clock.ENV] = args.now   # this process's clock; children get theirs at start
     from simulator.scenario import load_scenario
 
     nodes = {n.name: n.tenant for n in load_scenario(args.scenario).nodes}
@@ -292,9 +347,9 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     # Explicitly for SIGINT too: started with `&` from a non-interactive shell, the demo
     # inherits SIGINT ignored and Python would then never raise KeyboardInterrupt.
     previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
-    sup = Supervisor(paths.logs)
+    sup = Supervisor(paths.logs, pretend_clock=bool(os.environ.get(clock.ENV)))
     broker = None
-    now = datetime.now(timezone.utc)
+    now = clock.now()
     try:
         if args.kafka:
             kafka = args.kafka
@@ -311,8 +366,9 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         backfill = sup.start("backfill", cmds["backfill"], finite=True)
         wait_until(lambda: topic_exists(kafka), 120, sup, f"topic {TOPIC}", poll=0.5)
         sup.start("ingest", cmds["ingest"])
-        start = backfill_start(now, args.days)
-        print(f"backfill  {args.days} days of {args.scenario.name} ({len(nodes)} nodes) from {start:%Y-%m-%d}",
+        start = backfill_start(now, args.days, args.interval)
+        print(f"backfill  {args.days} days of {args.scenario.name} ({len(nodes)} nodes), "
+              f"{start:%Y-%m-%d %H:%M} to {history_end(now, args.interval):%Y-%m-%d %H:%M} UTC",
               file=out, flush=True)
         _backfill_progress(sup, backfill, paths, start, args, len(nodes), out)
 
@@ -321,12 +377,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
                 sup.start(name, argv)
         sup.start("dashboard", cmds["dashboard"])  # boots while the export runs
         shutil.copyfile(paths.snapshot, paths.export_copy)  # export from a private copy: no lock contention
-        exp = subprocess.run(cmds["export"], capture_output=True, text=True, timeout=600)
-        if exp.returncode != 0:
-            print(f"export    failed ({exp.returncode}): {exp.stderr.strip()[-1500:]}", file=out, flush=True)
-        else:
-            written = sorted(p.name for p in paths.out.iterdir())
-            print(f"export    {now:%Y-%m} -> {paths.out}: {', '.join(written)}", file=out, flush=True)
+        for month, label in zip(export_months(now), ("last complete month", "month to date")):
+            _export(cmds[f"export-{month}"], month, label, out)
 
         url = f"http://127.0.0.1:{args.port}/"
         wait_until(lambda: http_ok(url + "_stcore/health"), 120, sup, "dashboard")
@@ -334,7 +386,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             print(f"exporter  {node}: http://127.0.0.1:{args.exporter_port + i}/metrics", file=out)
         print(f"ingest    http://127.0.0.1:{ingest_metrics_port(args, nodes)}/metrics", file=out)
         print(f"logs      {paths.logs}", file=out)
-        print(f"dashboard {url}", file=out)
+        print(f"dashboard {url} (opens on {opening_month(paths.snapshot)})", file=out)
         print(f"dashboard ready in {time.monotonic() - t0:.0f} s (Ctrl-C stops everything)", file=out, flush=True)
         while True:
             if (bad := sup.failed()) is not None:
@@ -353,6 +405,16 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         if broker is not None:
             broker.stop()
         print("stopped", file=out, flush=True)
+
+
+def _export(argv: list[str], month: str, label: str, out: TextIO) -> None:
+    exp = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    if exp.returncode != 0:
+        print(f"export    {month} failed ({exp.returncode}): {exp.stderr.strip()[-1500:]}", file=out, flush=True)
+        return
+    files = [Path(line) for line in exp.stdout.splitlines() if line.strip()]
+    where = files[0].parent if files else "?"
+    print(f"export    {month} ({label}) -> {where}: {', '.join(p.name for p in files)}", file=out, flush=True)
 
 
 def _backfill_progress(sup: Supervisor, backfill: Child, paths: Paths, start: datetime,

@@ -40,3 +40,12 @@ def test_money_columns_and_decimal_totals():
     assert list(totals["tenant"]) == ["a", "b"]
     assert totals["cost"].tolist() == [Decimal("0.30"), Decimal("0.20")]
     assert isinstance(totals["cost"][0], Decimal)
+
+
+def test_default_month_is_the_latest_with_a_few_days():
+    assert fmt.default_month([("2026-12", 1), ("2026-11", 30)]) == (
+        "2026-11", "the latest month with at least 3 days of data (2026-12 has 1 day so far)")
+    assert fmt.default_month([("2026-12", 15), ("2026-11", 16)]) == ("2026-12", "the latest month with data")
+    assert fmt.default_month([("2026-12", 2), ("2026-11", 1)])[0] == "2026-12"   # none has 3: the most data
+    with pytest.raises(ValueError):
+        fmt.default_month([])

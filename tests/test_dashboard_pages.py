@@ -80,7 +80,7 @@ def test_fleet_figures_equal_independent_sql(fleet_db, raw, monkeypatch):
     assert metric(at, "Capacity") == f"{capacity:,.0f}"
     assert metric(at, "GPUs") == "10 · 5 · 3"
     # the diurnal services grow through the month: the 7-day trend is up
-    assert at.metric[0].delta.startswith("+")
+    assert next(m for m in at.metric if m.label == "Fleet utilization").delta.startswith("+")
     # per-tenant table: names and utilization from the catalog join done here
     table = at.table[0].value
     rows = raw.execute(f"""SELECT t.tenant, t.display_name, sum(g.sm_util_s) / sum(g.metered_s)
@@ -89,6 +89,26 @@ def test_fleet_figures_equal_independent_sql(fleet_db, raw, monkeypatch):
     for tenant, name, u in rows:
         assert table.loc[tenant, "name"] == name
         assert table.loc[tenant, "utilization"] == fmt.pct(u)
+
+
+def test_fleet_headline_is_the_sharing_dividend_and_the_months_cost(fleet_db, raw, monkeypatch):
+    at = app(fleet_db, monkeypatch)
+    assert at.metric[0].label == "Users on the same hardware"      # the page's headline
+    whole, in_use = raw.execute(f"""SELECT sum(s.m), sum(g.metered_s) FROM gpu_hour g JOIN (
+        SELECT hour, gpu_uuid, sum(metered_s) m FROM slice_hour WHERE {NOV} GROUP BY ALL) s USING (hour, gpu_uuid)
+        WHERE {nov('g.')}""").fetchone()
+    assert metric(at, "Users on the same hardware") == f"{whole / in_use:.1f}x"
+    hours = one(raw, f"SELECT count(DISTINCT hour) FROM gpu_hour WHERE {NOV}")
+    assert metric(at, "Avoided GPUs") == f"{(whole - in_use) / 3600 / hours:.1f}"
+    from ingest.chargeback import compute_bill
+    from ingest.store import connect
+    con = connect(fleet_db, read_only=True)
+    try:
+        bill = compute_bill(con, MONTH)
+    finally:
+        con.close()
+    # tenant charges plus idle: every metered GPU-hour at its catalog price, as chargeback has it
+    assert metric(at, "Month's GPU cost") == fmt.money(bill.gpu_cost)
 
 
 def test_fleet_month_switch_and_new_data_invalidate_cache(fleet_db, raw, monkeypatch, tmp_path):

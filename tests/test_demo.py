@@ -32,7 +32,8 @@ def test_plan_uses_the_brief_clis():
     now = datetime(2026, 11, 29, 15, 30, tzinfo=timezone.utc)
     paths = demo.Paths(Path("/w/var"), Path("/w/out"))
     cmds = demo.plan(args(days=30), "127.0.0.1:9092", {"gpu-node-1": "acme", "gpu-node-2": "globex"}, paths, now)
-    assert list(cmds) == ["ingest", "backfill", "exporter-gpu-node-1", "exporter-gpu-node-2", "export", "dashboard"]
+    assert list(cmds) == ["ingest", "backfill", "exporter-gpu-node-1", "exporter-gpu-node-2", "export-2026-10",
+                          "export-2026-11", "dashboard"]
     for argv in cmds.values():
         assert argv[:3] == demo.SLICEMETER
     sub = {name: argv[3:] for name, argv in cmds.items()}
@@ -41,18 +42,33 @@ def test_plan_uses_the_brief_clis():
     # ingest serves the right-sizing figures on the port after the two exporters'
     assert sub["ingest"][sub["ingest"].index("--metrics-port") + 1] == "9402"
     assert sub["ingest"][sub["ingest"].index("--recommend-interval") + 1] == "300"
-    assert sub["backfill"] == ["backfill", "--scenario", str(demo.DEFAULT_SCENARIO), "--start", "2026-10-30",
+    # a rolling window ending now (on a Tick boundary), not at midnight
+    assert sub["backfill"] == ["backfill", "--scenario", str(demo.DEFAULT_SCENARIO), "--start", "2026-10-30T15:30:00",
                                "--days", "30", "--kafka", "127.0.0.1:9092", "--interval", "10"]
     e2 = sub["exporter-gpu-node-2"]
     assert e2[:7] == ["exporter", "--simulate", str(demo.DEFAULT_SCENARIO), "--node", "gpu-node-2",
                       "--tenant", "globex"]
     assert e2[e2.index("--port") + 1] == "9401" and e2[e2.index("--hami-dir") + 1] == "/w/var/hami/gpu-node-2"
-    assert sub["export"] == ["export", "--db", "/w/var/export-copy.duckdb", "--month", "2026-11", "--out", "/w/out"]
+    # the last complete month and the month to date
+    assert sub["export-2026-10"] == ["export", "--db", "/w/var/export-copy.duckdb", "--month", "2026-10", "--out", "/w/out"]
+    assert sub["export-2026-11"][4] == "2026-11"
     assert sub["dashboard"] == ["dashboard", "--db", "/w/var/snapshot.duckdb", "--port", "8501"]
 
 
-def test_backfill_ends_at_utc_midnight():
-    assert demo.backfill_start(datetime(2026, 12, 1, 0, 5, tzinfo=timezone.utc), 30) == datetime(2026, 11, 1)
+def test_history_ends_now_and_exports_two_months():
+    now = datetime(2026, 12, 1, 0, 5, 7, tzinfo=timezone.utc)
+    assert demo.history_end(now, 10) == datetime(2026, 12, 1, 0, 5)
+    assert demo.backfill_start(now, 30, 10) == datetime(2026, 11, 1, 0, 5)
+    assert demo.export_months(now) == ["2026-11", "2026-12"]
+    assert demo.export_months(datetime(2027, 1, 15, tzinfo=timezone.utc)) == ["2026-12", "2027-01"]
+
+
+def test_children_get_the_pretend_clock(monkeypatch):
+    monkeypatch.setenv("SLICEMETER_NOW", "2026-12-01T09:00:00Z")
+    env = demo.child_env(pretend_clock=True)
+    started = datetime.fromisoformat(env["SLICEMETER_NOW"])
+    assert datetime(2026, 12, 1, 9, tzinfo=timezone.utc) <= started < datetime(2026, 12, 1, 10, tzinfo=timezone.utc)
+    assert demo.child_env(pretend_clock=False) is None
 
 
 def test_progress_bar():
@@ -144,54 +160,131 @@ def fetch_text(url: str) -> str:
         return ""
 
 
-def test_demo_end_to_end_or_names_what_is_missing(tmp_path):
-    """With every branch merged: `slicemeter demo` reaches "dashboard ready", serves the
-    dashboard, an exporter's /metrics (labelled with its Kamaji tenant) and ingest's
-    right-sizing figures, writes exports, and Ctrl-C stops all of it, even when started
-    with SIGINT ignored (as `demo &` from a script does). Before that: it refuses to start
-    and names the missing subcommands."""
-    port, exporter_port = free_port(), free_port()
-    cmd = [*demo.SLICEMETER, "demo", "--days", "1", "--workdir", str(tmp_path / "var"),
-           "--out", str(tmp_path / "out"), "--port", str(port), "--exporter-port", str(exporter_port)]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
-    missing = demo.missing_commands()
+def months_in(snapshot: Path) -> dict[str, int]:
+    """Month -> days with data, as the dashboard's month picker reads them."""
+    from ingest.store import connect, sql_text
+
+    con = connect(snapshot, read_only=True)
     try:
-        if missing:
-            output, _ = proc.communicate(timeout=60)
-            assert proc.returncode == 3
-            for m in missing:
-                assert m in output
-            return
-        lines = []
-        deadline = time.monotonic() + 170
-        for line in proc.stdout:
-            lines.append(line)
-            if "dashboard ready" in line:
-                break
-            assert time.monotonic() < deadline, "".join(lines)
-        assert any("dashboard ready" in ln for ln in lines), "".join(lines)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=5) as r:
-            assert r.status == 200
+        return {m: d for m, d, _ in con.execute(sql_text("queries/dash_months.sql")).fetchall()}
+    finally:
+        con.close()
+
+
+def dashboard_month(url: str) -> str:
+    """The month the dashboard opens on, read in Debian's chromium, and its reason."""
+    from playwright.sync_api import sync_playwright
+
+    from test_dashboard_browser import ARGS, CHROMIUM
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 1200})
+            page.goto(url)
+            page.wait_for_selector("text=Users on the same hardware", timeout=90_000)
+            return page.wait_for_selector("text=Opened on", timeout=30_000).inner_text()
+        finally:
+            browser.close()
+
+
+def start_demo(tmp_path: Path, now: str, port: int, exporter_port: int, *extra: str) -> subprocess.Popen:
+    """The README's demo command, `make demo`, with the clock at `now` (started with SIGINT
+    ignored, as `make demo &` from a script has it)."""
+    demo_args = " ".join([f"--workdir {tmp_path / 'var'} --out {tmp_path / 'out'} --port {port}",
+                          f"--exporter-port {exporter_port}", *extra])
+    env = {**os.environ, "SLICEMETER_NOW": now}
+    return subprocess.Popen(["make", "--no-print-directory", "demo", f"DEMO_ARGS={demo_args}"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+
+
+def wait_ready(proc: subprocess.Popen, timeout: float = 240) -> list[str]:
+    lines = []
+    deadline = time.monotonic() + timeout
+    for line in proc.stdout:
+        lines.append(line)
+        if "dashboard ready" in line:
+            return lines
+        assert time.monotonic() < deadline, "".join(lines)
+    raise AssertionError("demo ended before the dashboard was ready:\n" + "".join(lines))
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGINT first: the demo stops its children (each in a session of its own, beyond the
+    reach of a kill of make's group); SIGKILL only if it does not exit."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_demo_on_the_first_of_a_month(tmp_path):
+    """On 1 December at 09:00: the history reaches back into November, November's exports
+    have rows, and the dashboard opens on November (December is 9 hours old) and says why.
+    Also: an exporter's /metrics (labelled with its Kamaji tenant) and ingest's right-sizing
+    and dividend figures are served, and SIGINT stops everything."""
+    port, exporter_port = free_port(), free_port()
+    proc = start_demo(tmp_path, "2026-12-01T09:00:00Z", port, exporter_port)
+    try:
+        lines = wait_ready(proc)
+        out = "".join(lines)
+        assert "export    2026-11 (last complete month)" in out and "export    2026-12 (month to date)" in out
+        assert "(opens on 2026-11: the latest month with at least 3 days of data" in out
+        months = months_in(tmp_path / "var" / "snapshot.duckdb")
+        assert months["2026-11"] >= 29 and months["2026-12"] == 1
+        invoice = (tmp_path / "out" / "invoice-2026-11.csv").read_text().splitlines()
+        assert len(invoice) > 1                         # rows, not just the header
+        for name in ("focus-2026-11.csv", "unmetered-2026-11.csv"):
+            assert len((tmp_path / "out" / name).read_text().splitlines()) > 1, name
+        opened = dashboard_month(f"http://127.0.0.1:{port}/")
+        assert opened.startswith("Opened on 2026-11: the latest month with at least 3 days of data"), opened
+        assert "2026-12 has 1 day so far" in opened
         with urllib.request.urlopen(f"http://127.0.0.1:{exporter_port}/metrics", timeout=5) as r:
             text = r.read().decode()
         assert "hami_vgpu_memory_used_bytes" in text
-        # gpu-node-1's Kamaji tenant, not its cluster URL
-        assert set(re.findall(r'tenant="([^"]*)"', text)) == {"acme"}
-        ingest_port = exporter_port + 5  # after the scenario's 5 exporters
+        assert set(re.findall(r'tenant="([^"]*)"', text)) == {"acme"}   # gpu-node-1's Kamaji tenant
+        from simulator.scenario import load_scenario
+        ingest_port = exporter_port + len(load_scenario(demo.DEFAULT_SCENARIO).nodes)  # after the exporters
         deadline = time.monotonic() + 60
-        while "slicemeter_recommend_freeable_gpus " not in (text := fetch_text(f"http://127.0.0.1:{ingest_port}/metrics")):
-            assert time.monotonic() < deadline, f"ingest serves no right-sizing figures: {text[-500:]}"
+        while not re.search(r'slicemeter_dividend_sharing_factor\{(?=[^}]*scope="fleet")(?=[^}]*month="2026-11")',
+                            text := fetch_text(f"http://127.0.0.1:{ingest_port}/metrics")):
+            assert time.monotonic() < deadline, f"ingest serves no dividend figures: {text[-500:]}"
             time.sleep(0.2)
-        assert any((tmp_path / "out").iterdir())
-        proc.send_signal(signal.SIGINT)
+        assert "slicemeter_recommend_freeable_gpus " in text
+        os.killpg(proc.pid, signal.SIGINT)
         proc.wait(timeout=60)
         assert proc.returncode == 0
         for p in (port, exporter_port):
             with pytest.raises(OSError):
                 urllib.request.urlopen(f"http://127.0.0.1:{p}/", timeout=2)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop(proc)
+
+
+def test_demo_on_the_fifteenth(tmp_path):
+    """On 15 November (20 days of history, to keep the suite short): October and November to
+    date both have data, October's exports have rows, and the dashboard opens on November,
+    which has 15 days of data."""
+    port, exporter_port = free_port(), free_port()
+    proc = start_demo(tmp_path, "2026-11-15T12:00:00Z", port, exporter_port, "--days 20")
+    try:
+        out = "".join(wait_ready(proc))
+        months = months_in(tmp_path / "var" / "snapshot.duckdb")
+        assert months == {"2026-11": 15, "2026-10": 6}, out
+        assert len((tmp_path / "out" / "invoice-2026-10.csv").read_text().splitlines()) > 1
+        opened = dashboard_month(f"http://127.0.0.1:{port}/")
+        assert opened.startswith("Opened on 2026-11: the latest month with data"), (opened, out, months_in(
+            tmp_path / "var" / "snapshot.duckdb"))
+    finally:
+        stop(proc)
+
+
+def test_demo_names_what_is_missing(tmp_path, monkeypatch):
+    """A demo without every subcommand installed refuses to start and names them."""
+    monkeypatch.setitem(demo.COMMANDS, "export", ("ingest.no_such_module", "x"))
+    assert demo.missing_commands() == ["export (ingest.no_such_module)"]
+    assert demo.run(args(workdir=tmp_path / "var", out=tmp_path / "out")) == 3

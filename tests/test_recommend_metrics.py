@@ -103,3 +103,32 @@ def test_recommend_option_config_errors(tmp_path, capsys, extra, key):
     assert rc == 2
     assert key in capsys.readouterr().err
     assert not (tmp_path / "x.duckdb").exists()  # stopped before opening the store
+
+
+def test_dividend_figures_are_served_beside_the_plan(tmp_path, served):
+    """The current month's sharing dividend, fleet and per tenant, equal to `slicemeter
+    report`'s figures of the same snapshot."""
+    from ingest.dividend import dividend
+
+    metrics, port = served
+    snapshot = tmp_path / "snapshot.duckdb"
+    con = connect(snapshot)
+    build_fleet(con)
+    con.close()
+    catalog = load_prices(DEFAULT_PRICES)
+    assert RecommendRefresher(snapshot, 60, metrics.recommend, catalog, now=lambda: NOV,
+                              dividend=metrics.dividend).refresh()
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        families = {f.name: f for f in text_string_to_metric_families(r.read().decode())}
+    con = connect(snapshot, read_only=True)
+    want = dividend(con, "2026-11", catalog)
+    con.close()
+    samples = families["slicemeter_dividend_sharing_factor"].samples
+    got = {s.labels["scope"]: s.value for s in samples if s.labels["month"] == "2026-11"}
+    assert want.fleet.sharing_factor > 1                     # a fleet that shares
+    assert got == pytest.approx({f.scope: f.sharing_factor for f in [want.fleet, *want.tenants]
+                                 if f.sharing_factor is not None})
+    assert not [s for s in samples if s.labels["month"] == "2026-10"]   # the month before: no slices, no ratio
+    cost = families["slicemeter_dividend_monthly_cost_avoided"].samples
+    assert ({"scope": "fleet", "month": "2026-11", "currency": "USD"}, float(want.fleet.monthly_cost_avoided)) in [
+        (s.labels, s.value) for s in cost]

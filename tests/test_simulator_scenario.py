@@ -30,7 +30,7 @@ def _err(text: str) -> ScenarioError:
 
 def test_demo_scenario_covers_the_issue():
     s = load_scenario(REPO / "examples/demo.yaml")
-    assert len(s.tenants) == 3 and len(s.nodes) >= 4
+    assert len(s.tenants) >= 3 and len(s.nodes) >= 4
     gpus = [g for n in s.nodes for g in n.gpus]
     assert len(gpus) >= 8 and len({g.model for g in gpus}) >= 2
     containers = [c for n in s.nodes for p in n.pods for c in p.containers if c.has_gpu]

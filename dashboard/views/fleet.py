@@ -1,4 +1,5 @@
-"""Fleet: allocated, used and idle GPU capacity over time; utilization and its trend; sharing."""
+"""Fleet: the sharing dividend and the month's cost; allocated, used and idle GPU capacity over time;
+utilization and its trend; sharing."""
 import altair as alt
 import streamlit as st
 
@@ -11,6 +12,34 @@ daily = data.query("dash_fleet_daily", **b)
 hourly = data.query("dash_fleet_hourly", **b)
 if common.no_rows(hourly, "metered GPU-hours"):
     st.stop()
+
+div = data.dividend(common.month())
+fd = div.fleet
+st.subheader("Sharing dividend")
+
+
+def money(amount) -> str:
+    """At catalog prices; a dash without a price catalog ($SLICEMETER_PRICES)."""
+    return fmt.money(amount, fd.currency) if fd.currency else "–"
+
+
+d1, d2, d3 = st.columns(3)
+d1.metric("Users on the same hardware", "–" if fd.sharing_factor is None else f"{fd.sharing_factor:.1f}x",
+          help="GPUs the same containers would need if each took whole GPUs, over the GPUs in use "
+               f"({fd.gpus_needed:.1f} / {fd.gpus_in_use:.1f}); {fd.containers} containers served.")
+d2.metric("Avoided GPUs", f"{fd.gpus_avoided:.1f}", help="Whole-GPU need minus GPUs in use, averaged over the month's metered hours.")
+d3.metric("Cost avoided / month", money(fd.monthly_cost_avoided),
+          help="The avoided GPUs at catalog prices, at this month's rate over the whole month.")
+d4, d5, d6 = st.columns(3)
+d4.metric("Month's GPU cost", money(fd.gpu_cost),
+          help="Metered GPU-hours at catalog prices: tenant charges plus idle.")
+d5.metric("Energy avoided", f"{fd.kwh_avoided:,.0f} kWh", help="Avoided GPU-hours at each model's measured idle power.")
+d6.metric("Carbon avoided", f"{fd.co2e_kg_avoided:,.0f} kgCO2e",
+          help=f"Energy avoided at {div.carbon_g_per_kwh:g} gCO2e/kWh, from the price catalog "
+               "(electricity.carbon_g_per_kwh).")
+st.caption(f"Utilization {fmt.pct(fd.utilization)} with sharing, {fmt.pct(fd.utilization_unshared)} if each container "
+           f"held whole GPUs; enterprise fleets typically run at 20-25 %. {fd.hours} of {div.month_hours} hours "
+           "metered. Definitions: docs/dividend.md.")
 
 util_7d, util_delta = fmt.trend(daily["utilization"].tolist())
 c1, c2, c3, c4, c5 = st.columns(5)
@@ -56,14 +85,19 @@ with left:
     common.chart(alt.layer(band, lines, data=trend).properties(height=220))
     st.caption("Grey band: the 20-25 % typical of enterprise GPU fleets.")
 with right:
-    st.subheader("Sharing density")
+    st.subheader("Sharing density and GPUs avoided")
+    need = div.daily.melt(id_vars=["day"], value_vars=["gpus_in_use", "gpus_needed"], var_name="measure", value_name="gpus")
+    need["measure"] = need["measure"].map({"gpus_in_use": "GPUs in use", "gpus_needed": "whole-GPU need"})
     common.chart(
-        alt.Chart(daily).mark_area(color="#6a1b9a", opacity=0.25, line={"color": "#6a1b9a"}, interpolate="step-after").encode(
+        alt.Chart(need).mark_line(point=True, interpolate="step-after").encode(
             x=alt.X("day:T", title=None),
-            y=alt.Y("slices_per_gpu:Q", title="slices per GPU", scale=alt.Scale(zero=True)),
-            tooltip=[alt.Tooltip("day:T"), alt.Tooltip("slices_per_gpu:Q", format=".2f")],
+            y=alt.Y("gpus:Q", title="GPUs", scale=alt.Scale(zero=True)),
+            color=alt.Color("measure:N", title=None, legend=alt.Legend(orient="top"),
+                            scale=alt.Scale(domain=["GPUs in use", "whole-GPU need"], range=["#6a1b9a", "#ef6c00"])),
+            tooltip=[alt.Tooltip("day:T"), "measure:N", alt.Tooltip("gpus:Q", format=".1f")],
         ).properties(height=220)
     )
+    st.caption("The gap is the GPUs slicing avoided: each container on a whole GPU would need the orange line.")
 
 st.subheader("By tenant")
 by_tenant = data.query("dash_fleet_by_tenant", **b)

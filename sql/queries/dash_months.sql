@@ -1,3 +1,8 @@
--- Months with metered data, newest first.
-SELECT DISTINCT strftime(date_trunc('month', hour), '%Y-%m') AS month
-FROM gpu_hour ORDER BY month DESC;
+-- Months with metered data, newest first, with how much of each is metered: days with
+-- any data, and the hours of the month covered (the default month needs a few days).
+SELECT
+    strftime(date_trunc('month', hour), '%Y-%m')  AS month,
+    count(DISTINCT date_trunc('day', hour))       AS days,
+    count(DISTINCT hour)                          AS hours
+FROM gpu_hour
+GROUP BY ALL ORDER BY month DESC;
