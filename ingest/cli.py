@@ -6,6 +6,7 @@ import logging
 import signal
 from pathlib import Path
 
+from slicemeter import kafka_security
 from slicemeter.cli import ConfigError
 
 log = logging.getLogger("slicemeter.ingest")
@@ -35,6 +36,16 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--recommend-interval", type=float, default=0.0, metavar="S",
                    help="serve the current month's right-sizing figures (slicemeter_recommend_*), "
                         "replanned from the snapshot every S seconds; 0 = off (default)")
+    p.add_argument("--publishers", type=Path, metavar="FILE",
+                   help="signing keys and the clusters each may speak for; with it, unsigned or foreign "
+                        "Ticks are dead letters (docs/security.md)")
+    p.add_argument("--max-interval-seconds", type=float, default=300.0,
+                   help="longest interval one sample may stand for")
+    p.add_argument("--clock-slack-seconds", type=float, default=600.0,
+                   help="samples may be this far ahead of ingest's clock (and older than the raw retention by as much)")
+    p.add_argument("--dedupe-window-seconds", type=float, default=3600.0,
+                   help="a node's instants remembered this long: a Tick repeating one is a duplicate")
+    kafka_security.add_options(p)
     p.add_argument("--prices", type=Path, metavar="FILE",
                    help="price catalog for --recommend-interval (default examples/prices.yaml when present)")
 
@@ -48,6 +59,9 @@ def _check(args: argparse.Namespace) -> None:
         raise ConfigError(f"--batch-samples must be > 0, got {args.batch_samples}")
     if args.snapshot and args.snapshot.resolve() == args.db.resolve():
         raise ConfigError("--snapshot must differ from --db")
+    for name in ("max_interval_seconds", "clock_slack_seconds", "dedupe_window_seconds"):
+        if getattr(args, name) <= 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
     if args.recommend_interval < 0:
         raise ConfigError(f"--recommend-interval must be >= 0, got {args.recommend_interval}")
     if args.recommend_interval and not args.snapshot:
@@ -61,8 +75,15 @@ def run(args: argparse.Namespace) -> int:
     from ingest.consumer import IngestConfig, Ingestor
     from ingest.metrics import IngestMetrics
     from ingest.prices import load_prices_or_default
+    from ingest.trust import load_publishers
+    from slicemeter.tick import Limits
 
     _check(args)
+    security = kafka_security.settings(args)
+    publishers = load_publishers(args.publishers) if args.publishers else None
+    slack_ms = int(args.clock_slack_seconds * 1000)
+    limits = Limits(max_interval_ms=int(args.max_interval_seconds * 1000),
+                    max_age_ms=int(args.raw_retention_days * 86_400_000) + slack_ms, future_slack_ms=slack_ms)
     prices = load_prices_or_default(args.prices) if args.recommend_interval else None
     catalog = tenants.load_catalog(args.tenants) if args.tenants else None
     imported = tenants.fetch_kamaji_tenants(args.kamaji_metrics) if args.kamaji_metrics else None
@@ -84,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
         raw_retention_days=args.raw_retention_days, snapshot=args.snapshot,
         snapshot_interval_s=args.snapshot_interval, session_timeout_ms=args.session_timeout_ms,
         heartbeat_interval_ms=max(100, args.session_timeout_ms // 3),
+        limits=limits, publishers=publishers, dedupe_window_s=args.dedupe_window_seconds, kafka_security=security,
     )
     ingestor = Ingestor(cfg, metrics=metrics, con=con)
 
