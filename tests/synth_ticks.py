@@ -24,6 +24,11 @@ def recent_midnight_ms(days_ago: int = 3) -> int:
     return (time.time_ns() // 1_000_000 // 86_400_000 - days_ago) * 86_400_000
 
 
+def recent_start_ms(ticks: int, interval_ms: int = 10_000) -> int:
+    """A whole minute early enough that `ticks` Ticks end an hour before now."""
+    return (time.time_ns() // 1_000_000 - ticks * interval_ms - 3_600_000) // 60_000 * 60_000
+
+
 @dataclass(frozen=True)
 class SynthNode:
     node: str
