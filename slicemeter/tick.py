@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import io
+import math
 import struct
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -360,10 +361,10 @@ def _out_of_bounds(table: pa.Table, name: str, low, high) -> str | None:
     col = table.column(name)
     if col.null_count == len(col):
         return None
-    if pa.types.is_floating(col.type):
+    if pa.types.is_floating(col.type) and not math.isfinite(pc.sum(col).as_py()):
+        # a NaN or an infinity makes the sum non-finite (min_max skips NaN); counted only then
         bad = pc.sum(pc.invert(pc.is_finite(col)).cast(pa.int64())).as_py()
-        if bad:
-            return f"{bad} non-finite value(s)"
+        return f"{bad} non-finite value(s)"
     lo, hi = pc.min_max(col).values()
     if low is not None and lo.as_py() < low:
         return f"{lo.as_py()!r} below {low}"
@@ -386,11 +387,21 @@ def _repeated_key(table: pa.Table, key: tuple[str, ...]) -> tuple | None:
     if table.num_rows < 2:
         return None
     codes = [_codes(table.column(k)) for k in key]
-    order = np.lexsort(codes)
-    same = np.ones(table.num_rows - 1, dtype=bool)
-    for c in codes:
-        c = c[order]
-        same &= c[1:] == c[:-1]
+    codes = [c - c.min() for c in codes]
+    spans = [int(c.max()) + 1 for c in codes]
+    if math.prod(spans) < 1 << 62:
+        # one integer per row (mixed radix): one sort instead of a sort over every column
+        combined = np.zeros(table.num_rows, dtype=np.int64)
+        for c, span in zip(codes, spans):
+            combined = combined * span + c
+        order = np.argsort(combined, kind="stable")
+        same = combined[order][1:] == combined[order][:-1]
+    else:
+        order = np.lexsort(codes)
+        same = np.ones(table.num_rows - 1, dtype=bool)
+        for c in codes:
+            c = c[order]
+            same &= c[1:] == c[:-1]
     if not same.any():
         return None
     at = int(order[int(np.argmax(same)) + 1])
