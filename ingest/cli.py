@@ -39,8 +39,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--publishers", type=Path, metavar="FILE",
                    help="signing keys and the clusters each may speak for; with it, unsigned or foreign "
                         "Ticks are dead letters (docs/security.md)")
-    p.add_argument("--max-interval-seconds", type=float, default=300.0,
-                   help="longest interval one sample may stand for")
+    p.add_argument("--max-interval-seconds", type=float, default=3600.0,
+                   help="longest interval one sample may stand for (default: one hour, the rollup bucket)")
     p.add_argument("--clock-slack-seconds", type=float, default=600.0,
                    help="samples may be this far ahead of ingest's clock (and older than the raw retention by as much)")
     p.add_argument("--dedupe-window-seconds", type=float, default=3600.0,

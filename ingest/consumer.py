@@ -182,6 +182,7 @@ class Ingestor:
             if self._one_by_one:
                 b.source = (topic, partition, offset, key, value)
         b.messages += 1
+        b.first_offsets.setdefault((topic, partition), offset)
         b.next_offsets[(topic, partition)] = offset + 1
         b.digests[(topic, partition)] = record_digest(key, value)
         self._next[partition] = offset + 1
@@ -246,7 +247,7 @@ class Ingestor:
             self.metrics.offset_resets.labels(partition=str(partition), reason="log_replaced").inc()
             self._verify.pop((topic, partition), None)
             self._seeks += 1
-            self.seek(self.consumer.assignment())
+            self._seek_back()
 
     def _log_event(self, topic: str, partition: int, offset: int, reason: str) -> None:
         """Records below `offset` that ingest never read are gone (the log start moved past
@@ -295,7 +296,7 @@ class Ingestor:
             if b.source is None and b.gpus and (why := self._implausible(b)):
                 log.warning("batch refused (%s); its %d messages are read again one by one", why, b.messages)
                 self.writer.drain()
-                self._recover_rejected(b.next_offsets)
+                self._recover_rejected(b.next_offsets, b.first_offsets)
                 return
             b.bindings = self.bindings.take_pending()
             started = time.perf_counter()
@@ -308,7 +309,7 @@ class Ingestor:
                 if b.source is None:
                     log.warning("batch rejected (%s); its %d messages are read again one by one", exc, b.messages)
                     self.writer.drain()
-                    self._recover_rejected(b.next_offsets)
+                    self._recover_rejected(b.next_offsets, b.first_offsets)
                     return
                 prepared = rejected_message(b, exc, self.strings.take_pending())
             held = held_after(prepared, self.held_slices)  # before the writer drops the rows
@@ -338,7 +339,8 @@ class Ingestor:
             self.writer.drain()
             self._recover_rejected()
 
-    def _recover_rejected(self, ends: dict[tuple[str, int], int] | None = None) -> None:
+    def _recover_rejected(self, ends: dict[tuple[str, int], int] | None = None,
+                          starts: dict[tuple[str, int], int] | None = None) -> None:
         """A batch the store rejected (or `ends`, one that could not be prepared): read its
         messages again from Kafka as one-message batches, where a message the store rejects
         becomes a dead letter and the rest is stored.
@@ -349,9 +351,13 @@ class Ingestor:
         rejected = self.writer.take_rejected() if self.writer.has_rejected() else None
         if rejected is None and ends is None:
             return
-        ends = dict(ends or {})
+        ends, starts = dict(ends or {}), dict(starts or {})
+        for tp, start in self.batch.first_offsets.items():   # the batch being filled is dropped too
+            starts[tp] = min(start, starts.get(tp, start))
         for tp, end in (rejected.next_offsets.items() if rejected else ()):
             ends[tp] = max(end, ends.get(tp, end))
+        for tp, start in (rejected.first_offsets.items() if rejected else ()):
+            starts[tp] = min(start, starts.get(tp, start))
         self.batch = Batch()
         self.strings.reload()
         self.inventory = InventoryCache(self.con)
@@ -360,7 +366,23 @@ class Ingestor:
         self.instants = RecentInstants(self.con, int(self.cfg.dedupe_window_s * 1000))
         self._one_by_one = dict(ends)
         self._seeks += 1
-        self.seek(self.consumer.assignment() if self.consumer is not None else [])
+        self._seek_back(starts)
+
+    def _seek_back(self, starts: dict[tuple[str, int], int] | None = None) -> None:
+        """Every assigned partition back to the offset DuckDB holds; one it holds none for
+        (it started at the group's committed offset or the log start) back to the first
+        record not stored: `starts` (of batches dropped unstored), else the next unread."""
+        assigned = self.consumer.assignment() if self.consumer is not None else []
+        self.seek(assigned)
+        stored = stored_positions(self.con, self.cfg.topic)
+        for tp in assigned:
+            if tp.partition in stored:
+                continue
+            candidates = [o for o in ((starts or {}).get((tp.topic, tp.partition)), self._next.get(tp.partition))
+                          if o is not None]
+            if candidates:
+                self.consumer.seek(tp, min(candidates))
+                self._next[tp.partition] = min(candidates)
 
     def _finish(self) -> None:
         """Main thread: account for stored batches and commit their offsets to Kafka."""
@@ -414,6 +436,9 @@ class Ingestor:
                 polled = self.consumer.poll(timeout_ms=100 if self.batch else 500)
                 with self._lock:
                     seeks = self._seeks
+                    for tp, records in polled.items():   # where to come back to if these are dropped
+                        if records:
+                            self._next.setdefault(tp.partition, records[0].offset)
                     for r in (r for records in polled.values() for r in records):
                         if self._seeks != seeks:
                             break  # went back to the stored offsets: these records come again

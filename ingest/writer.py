@@ -91,6 +91,7 @@ class Batch:
     slice_rows: int = 0
     messages: int = 0
     digests: dict[tuple[str, int], bytes] = field(default_factory=dict)   # of each partition's last record
+    first_offsets: dict[tuple[str, int], int] = field(default_factory=dict)   # where it is read again from
     bindings: list[dict] = field(default_factory=list)   # GPUs and nodes first seen (ingest/trust.py)
 
     def __bool__(self) -> bool:
@@ -133,6 +134,7 @@ class PreparedBatch:
     fold_rollups: bool = True
     digests: dict[tuple[str, int], bytes] = field(default_factory=dict)
     bindings: list[dict] = field(default_factory=list)
+    first_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
 def fold_only() -> PreparedBatch:
@@ -204,7 +206,7 @@ def prepare(con: duckdb.DuckDBPyConnection, batch: Batch, strings: StringIds,
                          inventory=touched, gpu_hours=gpu_hours, slice_hours=slice_hours, dead=batch.dead,
                          next_offsets=batch.next_offsets, source=batch.source,
                          samples=batch.samples, messages=batch.messages, digests=batch.digests,
-                         bindings=batch.bindings)
+                         bindings=batch.bindings, first_offsets=batch.first_offsets)
 
 
 def rejected_message(batch: Batch | PreparedBatch, error: Exception, strings: pa.Table) -> PreparedBatch:

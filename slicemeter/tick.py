@@ -335,7 +335,7 @@ def batch_to_ticks(batch: TickBatch) -> list[Tick]:
 class Limits:
     """Bounds a stored sample must meet (ingest checks every message against them)."""
 
-    max_interval_ms: int = 300_000          # one sample never stands for more than this
+    max_interval_ms: int = 3_600_000        # one sample never stands for more than an hour bucket
     max_age_ms: int = 36 * 86_400_000       # raw retention + slack: older samples are refused
     future_slack_ms: int = 600_000          # clock skew tolerated ahead of the ingest's clock
 
