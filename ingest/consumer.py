@@ -184,7 +184,7 @@ class Ingestor:
         b.messages += 1
         b.first_offsets.setdefault((topic, partition), offset)
         b.next_offsets[(topic, partition)] = offset + 1
-        b.digests[(topic, partition)] = record_digest(key, value)
+        b.last_records[(topic, partition)] = (key, value)
         self._next[partition] = offset + 1
         if self._one_by_one.get((topic, partition), -1) <= offset + 1:
             self._one_by_one.pop((topic, partition), None)
@@ -293,6 +293,7 @@ class Ingestor:
                     self.unfolded_batches = 0
                 return
             self.batch = Batch()
+            b.seal()
             if b.source is None and b.gpus and (why := self._implausible(b)):
                 log.warning("batch refused (%s); its %d messages are read again one by one", why, b.messages)
                 self.writer.drain()

@@ -90,12 +90,19 @@ class Batch:
     samples: int = 0
     slice_rows: int = 0
     messages: int = 0
-    digests: dict[tuple[str, int], bytes] = field(default_factory=dict)   # of each partition's last record
+    # each partition's last record, and its digest (record_digest, taken once per batch)
+    last_records: dict[tuple[str, int], tuple[bytes | None, bytes | None]] = field(default_factory=dict)
+    digests: dict[tuple[str, int], bytes] = field(default_factory=dict)
     first_offsets: dict[tuple[str, int], int] = field(default_factory=dict)   # where it is read again from
     bindings: list[dict] = field(default_factory=list)   # GPUs and nodes first seen (ingest/trust.py)
 
     def __bool__(self) -> bool:
         return bool(self.next_offsets)
+
+    def seal(self) -> None:
+        """Take the digests of the partitions' last records (the batch takes no more)."""
+        self.digests = {tp: record_digest(key, value) for tp, (key, value) in self.last_records.items()}
+        self.last_records = {}
 
     def full(self, batch_samples: int, held: int = 0) -> bool:
         return batch_full(self.samples, self.slice_rows, batch_samples, held)
