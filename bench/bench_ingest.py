@@ -34,7 +34,7 @@ from ingest.consumer import IngestConfig  # noqa: E402
 from ingest.writer import ROW_GROUP_ROWS, configure_writes  # noqa: E402
 from ingest_helpers import SLICEMETER, TOPIC, create_topic, produce_chunks  # noqa: E402
 from slicemeter.broker import TansuBroker  # noqa: E402
-from synth_ticks import fleet, messages  # noqa: E402
+from synth_ticks import fleet, messages, recent_start_ms  # noqa: E402
 
 
 def run_ingest(bootstrap: str, db: Path, extra: list[str]) -> tuple[int, float, int, float, int]:
@@ -132,7 +132,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp, TansuBroker(log_path=Path(tmp) / "tansu.log") as broker:
         create_topic(broker.bootstrap, TOPIC, args.partitions)
         t = time.perf_counter()
-        n_msg, produced = produce_chunks(broker.bootstrap, messages(nodes, 1_800_000_000_000, ticks, args.ticks_per_message))
+        n_msg, produced = produce_chunks(broker.bootstrap, messages(nodes, recent_start_ms(ticks), ticks, args.ticks_per_message))
         produce_s = time.perf_counter() - t
         print(f"produced {produced:,} samples in {n_msg:,} messages: {produced / produce_s:,.0f} samples/s")
         db = Path(tmp) / "ingest.duckdb"

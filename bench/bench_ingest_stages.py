@@ -45,7 +45,7 @@ from ingest.writer import (Batch, InventoryCache, configure_writes, held_after, 
 from ingest_helpers import TOPIC, create_topic, produce_chunks  # noqa: E402
 from slicemeter.broker import TansuBroker  # noqa: E402
 from slicemeter.tick import decode, encode_tables  # noqa: E402
-from synth_ticks import fleet, messages  # noqa: E402
+from synth_ticks import fleet, messages, recent_start_ms  # noqa: E402
 
 
 def cpu_s() -> float:
@@ -119,7 +119,7 @@ def main() -> int:
     args = ap.parse_args()
     nodes = fleet(40, ["https://acme.tenants.example:6443", "https://beta.tenants.example:6443"])
     ticks = max(1, args.samples // (nodes[0].samples_per_tick * len(nodes)))
-    chunks = list(messages(nodes, 1_800_000_000_000, ticks, 250))
+    chunks = list(messages(nodes, recent_start_ms(ticks), ticks, 250))
     samples = sum(g.num_rows + s.num_rows for _, g, s in chunks)
     payloads = [encode_tables(g, s) for _, g, s in chunks]
     us = 1e6 / samples

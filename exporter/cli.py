@@ -4,6 +4,8 @@
         [--simulate FILE --node NAME] [--pods-url URL | --pods-file F] [--cluster ID | --kubeconfig F]
         [--token-file F] [--kubelet-ca FILE | --kubelet-insecure-skip-verify]
         [--tenant NAME] [--interval 10] [--topic slicemeter.ticks] [--spool-dir DIR] [--once]
+        [--kafka-security-protocol SASL_SSL --kafka-username U --kafka-password-file F]
+        [--signing-key-file F --signing-key-id ID]
 
 Without --kafka the exporter only serves /metrics (Prometheus-only: nothing is published or
 spooled). With --simulate the sources are a simulated node (fake NVML, HAMi files it writes, its pod
@@ -29,6 +31,7 @@ from exporter.pods import SA_DIR, PodCache, cluster_from_kubeconfig, file_source
 from exporter.publisher import Publisher, Spool, kafka_producer
 from exporter.tick_builder import BuildResult, TickBuilder
 from slicemeter import clock
+from slicemeter import kafka_security, signing
 from slicemeter.cli import ConfigError
 from slicemeter.tick import encode_ticks
 
@@ -69,6 +72,13 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--proc-root", default="/proc", help="host /proc, for whole-GPU pods' cgroups")
     p.add_argument("--memory-tolerance-mb", type=float, default=256.0, help="HAMi vs NVML memory disagreement floor")
     p.add_argument("--once", action="store_true", help="print one Tick as JSON and exit")
+    kafka_security.add_options(p)
+    p.add_argument("--signing-key-file", metavar="FILE",
+                   help="this cluster's Tick signing key (a Secret): every message carries its HMAC (docs/security.md)")
+    p.add_argument("--signing-key-id", metavar="ID", help="the key's id, as ingest's --publishers file names it")
+    p.add_argument("--kafka-max-request-mb", type=float, default=1.0,
+                   help="largest message the producer sends (the broker's message.max.bytes); a larger Tick is "
+                        "refused and set aside, not retried")
 
 
 def _existing(path: str) -> str | None:
@@ -186,9 +196,10 @@ def build_exporter(args: argparse.Namespace) -> tuple[Exporter, ExporterStats]:
             spool = Spool(args.spool_dir, int(args.spool_max_mb * (1 << 20)))
         except OSError as exc:
             raise ConfigError(f"--spool-dir {args.spool_dir}: {exc.strerror}") from None
-        kafka = args.kafka
-        publisher = Publisher(spool, args.topic, args.node, lambda: kafka_producer(kafka),
-                              on_error=lambda exc: stats.count_error("kafka"))
+        kafka, security = args.kafka, kafka_security.settings(args)
+        max_request = int(args.kafka_max_request_mb * (1 << 20))
+        publisher = Publisher(spool, args.topic, args.node, lambda: kafka_producer(kafka, security, max_request),
+                              on_error=lambda exc: stats.count_error("kafka"), signing_key=signing.key_from_options(args.signing_key_file, args.signing_key_id))
         stats.spool_stats = publisher.stats
     # Simulated pods change with the simulated clock: refresh them in step with each tick.
     exporter = Exporter(builder, stats, pods, publisher, args.interval, before_tick, sync_pods=bool(args.simulate))

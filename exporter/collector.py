@@ -115,6 +115,8 @@ class ExporterCollector(Collector):
                 g.add_metric([], spool[key])
             yield g
         for name, key, doc in (("slicemeter_spool_dropped_ticks", "dropped", "Ticks dropped from a full spool (oldest first)"),
+                               ("slicemeter_spool_refused_ticks", "refused",
+                                "Ticks the broker refused for good (too large, invalid), moved to the spool's refused/"),
                                ("slicemeter_published_ticks", "published", "Ticks acknowledged by Kafka")):
             c = CounterMetricFamily(name, doc, labels=[])
             if spool is not None:

@@ -10,8 +10,12 @@ acknowledgement (acks=all) and only then deletes it. So:
   producer is rebuilt (a restarted broker has lost the old session);
 - an acknowledged offset that goes backwards means the broker lost its log (Tansu keeps
   topics in memory; after its restart a producer with stale metadata is acked into a topic
-  that does not exist): that Tick is resent through a fresh producer.
-A Tick is the Kafka message value `slicemeter.tick.encode_ticks([tick])`, key = node.
+  that does not exist): that Tick is resent through a fresh producer;
+- a Tick the broker or the client refuses for what it is (too large, an invalid record)
+  would be refused again for ever: it moves to the spool's `refused/` folder (the newest
+  few are kept for inspection), is counted, and the Ticks behind it go on.
+A Tick is the Kafka message value `slicemeter.tick.encode_ticks([tick])`, key = node; with
+a signing key it carries the key id and its HMAC in headers (slicemeter/signing.py).
 """
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ import re
 import threading
 from collections import deque
 from typing import Any, Callable
+
+from slicemeter import signing
 
 log = logging.getLogger(__name__)
 _NAME = re.compile(r"^(\d{16})\.tick$")
@@ -39,6 +45,7 @@ class Spool:
         self._items: deque[tuple[int, int]] = deque()   # (seq, size), oldest first
         self._bytes = 0
         self.dropped = 0
+        self.refused = 0
         for name in sorted(os.listdir(directory)):
             m = _NAME.match(name)
             if m:
@@ -88,6 +95,23 @@ class Spool:
                 self._bytes -= size
                 self._unlink(seq)
 
+    def refuse(self, seq: int, keep: int = 16) -> None:
+        """Move the oldest Tick `seq` aside to refused/ (the newest `keep` are kept there)."""
+        with self._lock:
+            if not self._items or self._items[0][0] != seq:
+                return
+            _, size = self._items.popleft()
+            self._bytes -= size
+            self.refused += 1
+            folder = os.path.join(self.dir, "refused")
+            os.makedirs(folder, exist_ok=True)
+            try:
+                os.replace(self._path(seq), os.path.join(folder, f"{seq:016d}.tick"))
+            except FileNotFoundError:
+                return
+            for old in sorted(os.listdir(folder))[:-keep]:
+                os.unlink(os.path.join(folder, old))
+
     def _unlink(self, seq: int) -> None:
         try:
             os.unlink(self._path(seq))
@@ -104,7 +128,17 @@ class Spool:
             return self._bytes
 
 
-def kafka_producer(bootstrap: str) -> Any:
+def permanently_refused(exc: Exception) -> bool:
+    """Whether sending the same bytes again can never succeed (the message itself is wrong
+    for the broker), as against an outage, a timeout or a credential, which can heal."""
+    from kafka import errors
+
+    return isinstance(exc, (errors.MessageSizeTooLargeError, errors.RecordListTooLargeError,
+                            errors.InvalidRecordError, errors.UnsupportedForMessageFormatError))
+
+
+def kafka_producer(bootstrap: str, security: dict | None = None, max_request_size: int = 1 << 20) -> Any:
+    """`security`: kafka-python's security_protocol / sasl_* / ssl_* settings."""
     from kafka import KafkaProducer
 
     return KafkaProducer(
@@ -114,7 +148,10 @@ def kafka_producer(bootstrap: str) -> Any:
         compression_type="lz4",
         retries=5,
         max_in_flight_requests_per_connection=1,
-        enable_idempotence=False,   # a restarted broker forgets producer ids; order is kept by sending one at a time
+        # The broker drops a resend of a batch it already appended (a lost acknowledgement);
+        # ingest also drops a Tick whose node and instant it holds already.
+        enable_idempotence=True,
+        max_request_size=max_request_size,
         linger_ms=0,
         # Fail fast (well inside one 10 s tick) so that the spool, not the client, holds Ticks
         # through an outage, and a rebuilt producer starts from fresh metadata.
@@ -125,6 +162,7 @@ def kafka_producer(bootstrap: str) -> Any:
         # (and re-created where auto-creation is on) before the next send.
         metadata_max_age_ms=5000,
         reconnect_backoff_max_ms=2000,
+        **(security or {}),
     )
 
 
@@ -138,8 +176,10 @@ class Publisher:
         on_error: Callable[[Exception], None] | None = None,
         send_timeout_s: float = 15.0,
         max_backoff_s: float = 5.0,
+        signing_key: tuple[str, bytes] | None = None,
     ):
         self.spool, self.topic, self.key = spool, topic, key.encode()
+        self.signing_key = signing_key   # (key id, key): every message carries its HMAC
         self.producer_factory = producer_factory
         self.on_error = on_error
         self.send_timeout_s = send_timeout_s
@@ -159,7 +199,7 @@ class Publisher:
 
     def stats(self) -> dict[str, int]:
         return {"ticks": len(self.spool), "bytes": self.spool.bytes, "dropped": self.spool.dropped,
-                "published": self.published}
+                "refused": self.spool.refused, "published": self.published}
 
     def start(self) -> "Publisher":
         self._thread = threading.Thread(target=self._run, name="kafka-publisher", daemon=True)
@@ -200,7 +240,9 @@ class Publisher:
                     self._producer = self.producer_factory()
                     self._last_offset.clear()   # a new session: offsets are compared from here on
                     self._producer.partitions_for(self.topic)   # fresh metadata (creates the topic where allowed)
-                md = self._producer.send(self.topic, key=self.key, value=payload).get(timeout=self.send_timeout_s)
+                headers = signing.signed_headers(*self.signing_key, payload) if self.signing_key else None
+                md = self._producer.send(self.topic, key=self.key, value=payload,
+                                         headers=headers).get(timeout=self.send_timeout_s)
                 last = self._last_offset.get(md.partition)
                 if last is not None and md.offset <= last:
                     # Offsets only grow: the broker lost its log (a memory-storage broker restarted, or the
@@ -210,6 +252,13 @@ class Publisher:
                                        "broker lost its log; resending with fresh metadata")
                 self._last_offset[md.partition] = md.offset
             except Exception as exc:   # broker down, timeout, metadata: keep it spooled, retry later
+                if permanently_refused(exc):
+                    log.error("Tick %d (%d bytes) refused for good (%s: %s): moved to %s/refused; "
+                              "the Ticks behind it go on", seq, len(payload), type(exc).__name__, exc, self.spool.dir)
+                    self.spool.refuse(seq)
+                    if self.on_error:
+                        self.on_error(exc)
+                    continue
                 log.warning("Kafka publish failed (%s: %s); %d Tick(s) spooled", type(exc).__name__, exc, len(self.spool))
                 if self.on_error:
                     self.on_error(exc)

@@ -15,6 +15,7 @@ import time
 import numpy as np
 import pyarrow as pa
 
+from slicemeter import kafka_security, signing
 from slicemeter.cli import ConfigError
 
 MAX_ROWS_PER_MESSAGE = 50_000   # keeps messages well under Kafka's default 1 MB x lz4 / 10 MB limits
@@ -30,6 +31,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--partitions", type=int, default=4, help="partitions if the topic must be created")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--signing-key-file", metavar="FILE", help="sign every message (docs/security.md)")
+    p.add_argument("--signing-key-id", metavar="ID")
+    kafka_security.add_options(p)
 
 
 def parse_start(text: str) -> int:
@@ -83,11 +87,11 @@ class Progress:
             self.out.write("\n")
 
 
-def _ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
+def _ensure_topic(bootstrap: str, topic: str, partitions: int, security: dict) -> None:
     from kafka.admin import KafkaAdminClient, NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **security)
     try:
         if topic not in admin.list_topics():
             try:
@@ -117,16 +121,20 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--scenario: {exc}") from None
     except OSError as exc:
         raise ConfigError(f"--scenario: cannot read {args.scenario}: {exc.strerror}") from None
-    _ensure_topic(args.kafka, args.topic, args.partitions)
+    security = kafka_security.settings(args)
+    key = signing.key_from_options(args.signing_key_file, args.signing_key_id)
+    _ensure_topic(args.kafka, args.topic, args.partitions, security)
     producer = KafkaProducer(bootstrap_servers=args.kafka, compression_type="lz4", linger_ms=20,
-                             batch_size=1 << 20, max_request_size=16 << 20, acks="all")
+                             batch_size=1 << 20, max_request_size=16 << 20, acks="all", **security)
     progress = Progress(start_ms, end_ms, enabled=not args.no_progress)
     samples = messages = 0
     for node, gpus, slices in generate(scenario, start_ms, end_ms, interval_s=args.interval, seed=args.seed):
         if gpus.num_rows + slices.num_rows == 0:
             continue   # a node that has not joined yet
         for g, s in split_by_ticks(gpus, slices):
-            producer.send(args.topic, key=node.encode(), value=encode_tables(g, s))
+            value = encode_tables(g, s)
+            producer.send(args.topic, key=node.encode(), value=value,
+                          headers=signing.signed_headers(*key, value) if key else None)
             samples += g.num_rows + s.num_rows
             messages += 1
         if gpus.num_rows:

@@ -6,6 +6,7 @@ import logging
 import signal
 from pathlib import Path
 
+from slicemeter import kafka_security
 from slicemeter.cli import ConfigError
 
 log = logging.getLogger("slicemeter.ingest")
@@ -46,6 +47,16 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="serve the current month's right-sizing and sharing-dividend figures "
                         "(slicemeter_recommend_*, slicemeter_dividend_*), "
                         "replanned from the snapshot every S seconds; 0 = off (default)")
+    p.add_argument("--publishers", type=Path, metavar="FILE",
+                   help="signing keys and the clusters each may speak for; with it, unsigned or foreign "
+                        "Ticks are dead letters (docs/security.md)")
+    p.add_argument("--max-interval-seconds", type=float, default=3600.0,
+                   help="longest interval one sample may stand for (default: one hour, the rollup bucket)")
+    p.add_argument("--clock-slack-seconds", type=float, default=600.0,
+                   help="samples may be this far ahead of ingest's clock (and older than the raw retention by as much)")
+    p.add_argument("--dedupe-window-seconds", type=float, default=3600.0,
+                   help="a node's instants remembered this long: a Tick repeating one is a duplicate")
+    kafka_security.add_options(p)
     p.add_argument("--prices", type=Path, metavar="FILE",
                    help="price catalog for --recommend-interval (default examples/prices.yaml when present)")
 
@@ -65,6 +76,9 @@ def _check(args: argparse.Namespace) -> None:
         raise ConfigError("--kamaji-context needs --kamaji-kubeconfig")
     if args.catalog_interval < 0:
         raise ConfigError(f"--catalog-interval must be >= 0, got {args.catalog_interval}")
+    for name in ("max_interval_seconds", "clock_slack_seconds", "dedupe_window_seconds"):
+        if getattr(args, name) <= 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
     if args.recommend_interval < 0:
         raise ConfigError(f"--recommend-interval must be >= 0, got {args.recommend_interval}")
     if args.recommend_interval and not args.snapshot:
@@ -95,8 +109,15 @@ def run(args: argparse.Namespace) -> int:
     from ingest.consumer import IngestConfig, Ingestor
     from ingest.metrics import IngestMetrics
     from ingest.prices import load_prices_or_default
+    from ingest.trust import load_publishers
+    from slicemeter.tick import Limits
 
     _check(args)
+    security = kafka_security.settings(args)
+    publishers = load_publishers(args.publishers) if args.publishers else None
+    slack_ms = int(args.clock_slack_seconds * 1000)
+    limits = Limits(max_interval_ms=int(args.max_interval_seconds * 1000),
+                    max_age_ms=int(args.raw_retention_days * 86_400_000) + slack_ms, future_slack_ms=slack_ms)
     prices = load_prices_or_default(args.prices) if args.recommend_interval else None
     sources = catalog_sources(args)
     con = store.connect(args.db)
@@ -120,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
         raw_retention_days=args.raw_retention_days, snapshot=args.snapshot,
         snapshot_interval_s=args.snapshot_interval, session_timeout_ms=args.session_timeout_ms,
         heartbeat_interval_ms=max(100, args.session_timeout_ms // 3),
+        limits=limits, publishers=publishers, dedupe_window_s=args.dedupe_window_seconds, kafka_security=security,
     )
     ingestor = Ingestor(cfg, metrics=metrics, con=con)
 

@@ -7,7 +7,7 @@ offsets stored in DuckDB, so a crash at any instant replays exactly the uncommit
 The Kafka commit after each transaction is secondary: it only serves lag tools and the
 hand-over of a partition to another worker of the group that has no stored offset for it.
 
-Tansu (the test broker) gets end_offsets / seek_to_end / 'latest' wrong (TANSU.md): we
+Tansu (the test broker) gets end_offsets / seek_to_end / 'latest' wrong: we
 only use stored or committed offsets, seek_to_beginning and highwater().
 """
 from __future__ import annotations
@@ -17,6 +17,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import duckdb
 import pyarrow as pa
@@ -27,10 +28,12 @@ from ingest import store
 from ingest.metrics import IngestMetrics
 from ingest.snapshot import write_snapshot
 from ingest.strings import StringIds
+from ingest.trust import Bindings, Publisher, RecentInstants, verify
 from ingest.writer import (Batch, BatchWriterThread, InventoryCache, apply_retention, dead_letter,
-                           configure_writes, fold_only, held_after, held_slice_table, prepare, rejected_message,
-                           stored_offsets)
-from slicemeter.tick import TickDecodeError, decode
+                           configure_writes, fold_only, held_after, held_slice_table, prepare, record_digest,
+                           rejected_message, reset_offset, stored_positions)
+from slicemeter import clock
+from slicemeter.tick import Limits, TickBatch, TickDecodeError, decode, implausible, repeated_key
 
 log = logging.getLogger("slicemeter.ingest")
 
@@ -57,6 +60,11 @@ class IngestConfig:
     overlap: bool = True                        # store batch N while fetching batch N+1
     duckdb_memory: str = "100MB"                # DuckDB's memory limit (part of the RSS bound)
     client_id: str = "slicemeter-ingest"
+    limits: Limits = field(default_factory=Limits)   # what a stored sample may claim (slicemeter.tick)
+    publishers: dict[str, Publisher] | None = None   # signing keys and their clusters; None: unsigned accepted
+    dedupe_window_s: float = 3600.0             # a node's instants remembered this long (ingest/trust.py)
+    clock_ms: Callable[[], int] = field(default=clock.now_ms)   # the timestamp window's now (SLICEMETER_NOW too)
+    kafka_security: dict = field(default_factory=dict)   # SASL / TLS settings of the KafkaConsumer
     extra: dict = field(default_factory=dict)   # more KafkaConsumer settings (tests)
 
 
@@ -100,6 +108,12 @@ class Ingestor:
         # is a batch of its own (_recover_rejected)
         self._one_by_one: dict[tuple[str, int], int] = {}
         self._seeks = 0                  # bumped by every seek back: records polled before are stale
+        # (topic, partition) -> (offset, digest) of the record just below a stored offset: a
+        # partition resumes one record early and that record must be the one stored (the log
+        # is the same one); see _check_resume
+        self._verify: dict[tuple[str, int], tuple[int, bytes]] = {}
+        self.bindings = Bindings(self.con)
+        self.instants = RecentInstants(self.con, int(cfg.dedupe_window_s * 1000))
         self._lock = threading.RLock()
         self.writer = BatchWriterThread(self.con)
 
@@ -111,16 +125,23 @@ class Ingestor:
             enable_auto_commit=False, auto_offset_reset="earliest",
             max_poll_records=c.max_poll_records, max_partition_fetch_bytes=c.max_partition_fetch_bytes,
             fetch_max_bytes=c.fetch_max_bytes, session_timeout_ms=c.session_timeout_ms,
-            heartbeat_interval_ms=c.heartbeat_interval_ms, **c.extra,
+            heartbeat_interval_ms=c.heartbeat_interval_ms, **c.kafka_security, **c.extra,
         )
 
     def seek(self, partitions) -> None:
         """Position each partition at the offset stored in DuckDB (the source of truth)."""
-        stored = stored_offsets(self.con, self.cfg.topic)
+        positions = stored_positions(self.con, self.cfg.topic)
+        stored = {p: o for p, (o, _) in positions.items()}
         for tp in partitions:
             if tp.partition in stored:
-                self.consumer.seek(tp, stored[tp.partition])
-                self._next[tp.partition] = stored[tp.partition]
+                offset, digest = positions[tp.partition]
+                if offset > 0 and digest is not None:
+                    self._verify[(tp.topic, tp.partition)] = (offset - 1, digest)
+                    self.consumer.seek(tp, offset - 1)
+                else:
+                    self._verify.pop((tp.topic, tp.partition), None)
+                    self.consumer.seek(tp, offset)
+                self._next[tp.partition] = offset
                 continue
             # No stored offset: a new store, or a partition handed over by another worker
             # of the group. In a group the client itself starts from the group's committed
@@ -142,27 +163,108 @@ class Ingestor:
         self.seek(tps)
 
     # ---- batching ---------------------------------------------------------------------
-    def add(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
+    def add(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
+            headers=()) -> None:
+        if self._check_resume(topic, partition, offset, key, value):
+            return
         b = self.batch
         if not b:
             self.batch_started = time.monotonic()
         try:
-            if value is None:
-                raise TickDecodeError("empty message (null value)")
-            tick = decode(value)
+            reason = self._refusal(value, headers)
         except TickDecodeError as exc:
-            b.dead.append(dead_letter(topic, partition, offset, key, value, str(exc)))
+            reason = str(exc)
         except Exception as exc:  # noqa: BLE001 - any undecodable message costs only itself
-            b.dead.append(dead_letter(topic, partition, offset, key, value, f"undecodable: {exc!r}"))
+            reason = f"undecodable: {exc!r}"
+        if isinstance(reason, str):
+            b.dead.append(dead_letter(topic, partition, offset, key, value, reason))
         else:
-            b.add_tables(tick)
+            b.add_tables(reason)
             if self._one_by_one:
                 b.source = (topic, partition, offset, key, value)
         b.messages += 1
+        b.first_offsets.setdefault((topic, partition), offset)
         b.next_offsets[(topic, partition)] = offset + 1
+        b.last_records[(topic, partition)] = (key, value)
         self._next[partition] = offset + 1
         if self._one_by_one.get((topic, partition), -1) <= offset + 1:
             self._one_by_one.pop((topic, partition), None)
+
+    def _refusal(self, value: bytes | None, headers) -> str | TickBatch:
+        """The decoded message, or why it is refused (docs/security.md: signature, the
+        clusters its key may speak for, bindings, duplicates; one by one also every
+        impossible value, which `submit` checks batch-wide)."""
+        if value is None:
+            raise TickDecodeError("empty message (null value)")
+        publisher = None
+        if self.cfg.publishers is not None:
+            publisher, why = verify(self.cfg.publishers, headers, value)
+            if why:
+                return why
+        tick = decode(value)
+        if self._one_by_one and (why := implausible(tick, self.cfg.limits, self.cfg.clock_ms())):
+            return why
+        return repeated_key(tick) or self.bindings.check(tick, publisher) or self.instants.check(tick) or tick
+
+    # ---- the broker's log against the stored offsets -------------------------------------
+    def _check_resume(self, topic: str, partition: int, offset: int, key, value) -> bool:
+        """True for the record below a stored offset when it is the one stored (resumed
+        from it: skip it). Any other first record, or one out of sequence, means the log is
+        not the one the stored offset counts in: see _log_mismatch."""
+        expected = self._verify.pop((topic, partition), None)
+        if expected is not None:
+            at, digest = expected
+            if offset == at and record_digest(key, value) == digest:
+                return True
+            if offset <= at:
+                self._log_mismatch(topic, partition, "the record below the stored offset differs: "
+                                   "the broker's log was replaced")
+                return True
+            self._log_event(topic, partition, offset, f"log starts at {offset}, past the stored offset "
+                            f"{at + 1}: {offset - at - 1} message(s) were deleted before ingest read them")
+            return False
+        nxt = self._next.get(partition)
+        if nxt is not None and offset < nxt:
+            # the client reset its position (the broker answered 'offset out of range')
+            self._log_mismatch(topic, partition, f"the log restarted below the stored offset {nxt}")
+            return True
+        if nxt is not None and offset > nxt:
+            self._log_event(topic, partition, offset, f"offsets {nxt}..{offset - 1} are gone from the log")
+        return False
+
+    def _log_mismatch(self, topic: str, partition: int, reason: str, high_watermark: int | None = None) -> None:
+        """A stored offset the broker's log does not hold: the log was lost (a replaced
+        broker starts again at 0). Policy (docs/ingest.md): read the partition again from
+        its log start. Every record there is newer than the lost log's, and a Tick stored
+        already comes back as a duplicate dead letter (ingest/trust.py)."""
+        tp = TopicPartition(topic, partition)
+        with self._lock:
+            self.flush()
+            start = self.consumer.beginning_offsets([tp]).get(tp, 0)
+            stored = stored_positions(self.con, topic).get(partition, (None, None))[0]
+            log.error("partition %s/%d: %s (stored offset %s, log start %s, high watermark %s); "
+                      "reading it again from %d", topic, partition, reason, stored, start, high_watermark, start)
+            reset_offset(self.con, topic, partition, start, stored, start, high_watermark, reason)
+            self.metrics.offset_resets.labels(partition=str(partition), reason="log_replaced").inc()
+            self._verify.pop((topic, partition), None)
+            self._seeks += 1
+            self._seek_back()
+
+    def _log_event(self, topic: str, partition: int, offset: int, reason: str) -> None:
+        """Records below `offset` that ingest never read are gone (the log start moved past
+        them): nothing can bring them back; said and counted, and ingest goes on."""
+        log.error("partition %s/%d: %s; continuing at %d", topic, partition, reason, offset)
+        self.metrics.offset_resets.labels(partition=str(partition), reason="records_gone").inc()
+
+    def _check_high_watermarks(self) -> None:
+        """Tansu answers a fetch past its log with no records and its high watermark (Kafka
+        with 'offset out of range', which the client turns into a reset: _check_resume)."""
+        for tp in list(self.consumer.assignment()):
+            hw = self.consumer.highwater(tp)
+            wanted = self._next.get(tp.partition)
+            if hw is not None and wanted is not None and hw < wanted:
+                self._log_mismatch(tp.topic, tp.partition, f"the log ends at {hw}, below the stored offset {wanted}",
+                                   high_watermark=hw)
 
     def batch_full(self) -> bool:
         b = self.batch
@@ -192,6 +294,13 @@ class Ingestor:
                     self.unfolded_batches = 0
                 return
             self.batch = Batch()
+            b.seal()
+            if b.source is None and b.gpus and (why := self._implausible(b)):
+                log.warning("batch refused (%s); its %d messages are read again one by one", why, b.messages)
+                self.writer.drain()
+                self._recover_rejected(b.next_offsets, b.first_offsets)
+                return
+            b.bindings = self.bindings.take_pending()
             started = time.perf_counter()
             try:
                 prepared = prepare(self.con, b, self.strings, self.inventory, self.held_slices)
@@ -202,7 +311,7 @@ class Ingestor:
                 if b.source is None:
                     log.warning("batch rejected (%s); its %d messages are read again one by one", exc, b.messages)
                     self.writer.drain()
-                    self._recover_rejected(b.next_offsets)
+                    self._recover_rejected(b.next_offsets, b.first_offsets)
                     return
                 prepared = rejected_message(b, exc, self.strings.take_pending())
             held = held_after(prepared, self.held_slices)  # before the writer drops the rows
@@ -220,13 +329,20 @@ class Ingestor:
             elif not self.cfg.overlap:
                 self.drain()
 
+    def _implausible(self, b: Batch) -> str | None:
+        """The first impossible value in a whole batch (one check for all its messages: the
+        rare batch that has one is read again one message at a time, see _refusal)."""
+        whole = TickBatch(gpus=pa.concat_tables(b.gpus), slices=pa.concat_tables(b.slices), minor=0)
+        return implausible(whole, self.cfg.limits, self.cfg.clock_ms())
+
     def drain(self) -> None:
         """Wait until every handed-over batch is stored (or a rejected one dealt with)."""
         with self._lock:
             self.writer.drain()
             self._recover_rejected()
 
-    def _recover_rejected(self, ends: dict[tuple[str, int], int] | None = None) -> None:
+    def _recover_rejected(self, ends: dict[tuple[str, int], int] | None = None,
+                          starts: dict[tuple[str, int], int] | None = None) -> None:
         """A batch the store rejected (or `ends`, one that could not be prepared): read its
         messages again from Kafka as one-message batches, where a message the store rejects
         becomes a dead letter and the rest is stored.
@@ -237,16 +353,38 @@ class Ingestor:
         rejected = self.writer.take_rejected() if self.writer.has_rejected() else None
         if rejected is None and ends is None:
             return
-        ends = dict(ends or {})
+        ends, starts = dict(ends or {}), dict(starts or {})
+        for tp, start in self.batch.first_offsets.items():   # the batch being filled is dropped too
+            starts[tp] = min(start, starts.get(tp, start))
         for tp, end in (rejected.next_offsets.items() if rejected else ()):
             ends[tp] = max(end, ends.get(tp, end))
+        for tp, start in (rejected.first_offsets.items() if rejected else ()):
+            starts[tp] = min(start, starts.get(tp, start))
         self.batch = Batch()
         self.strings.reload()
         self.inventory = InventoryCache(self.con)
         self.held_slices = held_slice_table(self.con)
+        self.bindings = Bindings(self.con)
+        self.instants = RecentInstants(self.con, int(self.cfg.dedupe_window_s * 1000))
         self._one_by_one = dict(ends)
         self._seeks += 1
-        self.seek(self.consumer.assignment() if self.consumer is not None else [])
+        self._seek_back(starts)
+
+    def _seek_back(self, starts: dict[tuple[str, int], int] | None = None) -> None:
+        """Every assigned partition back to the offset DuckDB holds; one it holds none for
+        (it started at the group's committed offset or the log start) back to the first
+        record not stored: `starts` (of batches dropped unstored), else the next unread."""
+        assigned = self.consumer.assignment() if self.consumer is not None else []
+        self.seek(assigned)
+        stored = stored_positions(self.con, self.cfg.topic)
+        for tp in assigned:
+            if tp.partition in stored:
+                continue
+            candidates = [o for o in ((starts or {}).get((tp.topic, tp.partition)), self._next.get(tp.partition))
+                          if o is not None]
+            if candidates:
+                self.consumer.seek(tp, min(candidates))
+                self._next[tp.partition] = min(candidates)
 
     def _finish(self) -> None:
         """Main thread: account for stored batches and commit their offsets to Kafka."""
@@ -300,10 +438,13 @@ class Ingestor:
                 polled = self.consumer.poll(timeout_ms=100 if self.batch else 500)
                 with self._lock:
                     seeks = self._seeks
+                    for tp, records in polled.items():   # where to come back to if these are dropped
+                        if records:
+                            self._next.setdefault(tp.partition, records[0].offset)
                     for r in (r for records in polled.values() for r in records):
                         if self._seeks != seeks:
                             break  # went back to the stored offsets: these records come again
-                        self.add(r.topic, r.partition, r.offset, r.key, r.value)
+                        self.add(r.topic, r.partition, r.offset, r.key, r.value, r.headers)
                         if self.batch_full():  # one fetch may hold many batches
                             self.submit()
                 if polled:
@@ -319,6 +460,7 @@ class Ingestor:
                 self.writer.check()
                 self._recover_rejected()
                 self._finish()
+                self._check_high_watermarks()
                 self._update_lag()
                 now = time.monotonic()
                 if now - last_retention >= cfg.retention_every_s:

@@ -85,6 +85,10 @@ class IngestMetrics:
         # prometheus_client appends _total to counters itself.
         self.samples = Counter("slicemeter_ingest_samples", "Samples (GPU and slice rows) stored", registry=r)
         self.dead_letters = Counter("slicemeter_ingest_dead_letters", "Messages sent to dead_letters", registry=r)
+        self.offset_resets = Counter(
+            "slicemeter_ingest_offset_resets", "Stored offsets that did not fit the broker's log "
+            "(log_replaced: read again from the log start; records_gone: deleted before they were read)",
+            ["partition", "reason"], registry=r)
         self.lag = Gauge("slicemeter_ingest_lag_messages", "Messages behind the partition's high watermark",
                          ["partition"], registry=r)
         self.batch_seconds = Histogram("slicemeter_ingest_batch_seconds", "Time to write one batch transaction",

@@ -7,6 +7,7 @@ last committed batch (ingest/consumer.py seeks to these offsets).
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import queue
 import threading
 import time
@@ -29,7 +30,18 @@ _DEAD_SCHEMA = pa.schema([
     ("received_at", pa.timestamp("us")), ("topic", pa.string()), ("partition", pa.int32()),
     ("offset", pa.int64()), ("key", pa.binary()), ("payload", pa.binary()), ("error", pa.string()),
 ])
-_OFFSET_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("next_offset", pa.int64())])
+_OFFSET_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("next_offset", pa.int64()),
+                            ("last_digest", pa.binary())])
+_BINDING_SCHEMA = pa.schema([("kind", pa.string()), ("name", pa.string()), ("cluster", pa.string())])
+
+
+def record_digest(key: bytes | None, value: bytes | None) -> bytes:
+    """Identifies one Kafka record (the last one below a stored offset: the resume check)."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(len(key or b"").to_bytes(4, "little"))
+    h.update(key or b"")
+    h.update(value or b"")
+    return h.digest()
 
 
 # DuckDB's row group size. raw_slice_rows takes only whole row groups; the remainder of a
@@ -79,9 +91,19 @@ class Batch:
     samples: int = 0
     slice_rows: int = 0
     messages: int = 0
+    # each partition's last record, and its digest (record_digest, taken once per batch)
+    last_records: dict[tuple[str, int], tuple[bytes | None, bytes | None]] = field(default_factory=dict)
+    digests: dict[tuple[str, int], bytes] = field(default_factory=dict)
+    first_offsets: dict[tuple[str, int], int] = field(default_factory=dict)   # where it is read again from
+    bindings: list[dict] = field(default_factory=list)   # GPUs and nodes first seen (ingest/trust.py)
 
     def __bool__(self) -> bool:
         return bool(self.next_offsets)
+
+    def seal(self) -> None:
+        """Take the digests of the partitions' last records (the batch takes no more)."""
+        self.digests = {tp: record_digest(key, value) for tp, (key, value) in self.last_records.items()}
+        self.last_records = {}
 
     def full(self, batch_samples: int, held: int = 0) -> bool:
         return batch_full(self.samples, self.slice_rows, batch_samples, held)
@@ -118,6 +140,9 @@ class PreparedBatch:
     # in this batch's transaction (sql/ingest/fold_rollups.sql); the consumer folds every
     # few batches and at every flush
     fold_rollups: bool = True
+    digests: dict[tuple[str, int], bytes] = field(default_factory=dict)
+    bindings: list[dict] = field(default_factory=list)
+    first_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
 def fold_only() -> PreparedBatch:
@@ -188,7 +213,8 @@ def prepare(con: duckdb.DuckDBPyConnection, batch: Batch, strings: StringIds,
     return PreparedBatch(gpu=gpu, slice=rows, slice_held=slice_held, strings=strings.take_pending(),
                          inventory=touched, gpu_hours=gpu_hours, slice_hours=slice_hours, dead=batch.dead,
                          next_offsets=batch.next_offsets, source=batch.source,
-                         samples=batch.samples, messages=batch.messages)
+                         samples=batch.samples, messages=batch.messages, digests=batch.digests,
+                         bindings=batch.bindings, first_offsets=batch.first_offsets)
 
 
 def rejected_message(batch: Batch | PreparedBatch, error: Exception, strings: pa.Table) -> PreparedBatch:
@@ -206,7 +232,7 @@ def rejected_message(batch: Batch | PreparedBatch, error: Exception, strings: pa
     letter = dead_letter(topic, partition, offset, key, payload, f"rejected by the store: {error}")
     return PreparedBatch(gpu=None, slice=None, slice_held=0, strings=strings, inventory=None, gpu_hours=None,
                          slice_hours=None, dead=[*batch.dead, letter], next_offsets=batch.next_offsets,
-                         source=None, samples=0, messages=batch.messages)
+                         source=None, samples=0, messages=batch.messages, digests=batch.digests)
 
 
 def write_prepared(con: duckdb.DuckDBPyConnection, batch: PreparedBatch) -> float:
@@ -218,10 +244,12 @@ def write_prepared(con: duckdb.DuckDBPyConnection, batch: PreparedBatch) -> floa
     tables = {
         "batch_strings": batch.strings,
         "batch_offsets": pa.Table.from_pylist(
-            [{"topic": t, "partition": p, "next_offset": o} for (t, p), o in batch.next_offsets.items()],
-            _OFFSET_SCHEMA),
+            [{"topic": t, "partition": p, "next_offset": o, "last_digest": batch.digests.get((t, p))}
+             for (t, p), o in batch.next_offsets.items()], _OFFSET_SCHEMA),
         "batch_dead_letters": pa.Table.from_pylist(batch.dead, _DEAD_SCHEMA),
     }
+    if batch.bindings:
+        tables["batch_bindings"] = pa.Table.from_pylist(batch.bindings, _BINDING_SCHEMA)
     if batch.gpu is not None and batch.slice is not None:
         tables |= {"batch_gpu": batch.gpu, "batch_inventory": batch.inventory,
                    "gpu_hour_delta": batch.gpu_hours, "slice_hour_delta": batch.slice_hours}
@@ -243,6 +271,8 @@ def write_prepared(con: duckdb.DuckDBPyConnection, batch: PreparedBatch) -> floa
             con.execute(sql_text("ingest/fold_rollups.sql"))
         if batch.dead:
             con.execute(sql_text("ingest/save_dead_letters.sql"))
+        if "batch_bindings" in tables:
+            con.execute(sql_text("ingest/save_bindings.sql"))
         con.execute(sql_text("ingest/save_offsets.sql"))
         con.execute("COMMIT")
     except BaseException:
@@ -323,8 +353,31 @@ def dead_letter(topic: str, partition: int, offset: int, key: bytes | None, payl
 
 
 def stored_offsets(con: duckdb.DuckDBPyConnection, topic: str) -> dict[int, int]:
-    rows = con.execute('SELECT "partition", next_offset FROM ingest_offsets WHERE topic = ?', [topic]).fetchall()
-    return {p: o for p, o in rows}
+    return {p: o for p, (o, _) in stored_positions(con, topic).items()}
+
+
+def stored_positions(con: duckdb.DuckDBPyConnection, topic: str) -> dict[int, tuple[int, bytes | None]]:
+    """partition -> (next offset, digest of the record below it or None)."""
+    rows = con.execute('SELECT "partition", next_offset, last_digest FROM ingest_offsets WHERE topic = ?',
+                       [topic]).fetchall()
+    return {p: (o, d) for p, o, d in rows}
+
+
+def reset_offset(con: duckdb.DuckDBPyConnection, topic: str, partition: int, resume: int, stored: int | None,
+                 log_start: int | None, high_watermark: int | None, reason: str) -> None:
+    """Move a stored offset that does not fit the broker's log, recording why."""
+    params = {"topic": topic, "partition": partition, "resume": resume, "stored": stored,
+              "log_start": log_start, "high_watermark": high_watermark, "reason": reason}
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for statement in filter(str.strip, sql_text("ingest/reset_offset.sql").split(";")):
+            if "$" in statement:
+                names = [n for n in params if f"${n}" in statement]
+                con.execute(statement, {n: params[n] for n in names})
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
 
 
 def apply_retention(con: duckdb.DuckDBPyConnection, days: float, now_ms: int | None = None) -> None:

@@ -2,7 +2,7 @@
 
 Used by the tests and the local demo. Production points `--kafka` at Apache Kafka.
 Tansu keeps everything in memory: a restart loses topics, offsets and groups
-(../shared/TANSU.md has its measured behaviour).
+(docs/ingest.md and docs/security.md say what the tests rely on).
 """
 from __future__ import annotations
 
@@ -61,6 +61,10 @@ class TansuBroker:
     port: int = 0
     log_path: Path | None = None
     process: subprocess.Popen | None = None
+    # client authentication (SASL/SCRAM) required. Tansu's memory storage cannot hold a
+    # user then: `tansu user create` itself must authenticate first, so every client is
+    # refused; docs/security.md says what that tests.
+    authentication: bool = False
 
     @property
     def bootstrap(self) -> str:
@@ -73,7 +77,7 @@ class TansuBroker:
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.process = subprocess.Popen(
             [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url,
-             "--storage-engine", "memory://tansu/"],
+             "--storage-engine", "memory://tansu/", *(["--authentication"] if self.authentication else [])],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
         try:

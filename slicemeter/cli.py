@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "backfill": ("ingest.backfill", "publish simulated history for a scenario to Kafka"),
     "export": ("ingest.export_cli", "write a month's invoice CSV, Parquet detail and FOCUS 1.2 files"),
     "close": ("ingest.close_cli", "close a month: later data becomes correction rows"),
+    "bindings": ("ingest.bindings_cli", "list or move the cluster a GPU UUID or node is bound to"),
     "recommend": ("ingest.recommend_cli", "right-sizing and consolidation plan for a month"),
     "report": ("ingest.report_cli", "a month's sharing dividend: GPUs, money, energy and carbon slicing saved"),
     "dashboard": ("dashboard.cli", "serve the Streamlit dashboard on an existing database"),

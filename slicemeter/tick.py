@@ -20,11 +20,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import io
+import math
 import struct
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 MAGIC = b"SMTK"
@@ -176,13 +179,38 @@ def _rows_table(schema: pa.Schema, ticks: Sequence[Tick], attr: str) -> pa.Table
     return pa.Table.from_pydict(columns, schema=schema)
 
 
+def _utf8_safe(value):
+    """A string Arrow can encode: a lone surrogate (a pod or container name read as bytes
+    with surrogateescape) becomes its backslash escape instead of failing the whole Tick."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
+
+
+def _utf8_safe_tick(tick: Tick) -> Tick:
+    def clean(reading):
+        return dataclasses.replace(reading, **{f.name: _utf8_safe(getattr(reading, f.name))
+                                               for f in dataclasses.fields(reading)})
+
+    return Tick(node=_utf8_safe(tick.node), cluster=_utf8_safe(tick.cluster), ts_ms=tick.ts_ms,
+                interval_ms=tick.interval_ms, gpus=[clean(g) for g in tick.gpus],
+                slices=[clean(s) for s in tick.slices])
+
+
 def ticks_to_tables(ticks: Sequence[Tick]) -> tuple[pa.Table, pa.Table]:
     if not ticks:
         raise ValueError("no Ticks to encode")
     nodes = {t.node for t in ticks}
     if len(nodes) != 1:
         raise ValueError(f"a message carries Ticks of one node, got {sorted(nodes)}")
-    return _rows_table(GPU_SCHEMA, ticks, "gpus"), _rows_table(SLICE_SCHEMA, ticks, "slices")
+    try:
+        return _rows_table(GPU_SCHEMA, ticks, "gpus"), _rows_table(SLICE_SCHEMA, ticks, "slices")
+    except UnicodeEncodeError:   # rare: clean every string only then
+        ticks = [_utf8_safe_tick(t) for t in ticks]
+        return _rows_table(GPU_SCHEMA, ticks, "gpus"), _rows_table(SLICE_SCHEMA, ticks, "slices")
 
 
 def _ipc_bytes(table: pa.Table) -> bytes:
@@ -299,3 +327,120 @@ def batch_to_ticks(batch: TickBatch) -> list[Tick]:
         tick_for(row).slices.append(SliceReading(**{k: v for k, v in row.items() if k not in tick_names}))
     return [ticks[ts] for ts in sorted(ticks)]
 
+
+
+# ---- plausibility: what a decoded message may claim ----------------------------------
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds a stored sample must meet (ingest checks every message against them)."""
+
+    max_interval_ms: int = 3_600_000        # one sample never stands for more than an hour bucket
+    max_age_ms: int = 36 * 86_400_000       # raw retention + slack: older samples are refused
+    future_slack_ms: int = 600_000          # clock skew tolerated ahead of the ingest's clock
+
+
+# (column, lowest, highest): float columns must also be finite; bounds None are open
+_GPU_BOUNDS = (
+    ("memory_total_bytes", 0, None), ("memory_used_bytes", 0, None), ("sm_util_ratio", 0.0, 1.0),
+    ("mem_util_ratio", 0.0, 1.0), ("power_watts", 0.0, None), ("energy_joules", 0.0, None),
+    ("slice_count", 0, None),
+)
+_SLICE_BOUNDS = (
+    ("hami_memory_limit_bytes", 0, None), ("hami_memory_used_bytes", 0, None), ("hami_context_bytes", 0, None),
+    ("hami_module_bytes", 0, None), ("hami_buffer_bytes", 0, None), ("sm_limit_ratio", 0.0, 1.0),
+    ("sm_util_ratio", 0.0, 1.0), ("last_kernel_age_s", 0.0, None), ("process_count", 0, None),
+    ("nvml_memory_used_bytes", 0, None), ("alloc_memory_bytes", 0, None), ("alloc_cores_ratio", 0.0, 1.0),
+    ("vdevice_index", 0, None),
+)
+_GPU_KEY = ("gpu_uuid", "ts_ms")
+_SLICE_KEY = ("pod_uid", "container", "gpu_uuid", "ts_ms")
+
+
+def _out_of_bounds(table: pa.Table, name: str, low, high) -> str | None:
+    col = table.column(name)
+    if col.null_count == len(col):
+        return None
+    if pa.types.is_floating(col.type) and not math.isfinite(pc.sum(col).as_py()):
+        # a NaN or an infinity makes the sum non-finite (min_max skips NaN); counted only then
+        bad = pc.sum(pc.invert(pc.is_finite(col)).cast(pa.int64())).as_py()
+        return f"{bad} non-finite value(s)"
+    lo, hi = pc.min_max(col).values()
+    if low is not None and lo.as_py() < low:
+        return f"{lo.as_py()!r} below {low}"
+    if high is not None and hi.as_py() > high:
+        return f"{hi.as_py()!r} above {high}"
+    return None
+
+
+def _codes(col: pa.ChunkedArray) -> np.ndarray:
+    """Integers equal where the column's values are (a dictionary column's indices)."""
+    if pa.types.is_dictionary(col.type):
+        if col.num_chunks != 1:
+            col = pc.dictionary_encode(pc.dictionary_decode(col)).combine_chunks()
+            return col.indices.to_numpy(zero_copy_only=False)
+        return col.chunk(0).indices.to_numpy(zero_copy_only=False)
+    return col.to_numpy()
+
+
+def _repeated_key(table: pa.Table, key: tuple[str, ...]) -> tuple | None:
+    if table.num_rows < 2:
+        return None
+    codes = [_codes(table.column(k)) for k in key]
+    codes = [c - c.min() for c in codes]
+    spans = [int(c.max()) + 1 for c in codes]
+    if math.prod(spans) < 1 << 62:
+        # one integer per row (mixed radix): one sort instead of a sort over every column
+        combined = np.zeros(table.num_rows, dtype=np.int64)
+        for c, span in zip(codes, spans):
+            combined = combined * span + c
+        order = np.argsort(combined, kind="stable")
+        same = combined[order][1:] == combined[order][:-1]
+    else:
+        order = np.lexsort(codes)
+        same = np.ones(table.num_rows - 1, dtype=bool)
+        for c in codes:
+            c = c[order]
+            same &= c[1:] == c[:-1]
+    if not same.any():
+        return None
+    at = int(order[int(np.argmax(same)) + 1])
+    return tuple(table.column(k)[at].as_py() for k in key)
+
+
+def repeated_key(batch: TickBatch) -> str | None:
+    """Why a message repeats a sample's key (GPU: gpu_uuid, ts_ms; slice: pod_uid,
+    container, gpu_uuid, ts_ms), or None."""
+    for what, table, key in (("gpu", batch.gpus, _GPU_KEY), ("slice", batch.slices, _SLICE_KEY)):
+        if repeated := _repeated_key(table, key):
+            return f"{what} key {dict(zip(key, repeated))} repeated within the message"
+    return None
+
+
+def implausible(batch: TickBatch, limits: Limits, now_ms: int) -> str | None:
+    """Why a decoded message cannot be stored as it stands, or None: the first impossible
+    value found (non-finite or negative readings, shares outside [0, 1], an interval
+    outside (0, max], a timestamp outside [now - max age, now + slack]; a repeated key:
+    `repeated_key`). One bad value costs the whole message: its other rows came from
+    the same reading and cannot be trusted either."""
+    earliest, latest = now_ms - limits.max_age_ms, now_ms + limits.future_slack_ms
+    for what, table, bounds in (("gpu", batch.gpus, _GPU_BOUNDS), ("slice", batch.slices, _SLICE_BOUNDS)):
+        if not table.num_rows:
+            continue
+        lo, hi = (v.as_py() for v in pc.min_max(table.column("ts_ms")).values())
+        if lo < earliest or hi > latest:
+            bad = lo if lo < earliest else hi
+            return (f"{what}.ts_ms {bad} outside the accepted window [{earliest}, {latest}] "
+                    f"(now - {limits.max_age_ms} ms, now + {limits.future_slack_ms} ms)")
+        lo, hi = (v.as_py() for v in pc.min_max(table.column("interval_ms")).values())
+        if lo <= 0 or hi > limits.max_interval_ms:
+            return f"{what}.interval_ms {lo if lo <= 0 else hi} outside (0, {limits.max_interval_ms}]"
+        for name, low, high in bounds:
+            if problem := _out_of_bounds(table, name, low, high):
+                return f"{what}.{name}: {problem}"
+    return None
+
+
+def tick_instants(batch: TickBatch) -> set[int]:
+    """The instants (ts_ms) a message reports for its node."""
+    return set(pc.unique(batch.gpus.column("ts_ms")).to_pylist()) | set(pc.unique(batch.slices.column("ts_ms")).to_pylist())

@@ -6,6 +6,7 @@ It stands in for simulator.timetravel.generate where the tests need exact contro
 """
 from __future__ import annotations
 
+import time
 import zlib
 from dataclasses import dataclass
 
@@ -16,6 +17,16 @@ from slicemeter.tick import GPU_SCHEMA, SLICE_SCHEMA
 
 GIB = 1 << 30
 MODELS = [("NVIDIA A100-SXM4-80GB", 81920), ("NVIDIA L4", 23034)]
+
+
+def recent_midnight_ms(days_ago: int = 3) -> int:
+    """A UTC midnight a few days back: ingest refuses samples far from its own clock."""
+    return (time.time_ns() // 1_000_000 // 86_400_000 - days_ago) * 86_400_000
+
+
+def recent_start_ms(ticks: int, interval_ms: int = 10_000) -> int:
+    """A whole minute early enough that `ticks` Ticks end an hour before now."""
+    return (time.time_ns() // 1_000_000 - ticks * interval_ms - 3_600_000) // 60_000 * 60_000
 
 
 @dataclass(frozen=True)

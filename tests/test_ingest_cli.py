@@ -15,7 +15,7 @@ from ingest.metrics import IngestMetrics
 from slicemeter.broker import free_port
 from slicemeter.cli import ConfigError
 from ingest_helpers import SLICEMETER
-from synth_ticks import SynthNode, node_tables
+from synth_ticks import SynthNode, node_tables, recent_midnight_ms
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -26,7 +26,7 @@ def slicemeter(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 
 def test_split_by_ticks_keeps_whole_ticks():
-    g, s = node_tables(SynthNode("n", "c", gpus=2, slices_per_gpu=3), 1_800_000_000_000 + 10_000 * np.arange(100))
+    g, s = node_tables(SynthNode("n", "c", gpus=2, slices_per_gpu=3), recent_midnight_ms() + 10_000 * np.arange(100))
     parts = list(split_by_ticks(g, s, max_rows=100))
     assert len(parts) > 1
     assert sum(p[0].num_rows for p in parts) == g.num_rows and sum(p[1].num_rows for p in parts) == s.num_rows
@@ -65,7 +65,7 @@ def test_metrics_and_snapshot_in_process(broker, tmp_path):
     from synth_ticks import fleet, messages
 
     create_topic(broker.bootstrap, partitions=2)
-    _, produced = produce_chunks(broker.bootstrap, messages(fleet(4, ["https://acme:6443"]), 1_800_000_000_000, 60, 30))
+    _, produced = produce_chunks(broker.bootstrap, messages(fleet(4, ["https://acme:6443"]), recent_midnight_ms(), 60, 30))
     metrics = IngestMetrics()
     port = free_port()
     server, _thread = metrics.serve(port, addr="127.0.0.1")

@@ -301,12 +301,12 @@ def test_a_fleet_on_advertise_addresses_and_ipv6_bills_nothing_unassigned(broker
     import subprocess
 
     from ingest_helpers import SLICEMETER, create_topic, produce_chunks
-    from synth_ticks import SynthNode, messages
+    from synth_ticks import SynthNode, messages, recent_start_ms
 
     nodes = [SynthNode(node=f"gpu-node-{i}", cluster=c, gpus=2, slices_per_gpu=2, model_index=i)
              for i, c in enumerate(KUBELET_CLUSTERS)]
     create_topic(broker.bootstrap, partitions=2)
-    _, produced = produce_chunks(broker.bootstrap, list(messages(nodes, 1_800_000_000_000, ticks=30, ticks_per_message=10)))
+    _, produced = produce_chunks(broker.bootstrap, list(messages(nodes, recent_start_ms(30), ticks=30, ticks_per_message=10)))
     db = tmp_path / "fleet.duckdb"
 
     def ingest(*extra: str) -> str:

@@ -1,0 +1,170 @@
+"""What ingest believes a message may say (docs/security.md).
+
+- Publishers (`--publishers FILE`): which signing key may speak for which tenant clusters.
+  With the file, every message must carry a valid signature (slicemeter/signing.py) from
+  a known key, and every row's cluster must be one of that key's.
+- Bindings: a GPU UUID and a node belong to the cluster that first reported them; a
+  message from another cluster naming them is a dead letter until an operator moves the
+  binding (`slicemeter bindings move`).
+- Recent instants: a node reports each instant once; a message repeating an instant of
+  its node already taken in (the producer's resend, a replayed spool) is a duplicate.
+
+Each check returns the reason a message is refused, or None; the consumer dead-letters it.
+"""
+from __future__ import annotations
+
+import hmac
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import yaml
+
+from slicemeter import signing
+from slicemeter.cli import ConfigError
+from slicemeter.tick import TickBatch
+
+
+@dataclass(frozen=True)
+class Publisher:
+    key_id: str
+    key: bytes = field(repr=False)
+    clusters: frozenset[str]
+
+
+def load_publishers(path: Path) -> dict[str, Publisher]:
+    """`publishers:` list of {key_id, key_file, clusters: [...]}; key files relative to the
+    config file's folder. Raises ConfigError naming the bad entry."""
+    try:
+        doc = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"--publishers {path}: {exc}") from None
+    entries = doc.get("publishers") if isinstance(doc, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(f"--publishers {path}: expected a non-empty 'publishers:' list")
+    out: dict[str, Publisher] = {}
+    for i, e in enumerate(entries):
+        where = f"--publishers {path}: publishers[{i}]"
+        if not isinstance(e, dict) or not {"key_id", "key_file", "clusters"} <= set(e):
+            raise ConfigError(f"{where}: needs key_id, key_file and clusters")
+        clusters = e["clusters"]
+        if not isinstance(clusters, list) or not clusters or not all(isinstance(c, str) and c for c in clusters):
+            raise ConfigError(f"{where}.clusters: a non-empty list of cluster identities")
+        try:
+            key_id = signing.check_key_id(str(e["key_id"]))
+            key = signing.load_key(str(Path(path).parent / str(e["key_file"])))
+        except signing.SigningError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        if key_id in out:
+            raise ConfigError(f"{where}: key_id {key_id!r} listed twice")
+        out[key_id] = Publisher(key_id, key, frozenset(clusters))
+    return out
+
+
+def verify(publishers: dict[str, Publisher], headers, value: bytes) -> tuple[Publisher | None, str | None]:
+    """(the publisher that signed `value`, None) or (None, why not)."""
+    key_id = signing.header(headers, signing.KEY_ID_HEADER)
+    sig = signing.header(headers, signing.SIGNATURE_HEADER)
+    if key_id is None or sig is None:
+        return None, "unsigned message (no slicemeter-key-id / slicemeter-signature header)"
+    name = key_id.decode("utf-8", "replace")
+    pub = publishers.get(name)
+    if pub is None:
+        return None, f"unknown signing key id {name[:128]!r}"
+    if not hmac.compare_digest(sig, signing.signature(pub.key, value)):
+        return None, f"bad signature for key id {name!r}"
+    return pub, None
+
+
+def _names(*columns: pa.ChunkedArray) -> set[str]:
+    return {v for col in columns for v in pc.unique(col).to_pylist()}
+
+
+class Bindings:
+    """GPU UUID -> cluster and node -> cluster, as the store holds them plus what the
+    batches in hand add (written with their batch: `take_pending`)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection):
+        self.owner: dict[tuple[str, str], str] = {
+            (k, n): c for k, n, c in con.execute("SELECT kind, name, cluster FROM ingest_bindings").fetchall()}
+        self.pending: list[dict] = []
+
+    def check(self, batch: TickBatch, publisher: Publisher | None) -> str | None:
+        clusters = _names(batch.gpus.column("cluster"), batch.slices.column("cluster"))
+        if len(clusters) != 1:
+            return f"a message speaks for one cluster, this one names {sorted(clusters)[:4]}"
+        (cluster,) = clusters
+        if publisher is not None and cluster not in publisher.clusters:
+            return f"cluster {cluster!r} is not one key id {publisher.key_id!r} may speak for"
+        claims = [("node", n) for n in _names(batch.gpus.column("node"), batch.slices.column("node"))]
+        claims += [("gpu", g) for g in _names(batch.gpus.column("gpu_uuid"), batch.slices.column("gpu_uuid"))]
+        new = []
+        for claim in claims:
+            owner = self.owner.get(claim)
+            if owner is None:
+                new.append(claim)
+            elif owner != cluster:
+                return (f"{claim[0]} {claim[1]!r} belongs to cluster {owner!r}, not {cluster!r} "
+                        "(an operator moves it: slicemeter bindings move)")
+        for claim in new:
+            self.owner[claim] = cluster
+            self.pending.append({"kind": claim[0], "name": claim[1], "cluster": cluster})
+        return None
+
+    def take_pending(self) -> list[dict]:
+        pending, self.pending = self.pending, []
+        return pending
+
+
+class RecentInstants:
+    """The instants (ts_ms) each node reported within `window_ms` of its latest one.
+
+    Bounded memory: an instant older than that is not remembered, and a message that old
+    is not checked (a backfill of history, behind the live Ticks of the same node)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, window_ms: int):
+        self.window_ms = window_ms
+        self.latest: dict[str, int] = {}
+        self.pruned_at: dict[str, int] = {}
+        self.seen: dict[str, set[int]] = defaultdict(set)
+        rows = con.execute("""
+            WITH latest AS (SELECT node_id, max(last_seen_ms) AS latest FROM gpu_inventory_latest GROUP BY node_id)
+            SELECT s.value, r.ts_ms FROM raw_gpu_rows r JOIN latest l USING (node_id)
+            JOIN ingest_strings s ON s.id = r.node_id
+            WHERE r.ts_ms >= (SELECT min(latest) FROM latest) - $w AND r.ts_ms >= l.latest - $w
+            GROUP BY ALL""", {"w": window_ms}).fetchall()
+        by_node: dict[str, list[int]] = defaultdict(list)
+        for node, ts in rows:
+            by_node[node].append(ts)
+        for node, instants in by_node.items():
+            self._remember(node, instants)
+
+    def _remember(self, node: str, instants: list[int]) -> None:
+        seen = self.seen[node]
+        seen.update(instants)
+        latest = max(self.latest.get(node, instants[0]), max(instants))
+        self.latest[node] = latest
+        horizon = latest - self.window_ms
+        if horizon - self.pruned_at.setdefault(node, horizon) >= self.window_ms // 4:
+            seen.difference_update([t for t in seen if t < horizon])
+            self.pruned_at[node] = horizon
+
+    def check(self, batch: TickBatch) -> str | None:
+        """Why `batch` repeats instants already taken in, or None (and they are remembered)."""
+        table = batch.gpus if batch.gpus.num_rows else batch.slices
+        if not table.num_rows:
+            return None
+        node = table.column("node")[0].as_py()
+        instants = np.unique(table.column("ts_ms").to_numpy())
+        seen = self.seen.get(node)
+        if seen:
+            horizon = self.latest[node] - self.window_ms
+            repeated = [int(t) for t in instants if int(t) in seen and t >= horizon]
+            if repeated:
+                return f"duplicate: node {node!r} already reported instant(s) {repeated[:3]} (ts_ms)"
+        self._remember(node, instants.tolist())
+        return None
