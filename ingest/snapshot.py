@@ -82,25 +82,23 @@ class ReaderFile:
         _remove(tmp)
         cur = self.con.cursor()
         try:
-            cur.execute("ATTACH ? AS " + _ALIAS, [str(tmp)])
             cur.execute("BEGIN TRANSACTION")
             # the first read of the live database fixes the state the whole copy sees
             if has_pending_rollups(cur):
                 raise RuntimeError("reader file refresh with rollup deltas pending: fold first")
-            tables = cur.execute(sql_text("ingest/reader_tables.sql")).fetchall()
-            source = _ident(cur.execute("SELECT current_database()").fetchone()[0])
         except BaseException:
             _abandon(cur, tmp)
             raise
         self.pin_s = time.perf_counter() - started
-        self._thread = threading.Thread(target=self._copy, args=(cur, tables, source, tmp, started),
-                                        name="reader-file", daemon=True)
+        self._thread = threading.Thread(target=self._copy, args=(cur, tmp, started), name="reader-file", daemon=True)
         self._thread.start()
         return True
 
-    def _copy(self, cur: duckdb.DuckDBPyConnection, tables: list, source: str, tmp: Path, started: float) -> None:
+    def _copy(self, cur: duckdb.DuckDBPyConnection, tmp: Path, started: float) -> None:
         try:
-            for name, with_rows in tables:
+            cur.execute("ATTACH ? AS " + _ALIAS, [str(tmp)])
+            source = _ident(cur.execute("SELECT current_database()").fetchone()[0])
+            for name, with_rows in cur.execute(sql_text("ingest/reader_tables.sql")).fetchall():
                 cur.execute(f"CREATE TABLE {_ALIAS}.{_ident(name)} AS SELECT * FROM {source}.main.{_ident(name)}"
                             + ("" if with_rows else " LIMIT 0"))
             cur.execute("COMMIT")
