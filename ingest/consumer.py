@@ -26,7 +26,7 @@ from kafka.structs import OffsetAndMetadata
 
 from ingest import store
 from ingest.metrics import IngestMetrics
-from ingest.snapshot import write_snapshot
+from ingest.snapshot import ReaderFile
 from ingest.strings import StringIds
 from ingest.trust import Bindings, Publisher, RecentInstants, verify
 from ingest.writer import (Batch, BatchWriterThread, InventoryCache, apply_retention, dead_letter,
@@ -433,6 +433,7 @@ class Ingestor:
             self._assign_all()
         last_record = time.monotonic()
         last_snapshot = last_retention = time.monotonic()
+        reader = ReaderFile(self.con, cfg.snapshot) if cfg.snapshot else None
         try:
             while not self.stopping:
                 polled = self.consumer.poll(timeout_ms=100 if self.batch else 500)
@@ -468,9 +469,10 @@ class Ingestor:
                     apply_retention(self.con, cfg.raw_retention_days)
                     self.held_slices = held_slice_table(self.con)  # it may have deleted held rows
                     last_retention = now
-                if cfg.snapshot and now - last_snapshot >= cfg.snapshot_interval_s:
-                    self.flush()  # the writer is idle after this: the file is ours to copy
-                    write_snapshot(self.con, cfg.db, cfg.snapshot)
+                if reader and now - last_snapshot >= cfg.snapshot_interval_s and not reader.busy():
+                    with self._lock:  # no batch (a rebalance's flush) between the fold and the pin
+                        self.flush()  # folds the rollup deltas; the copy then runs beside ingest
+                        reader.start()
                     last_snapshot = now
                 if not polled and not self.consumer.assignment():
                     last_record = now  # still joining the group: not idle yet
@@ -479,9 +481,13 @@ class Ingestor:
                         break
             self.flush()
             self._finish()
-            if cfg.snapshot:
-                write_snapshot(self.con, cfg.db, cfg.snapshot)
+            if reader:
+                with self._lock:
+                    self.flush()
+                    reader.refresh()
         finally:
+            if reader:
+                reader.join()
             self.writer.stop()
             self.consumer.close(autocommit=False)
         return 0

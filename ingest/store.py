@@ -78,7 +78,7 @@ def fold_pending_rollups(con: duckdb.DuckDBPyConnection) -> None:
 _PENDING_TABLES = ("gpu_inventory_pending", "gpu_hour_pending", "slice_hour_pending")
 
 
-def _has_pending_rollups(con: duckdb.DuckDBPyConnection) -> bool:
+def has_pending_rollups(con: duckdb.DuckDBPyConnection) -> bool:
     """Whether batches left rollup deltas to fold (False for a file from before the pending
     tables, which a read-only connection does not migrate)."""
     present = {row[0] for row in con.execute(
@@ -98,7 +98,7 @@ def connect(path: str | Path, read_only: bool = False) -> duckdb.DuckDBPyConnect
     reader in only then; a running or cleanly stopped ingest leaves none behind), so the
     file is opened read-write once to fold them, then read-only again."""
     con = duckdb.connect(str(path), read_only=read_only)
-    if read_only and _has_pending_rollups(con):
+    if read_only and has_pending_rollups(con):
         con.close()
         try:
             connect(path).close()
@@ -110,6 +110,6 @@ def connect(path: str | Path, read_only: bool = False) -> duckdb.DuckDBPyConnect
     if not read_only:
         migrate(con)
     apply_views(con)
-    if not read_only and _has_pending_rollups(con):
+    if not read_only and has_pending_rollups(con):
         fold_pending_rollups(con)
     return con

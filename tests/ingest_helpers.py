@@ -53,3 +53,10 @@ def produce_raw(bootstrap: str, values: list[tuple[bytes, bytes | None]], topic:
 # The CLI as a child process. Not `python -m slicemeter.cli`: run as __main__ that module's
 # ConfigError would be a second class, and config errors would not map to exit code 2.
 SLICEMETER = [sys.executable, "-c", "import sys; from slicemeter.cli import main; sys.exit(main())"]
+
+
+def rollup_samples(con) -> int:
+    """Samples the hour rollups count (what a reader file can show of the stored samples)."""
+    from ingest.store import sql_text
+
+    return int(con.execute(sql_text("queries/rollup_samples.sql")).fetchone()[0])

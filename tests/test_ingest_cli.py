@@ -14,7 +14,7 @@ from ingest.consumer import IngestConfig, Ingestor
 from ingest.metrics import IngestMetrics
 from slicemeter.broker import free_port
 from slicemeter.cli import ConfigError
-from ingest_helpers import SLICEMETER
+from ingest_helpers import SLICEMETER, rollup_samples
 from synth_ticks import SynthNode, node_tables, recent_midnight_ms
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,8 +52,12 @@ def test_backfill_then_ingest_with_catalog(broker, tmp_path):
     ing = slicemeter("ingest", "--kafka", broker.bootstrap, "--db", str(db), "--tenants", "examples/demo.yaml",
                      "--group", "", "--until-idle", "5", "--snapshot", str(snap), "--snapshot-interval", "1")
     assert ing.returncode == 0, ing.stderr
-    con = store.connect(snap, read_only=True)  # readers use the snapshot
-    assert con.execute(store.sql_text("queries/sample_checksum.sql")).fetchone()[0] == published
+    live = store.connect(db, read_only=True)  # ingest has exited: the live file holds every sample
+    assert live.execute(store.sql_text("queries/sample_checksum.sql")).fetchone()[0] == published
+    live.close()
+    con = store.connect(snap, read_only=True)  # readers use the snapshot: rollups, no raw samples
+    assert rollup_samples(con) == published
+    assert con.execute(store.sql_text("queries/sample_checksum.sql")).fetchone()[0] == 0
     tenants = {r[0] for r in con.execute("SELECT DISTINCT tenant FROM slice_hour_tenant").fetchall()}
     assert tenants == {"acme", "globex", "initech"}
     assert con.execute("SELECT count(*) FROM gpu_hour WHERE metered_s > 0").fetchone()[0] > 0
@@ -81,8 +85,7 @@ def test_metrics_and_snapshot_in_process(broker, tmp_path):
     assert "slicemeter_ingest_batch_seconds_count" in text
     assert "slicemeter_ingest_dead_letters_total 0.0" in text
     snap = store.connect(tmp_path / "s.duckdb", read_only=True)
-    assert snap.execute("SELECT count(*) FROM raw_slice").fetchone()[0] + \
-        snap.execute("SELECT count(*) FROM raw_gpu").fetchone()[0] == produced
+    assert rollup_samples(snap) == produced
 
 
 @pytest.mark.parametrize("args, key", [
