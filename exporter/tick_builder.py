@@ -6,9 +6,14 @@ Attribution rules (why each exists):
 - A slice HAMi granted (pod annotation) but whose container has not touched CUDA yet has
   no region file; it is still reported (source='annotation', used 0) because it is billed.
   A rejected region falls back to the same row with the used fields unknown (null).
-- HAMi's numbers come from inside the tenant's container; NVML's per-process memory for the
-  region's host PIDs is reported beside them and a disagreement is flagged.
-- GPU processes outside HAMi are attributed through their cgroup to whole-GPU pods.
+- HAMi's numbers come from inside the tenant's container, so they cannot be the only source
+  of a slice's usage: every NVML process is attributed to its container through its cgroup
+  (HAMi pods included), NVML's memory and SM figures for the container's processes (those
+  plus the region's host PIDs that are not another container's) are reported beside
+  HAMi's, and the usage figure is the larger of the two. NVML seeing more memory than the
+  region reports is flagged as a disagreement.
+- GPU processes of pods without HAMi grants are attributed through their cgroup to
+  whole-GPU pods.
 - On a GPU in MIG mode each MIG device is metered on its own: its processes are
   attributed through their cgroup, and the container holding it is a slice of the parent
   GPU whose allocation is the instance's share of the GPU (its slices / the GPU's slices).
@@ -61,7 +66,10 @@ def allocation_share(s: SliceReading, gpu_memory_total: int | None) -> float | N
 
 
 def usage_share(s: SliceReading, gpu_memory_total: int | None) -> float | None:
-    mem = s.hami_memory_used_bytes if s.hami_memory_used_bytes is not None else s.nvml_memory_used_bytes
+    """max(memory / GPU memory, SM share); memory is the larger of HAMi's and NVML's figures:
+    a region can under-report its own use, NVML's driver-side figure bounds it from below."""
+    known = [m for m in (s.hami_memory_used_bytes, s.nvml_memory_used_bytes) if m is not None]
+    mem = max(known) if known else None
     parts = []
     if mem is not None and gpu_memory_total:
         parts.append(mem / gpu_memory_total)
@@ -74,6 +82,33 @@ def memory_disagrees(hami: int | None, nvml: int | None, tol_bytes: int, tol_rat
     if hami is None or nvml is None:
         return None
     return abs(hami - nvml) > max(tol_bytes, tol_ratio * max(hami, nvml))
+
+
+@dataclass(frozen=True, slots=True)
+class ProcOwner:
+    """The container a GPU process belongs to, from its cgroup."""
+
+    uid: str
+    container: str
+    pod: PodInfo | None
+    named: bool    # the container name is known (the pod's status, or its only GPU container)
+
+
+# GPU uuid -> host pid -> its owner (None: not a listed pod's process, or no readable cgroup)
+ProcOwners = dict[str, dict[int, ProcOwner | None]]
+
+
+def nvml_usage(g: GpuSample | None, pids: set[int]) -> tuple[int | None, float | None]:
+    """NVML's memory bytes and SM share of `pids` on `g`; None where NVML has no figure."""
+    if g is None or not pids:
+        return None, None
+    mem = sum(g.processes.get(p, 0) for p in pids) if g.processes is not None else None
+    own = [g.process_sm_util[p] for p in pids if p in g.process_sm_util] if g.process_sm_util else []
+    return mem, (min(100.0, sum(own)) / 100 if own else None)
+
+
+def larger(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
 @dataclass(slots=True)
@@ -129,21 +164,22 @@ class TickBuilder:
         seen: set[tuple[str, str, str]] = set()
         hami_pids: set[int] = set()
 
+        owners = self._process_owners(snap.gpus, pods) if self.proc_root is not None else {}
         files, dir_errors = discover(self.hami_dir)
         for entry, err in dir_errors:
             self._dir_error(res, pods, entry, err)
         root_fd = open_containers_dir(self.hami_dir) if files else None
         try:
-            self._hami_slices(res, files, root_fd, pods, gpus, devmem, snap, seen, hami_pids, ts_ms)
+            self._hami_slices(res, files, root_fd, pods, gpus, devmem, snap, seen, hami_pids, ts_ms, owners)
         finally:
             if root_fd is not None:
                 os.close(root_fd)
 
         if self.proc_root is not None:
             self._mig_slices(res, snap.gpus, pods, seen)
-        self._annotation_slices(res, pods.pods.values(), gpus, seen)
+        self._annotation_slices(res, pods.pods.values(), gpus, seen, owners)
         if self.proc_root is not None:
-            self._cgroup_slices(res, snap.gpus, pods, hami_pids)
+            self._cgroup_slices(res, snap.gpus, pods, hami_pids, owners)
 
         counts: dict[str, int] = {}
         for s in slices:
@@ -153,7 +189,7 @@ class TickBuilder:
         res.duration_s = time.perf_counter() - t0
         return res
 
-    def _hami_slices(self, res, files, root_fd, pods, gpus, devmem, snap, seen, hami_pids, ts_ms) -> None:
+    def _hami_slices(self, res, files, root_fd, pods, gpus, devmem, snap, seen, hami_pids, ts_ms, owners) -> None:
         slices = res.tick.slices
         # every GPU process on the node, when NVML could list them all (else: unknown, keep slots)
         nvml_pids = None
@@ -200,16 +236,12 @@ class TickBuilder:
             for dev in devices:
                 g = gpus.get(dev.uuid)
                 grant = next((gr for gr in grants if gr.uuid == dev.uuid), None)
-                hami_pids.update(dev.hostpids)
-                nvml_mem = None
-                sm = dev.sm_util_pct / 100
-                if g is not None and dev.hostpids:
-                    if g.processes is not None:
-                        nvml_mem = sum(g.processes.get(p, 0) for p in dev.hostpids)
-                    if g.process_sm_util:
-                        own = [g.process_sm_util[p] for p in dev.hostpids if p in g.process_sm_util]
-                        if own:   # NVML's host-side sample beats the container's self-report
-                            sm = min(100.0, sum(own)) / 100
+                on_gpu = owners.get(dev.uuid, {})
+                # a slot's host pid counts unless its cgroup says it is another container's
+                claimed = {p for p in dev.hostpids if not _foreign(on_gpu.get(p), f.pod_uid, f.container)}
+                hami_pids.update(claimed)
+                nvml_mem, nvml_sm = nvml_usage(g, claimed | _container_pids(on_gpu, f.pod_uid, f.container))
+                sm = larger(dev.sm_util_pct / 100, nvml_sm)
                 s = SliceReading(
                     pod_uid=f.pod_uid, container=f.container, gpu_uuid=dev.uuid,
                     pod=pod.name if pod else None, namespace=pod.namespace if pod else None,
@@ -245,7 +277,7 @@ class TickBuilder:
             self._logged.add(key)
             log.warning("HAMi region %s rejected: %s", entry, err)
 
-    def _annotation_slices(self, res: BuildResult, pods, gpus: dict[str, GpuSample], seen) -> None:
+    def _annotation_slices(self, res: BuildResult, pods, gpus: dict[str, GpuSample], seen, owners: ProcOwners) -> None:
         for pod in pods:
             for cname, grants in pod.grants.items():
                 if cname in pod.finished:
@@ -256,18 +288,25 @@ class TickBuilder:
                         continue
                     seen.add((pod.uid, cname, gr.uuid))
                     used = None if failed else 0   # no region yet: nothing used; rejected: unknown
+                    # no region is no proof of no use: NVML's figure for the container's processes
+                    nvml_mem, nvml_sm = nvml_usage(gpus.get(gr.uuid), _container_pids(owners.get(gr.uuid, {}), pod.uid, cname))
+                    res.disagreement[(pod.uid, cname, gr.uuid)] = memory_disagrees(
+                        used, nvml_mem, self.tolerance_bytes, self.tolerance_ratio)
                     res.tick.slices.append(SliceReading(
                         pod_uid=pod.uid, container=cname, gpu_uuid=gr.uuid, pod=pod.name, namespace=pod.namespace,
                         vdevice_index=vi, hami_memory_limit_bytes=gr.mem_mib * MiB,
                         hami_memory_used_bytes=used, hami_context_bytes=used, hami_module_bytes=used,
                         hami_buffer_bytes=used, sm_limit_ratio=core_limit_ratio(gr.cores / 100),
-                        sm_util_ratio=None if failed else 0.0, process_count=None if failed else 0,
+                        sm_util_ratio=_clamp01(larger(None if failed else 0.0, nvml_sm)),
+                        process_count=None if failed else 0, nvml_memory_used_bytes=nvml_mem,
                         alloc_memory_bytes=gr.mem_mib * MiB, alloc_cores_ratio=grant_cores_ratio(gr),
                         whole_gpu=cname in pod.whole_gpus, source="annotation",
                     ))
 
-    def _owner(self, pid: int, pods) -> tuple[str, str, PodInfo | None] | None:
-        """(pod uid, container name, pod) of a host pid through its cgroup; None: not a live pod's."""
+    def _owner(self, pid: int, pods, gpu_uuid: str | None = None) -> ProcOwner | None:
+        """The container of a host pid through its cgroup; None: not a live pod's.
+        `gpu_uuid`: the GPU it runs on, which names the container when only one of the pod's
+        containers was granted that GPU (the pod's status may not list the container id yet)."""
         found = pid_to_pod(pid, self.proc_root)
         if found is None:
             return None
@@ -278,7 +317,19 @@ class TickBuilder:
         name = pod.container_ids.get(cid) if pod and cid else None
         if name is None and pod and len(pod.whole_gpus) == 1:
             name = next(iter(pod.whole_gpus))
-        return uid, name or (cid[:12] if cid else "unknown"), pod
+        if name is None and pod and gpu_uuid is not None:
+            granted = [c for c, gs in pod.grants.items() if c not in pod.finished and any(g.uuid == gpu_uuid for g in gs)]
+            name = granted[0] if len(granted) == 1 else None
+        return ProcOwner(uid, name or (cid[:12] if cid else "unknown"), pod, named=name is not None)
+
+    def _process_owners(self, gpus: list[GpuSample], pods) -> ProcOwners:
+        """The owner of every process NVML lists on a GPU outside MIG mode (MIG devices: _mig_slices)."""
+        out: ProcOwners = {}
+        for g in gpus:
+            if not g.processes or g.mig is not None:
+                continue
+            out[g.uuid] = {pid: self._owner(pid, pods, g.uuid) for pid in g.processes}
+        return out
 
     def _mig_slices(self, res: BuildResult, gpus: list[GpuSample], pods, seen) -> None:
         for g in gpus:
@@ -290,8 +341,8 @@ class TickBuilder:
                 for pid in m.processes or ():
                     found = self._owner(pid, pods)
                     if found is not None:
-                        uid, cname, pod_of[uid] = found
-                        owners.setdefault((uid, cname), []).append(pid)
+                        pod_of[found.uid] = found.pod
+                        owners.setdefault((found.uid, found.container), []).append(pid)
                 # the instance's share on both axes, so every allocation policy bills slices / GPU slices
                 share = min(1.0, m.slices / g.mig_slices) if m.slices else None
                 mem_share = int(share * g.memory_total) if share is not None and g.memory_total else None
@@ -307,18 +358,16 @@ class TickBuilder:
                         alloc_memory_bytes=mem_share, alloc_cores_ratio=share, whole_gpu=False, source="mig",
                     ))
 
-    def _cgroup_slices(self, res: BuildResult, gpus: list[GpuSample], pods, hami_pids: set[int]) -> None:
+    def _cgroup_slices(self, res: BuildResult, gpus: list[GpuSample], pods, hami_pids: set[int],
+                       proc_owners: ProcOwners) -> None:
         for g in gpus:
-            if not g.processes or g.mig is not None:
-                continue   # a MIG GPU's processes belong to its instances (_mig_slices)
+            if g.uuid not in proc_owners:
+                continue   # no processes, or a MIG GPU (its processes belong to its instances)
             owners: dict[tuple[str, str], list[int]] = {}
-            for pid in g.processes:
-                if pid in hami_pids:
-                    continue
-                found = self._owner(pid, pods)
-                if found is None or found[2] is not None and found[2].hami:
-                    continue   # gone, or a HAMi pod (its slices come from HAMi/annotation)
-                owners.setdefault(found[:2], []).append(pid)
+            for pid, found in proc_owners[g.uuid].items():
+                if pid in hami_pids or found is None or found.pod is not None and found.pod.hami:
+                    continue   # a region's, gone, or a HAMi pod's (its slices come from HAMi/annotation)
+                owners.setdefault((found.uid, found.container), []).append(pid)
             for (uid, cname), pids in owners.items():
                 pod = pods.pods.get(uid)
                 own = [g.process_sm_util[p] for p in pids if g.process_sm_util and p in g.process_sm_util]
@@ -334,6 +383,15 @@ class TickBuilder:
                     nvml_memory_used_bytes=sum(g.processes[p] for p in pids),
                     alloc_memory_bytes=g.memory_total, alloc_cores_ratio=1.0, whole_gpu=True, source="cgroup",
                 ))
+
+
+def _foreign(owner: ProcOwner | None, uid: str, container: str) -> bool:
+    """Whether a process's cgroup places it in another container than (uid, container)."""
+    return owner is not None and (owner.uid != uid or owner.named and owner.container != container)
+
+
+def _container_pids(on_gpu: dict[int, ProcOwner | None], uid: str, container: str) -> set[int]:
+    return {pid for pid, o in on_gpu.items() if o is not None and o.uid == uid and o.container == container}
 
 
 def _grants_for(pod: PodInfo | None, container: str) -> list[Grant]:

@@ -53,3 +53,14 @@ def produce_raw(bootstrap: str, values: list[tuple[bytes, bytes | None]], topic:
 # The CLI as a child process. Not `python -m slicemeter.cli`: run as __main__ that module's
 # ConfigError would be a second class, and config errors would not map to exit code 2.
 SLICEMETER = [sys.executable, "-c", "import sys; from slicemeter.cli import main; sys.exit(main())"]
+
+
+def store_ticks(con, ticks, offset: int = 0) -> None:
+    """Ticks through the wire encoding into the store, as one ingest batch."""
+    from ingest.strings import StringIds
+    from ingest.writer import Batch, write_batch
+    from slicemeter.tick import decode, encode_ticks
+
+    tb = decode(encode_ticks(ticks))
+    write_batch(con, Batch(gpus=[tb.gpus], slices=[tb.slices], samples=tb.sample_count,
+                           slice_rows=tb.slices.num_rows, next_offsets={("t", 0): offset}), StringIds(con))
