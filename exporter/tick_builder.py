@@ -147,6 +147,11 @@ class TickBuilder:
         self.pid_alive = pid_alive
         self._logged: set[tuple[str, str]] = set()
         self._pod_errors_seen = 0
+        # pid -> pid_to_pod(pid), read when NVML first lists the pid and kept while each tick
+        # asks for it again: a process does not leave its container's cgroup, and re-reading
+        # every GPU process's cgroup each tick costs more than the rest of a busy node's Tick
+        self._cgroups: dict[int, tuple[str, str | None] | None] = {}
+        self._cgroups_prev: dict[int, tuple[str, str | None] | None] = {}
 
     def build(self, ts_ms: int | None = None, interval_ms: int = 10_000) -> BuildResult:
         t0 = time.perf_counter()
@@ -164,6 +169,7 @@ class TickBuilder:
         seen: set[tuple[str, str, str]] = set()
         hami_pids: set[int] = set()
 
+        self._cgroups_prev, self._cgroups = self._cgroups, {}
         owners = self._process_owners(snap.gpus, pods) if self.proc_root is not None else {}
         files, dir_errors = discover(self.hami_dir)
         for entry, err in dir_errors:
@@ -307,7 +313,7 @@ class TickBuilder:
         """The container of a host pid through its cgroup; None: not a live pod's.
         `gpu_uuid`: the GPU it runs on, which names the container when only one of the pod's
         containers was granted that GPU (the pod's status may not list the container id yet)."""
-        found = pid_to_pod(pid, self.proc_root)
+        found = self._cgroup_of(pid)
         if found is None:
             return None
         uid, cid = found
@@ -321,6 +327,14 @@ class TickBuilder:
             granted = [c for c, gs in pod.grants.items() if c not in pod.finished and any(g.uuid == gpu_uuid for g in gs)]
             name = granted[0] if len(granted) == 1 else None
         return ProcOwner(uid, name or (cid[:12] if cid else "unknown"), pod, named=name is not None)
+
+    def _cgroup_of(self, pid: int) -> tuple[str, str | None] | None:
+        if pid not in self._cgroups:
+            if pid in self._cgroups_prev:
+                self._cgroups[pid] = self._cgroups_prev[pid]
+            else:
+                self._cgroups[pid] = pid_to_pod(pid, self.proc_root)
+        return self._cgroups[pid]
 
     def _process_owners(self, gpus: list[GpuSample], pods) -> ProcOwners:
         """The owner of every process NVML lists on a GPU outside MIG mode (MIG devices: _mig_slices)."""

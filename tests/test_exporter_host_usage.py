@@ -48,11 +48,13 @@ def hostile_region(hami, hostpid: int = 0, context: int = 0) -> None:
 
 
 def honest_region(hami) -> None:
-    """Two processes of 2 GiB; HAMi-core found the host pid of the first only (hostpid 0)."""
+    """Two processes of 2 GiB; HAMi-core found the host pid of the first only. The second
+    slot keeps hostpid 0, so HAMi-core's watcher never writes its sm_util (it looks slots up
+    by the host pid NVML reports)."""
     two = [(300 << 20, 100 << 20, 2 * GiB - (400 << 20))]
     write_region(hami, HONEST_UID, "main", devices=[(GPU0, 4 * GiB, 10)],
                  procs=[Proc(pid=1, hostpid=HONEST_PID, mem=two, sm_util=[3]),
-                        Proc(pid=2, hostpid=0, mem=two, sm_util=[2])])
+                        Proc(pid=2, hostpid=0, mem=two, sm_util=[0])])
 
 
 def node(*procs: ProcNow) -> StaticNode:
@@ -184,3 +186,22 @@ def test_a_slot_claiming_another_containers_pid_does_not_take_it(tmp_path):
     assert s["train"].source == "cgroup" and s["train"].nvml_memory_used_bytes == 30 * GiB
     assert s["llm"].nvml_memory_used_bytes is None and s["llm"].sm_util_ratio == 0.0
     assert A100_TOTAL == s["train"].alloc_memory_bytes
+
+
+def test_a_pid_that_leaves_nvmls_list_is_looked_up_again(tmp_path):
+    """A pid's cgroup is read when NVML first lists it; once it is gone from the list the pid
+    may be reused by another container's process, which is attributed to that container."""
+    hami, proc = tmp_path / "hami", tmp_path / "proc"
+    hostile, honest = hostile_pod(), honest_pod()
+    write_cgroup(proc, HOSTILE_PID, hostile, "main")
+    n = node(hostile_proc())
+    b = builder(n, hami, [hostile, honest], proc_root=proc)
+    assert slices(b.build(n.ts_ms))["llm"].nvml_memory_used_bytes == 40 * GiB
+    n.procs[0] = []
+    n.ts_ms += 10_000
+    assert slices(b.build(n.ts_ms))["llm"].nvml_memory_used_bytes is None
+    write_cgroup(proc, HOSTILE_PID, honest, "main")       # the pid, reused in the other pod
+    n.procs[0] = [ProcNow(HOSTILE_PID, 3 * GiB, 10, 1)]
+    n.ts_ms += 10_000
+    s = slices(b.build(n.ts_ms))
+    assert s["chat"].nvml_memory_used_bytes == 3 * GiB and s["llm"].nvml_memory_used_bytes is None
