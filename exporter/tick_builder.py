@@ -98,16 +98,27 @@ class ProcOwner:
 ProcOwners = dict[str, dict[int, ProcOwner | None]]
 
 
-def nvml_usage(g: GpuSample | None, pids: set[int]) -> tuple[int | None, float | None]:
-    """NVML's memory bytes and SM share of `pids` on `g`; None where NVML has no figure."""
+@dataclass(frozen=True, slots=True)
+class NvmlUsage:
+    """NVML's figures for a set of host pids on one GPU; None where NVML has none."""
+
+    memory_bytes: int | None = None
+    sm_ratio: float | None = None
+    processes: int | None = None   # how many of the pids NVML lists as compute processes
+
+
+def nvml_usage(g: GpuSample | None, pids: set[int]) -> NvmlUsage:
     if g is None or not pids:
-        return None, None
-    mem = sum(g.processes.get(p, 0) for p in pids) if g.processes is not None else None
+        return NvmlUsage()
+    listed = None if g.processes is None else [p for p in pids if p in g.processes]
     own = [g.process_sm_util[p] for p in pids if p in g.process_sm_util] if g.process_sm_util else []
-    return mem, (min(100.0, sum(own)) / 100 if own else None)
+    return NvmlUsage(memory_bytes=None if listed is None else sum(g.processes[p] for p in listed),
+                     sm_ratio=min(100.0, sum(own)) / 100 if own else None,
+                     processes=None if listed is None else len(listed))
 
 
-def larger(a: float | None, b: float | None) -> float | None:
+def larger(a, b):
+    """max of two figures where either may be unknown (None)."""
     return b if a is None else a if b is None else max(a, b)
 
 
@@ -246,8 +257,7 @@ class TickBuilder:
                 # a slot's host pid counts unless its cgroup says it is another container's
                 claimed = {p for p in dev.hostpids if not _foreign(on_gpu.get(p), f.pod_uid, f.container)}
                 hami_pids.update(claimed)
-                nvml_mem, nvml_sm = nvml_usage(g, claimed | _container_pids(on_gpu, f.pod_uid, f.container))
-                sm = larger(dev.sm_util_pct / 100, nvml_sm)
+                nv = nvml_usage(g, claimed | _container_pids(on_gpu, f.pod_uid, f.container))
                 s = SliceReading(
                     pod_uid=f.pod_uid, container=f.container, gpu_uuid=dev.uuid,
                     pod=pod.name if pod else None, namespace=pod.namespace if pod else None,
@@ -255,8 +265,8 @@ class TickBuilder:
                     hami_memory_used_bytes=dev.used_bytes, hami_context_bytes=dev.context_bytes,
                     hami_module_bytes=dev.module_bytes, hami_buffer_bytes=dev.buffer_bytes,
                     sm_limit_ratio=dev.sm_limit_pct / 100 if dev.sm_limit_pct else None,
-                    sm_util_ratio=_clamp01(sm), last_kernel_age_s=age, process_count=dev.processes,
-                    nvml_memory_used_bytes=nvml_mem,
+                    sm_util_ratio=_clamp01(larger(dev.sm_util_pct / 100, nv.sm_ratio)), last_kernel_age_s=age,
+                    process_count=larger(dev.processes, nv.processes), nvml_memory_used_bytes=nv.memory_bytes,
                     alloc_memory_bytes=grant.mem_mib * MiB if grant else None,
                     alloc_cores_ratio=grant_cores_ratio(grant),
                     whole_gpu=bool(pod and f.container in pod.whole_gpus), source="hami",
@@ -264,7 +274,7 @@ class TickBuilder:
                 slices.append(s)
                 seen.add((f.pod_uid, f.container, dev.uuid))
                 res.disagreement[(f.pod_uid, f.container, dev.uuid)] = memory_disagrees(
-                    s.hami_memory_used_bytes, nvml_mem, self.tolerance_bytes, self.tolerance_ratio)
+                    s.hami_memory_used_bytes, nv.memory_bytes, self.tolerance_bytes, self.tolerance_ratio)
 
     def _dir_error(self, res: BuildResult, pods, entry: str, err: RegionError) -> None:
         """A container directory that could not be read (two .cache files, a link): when it
@@ -295,16 +305,16 @@ class TickBuilder:
                     seen.add((pod.uid, cname, gr.uuid))
                     used = None if failed else 0   # no region yet: nothing used; rejected: unknown
                     # no region is no proof of no use: NVML's figure for the container's processes
-                    nvml_mem, nvml_sm = nvml_usage(gpus.get(gr.uuid), _container_pids(owners.get(gr.uuid, {}), pod.uid, cname))
+                    nv = nvml_usage(gpus.get(gr.uuid), _container_pids(owners.get(gr.uuid, {}), pod.uid, cname))
                     res.disagreement[(pod.uid, cname, gr.uuid)] = memory_disagrees(
-                        used, nvml_mem, self.tolerance_bytes, self.tolerance_ratio)
+                        used, nv.memory_bytes, self.tolerance_bytes, self.tolerance_ratio)
                     res.tick.slices.append(SliceReading(
                         pod_uid=pod.uid, container=cname, gpu_uuid=gr.uuid, pod=pod.name, namespace=pod.namespace,
                         vdevice_index=vi, hami_memory_limit_bytes=gr.mem_mib * MiB,
                         hami_memory_used_bytes=used, hami_context_bytes=used, hami_module_bytes=used,
                         hami_buffer_bytes=used, sm_limit_ratio=core_limit_ratio(gr.cores / 100),
-                        sm_util_ratio=_clamp01(larger(None if failed else 0.0, nvml_sm)),
-                        process_count=None if failed else 0, nvml_memory_used_bytes=nvml_mem,
+                        sm_util_ratio=_clamp01(larger(None if failed else 0.0, nv.sm_ratio)),
+                        process_count=larger(None if failed else 0, nv.processes), nvml_memory_used_bytes=nv.memory_bytes,
                         alloc_memory_bytes=gr.mem_mib * MiB, alloc_cores_ratio=grant_cores_ratio(gr),
                         whole_gpu=cname in pod.whole_gpus, source="annotation",
                     ))

@@ -110,6 +110,7 @@ def test_the_hostile_regions_tick_carries_nvmls_figures(two_tenants):
     assert m[("slicemeter_slice_memory_disagreement", "llm")] == 1
     assert m[("slicemeter_slice_memory_used_nvml_bytes", "llm")] == 40 * GiB
     assert m[("slicemeter_slice_usage_ratio", "llm")] == pytest.approx(0.90)
+    assert m[("slicemeter_slice_processes", "llm")] == 1          # the region shows none
 
 
 def test_an_honest_region_that_agrees_with_nvml_is_not_flagged(two_tenants):
