@@ -94,8 +94,24 @@ class ProcOwner:
     named: bool    # the container name is known (the pod's status, or its only GPU container)
 
 
-# GPU uuid -> host pid -> its owner (None: not a listed pod's process, or no readable cgroup)
-ProcOwners = dict[str, dict[int, ProcOwner | None]]
+@dataclass(slots=True)
+class GpuProcesses:
+    """The owners of the processes NVML lists on one GPU."""
+
+    owner: dict[int, ProcOwner | None] = field(default_factory=dict)   # None: no listed pod's, or no cgroup
+    by_container: dict[tuple[str, str], set[int]] = field(default_factory=dict)
+
+    def add(self, pid: int, owner: ProcOwner | None) -> None:
+        self.owner[pid] = owner
+        if owner is not None:
+            self.by_container.setdefault((owner.uid, owner.container), set()).add(pid)
+
+    def of(self, uid: str, container: str) -> set[int]:
+        return self.by_container.get((uid, container), set())
+
+
+ProcOwners = dict[str, GpuProcesses]   # by GPU uuid
+_NO_PROCESSES = GpuProcesses()
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,11 +269,11 @@ class TickBuilder:
             for dev in devices:
                 g = gpus.get(dev.uuid)
                 grant = next((gr for gr in grants if gr.uuid == dev.uuid), None)
-                on_gpu = owners.get(dev.uuid, {})
+                on_gpu = owners.get(dev.uuid, _NO_PROCESSES)
                 # a slot's host pid counts unless its cgroup says it is another container's
-                claimed = {p for p in dev.hostpids if not _foreign(on_gpu.get(p), f.pod_uid, f.container)}
+                claimed = {p for p in dev.hostpids if not _foreign(on_gpu.owner.get(p), f.pod_uid, f.container)}
                 hami_pids.update(claimed)
-                nv = nvml_usage(g, claimed | _container_pids(on_gpu, f.pod_uid, f.container))
+                nv = nvml_usage(g, claimed | on_gpu.of(f.pod_uid, f.container))
                 s = SliceReading(
                     pod_uid=f.pod_uid, container=f.container, gpu_uuid=dev.uuid,
                     pod=pod.name if pod else None, namespace=pod.namespace if pod else None,
@@ -305,7 +321,7 @@ class TickBuilder:
                     seen.add((pod.uid, cname, gr.uuid))
                     used = None if failed else 0   # no region yet: nothing used; rejected: unknown
                     # no region is no proof of no use: NVML's figure for the container's processes
-                    nv = nvml_usage(gpus.get(gr.uuid), _container_pids(owners.get(gr.uuid, {}), pod.uid, cname))
+                    nv = nvml_usage(gpus.get(gr.uuid), owners.get(gr.uuid, _NO_PROCESSES).of(pod.uid, cname))
                     res.disagreement[(pod.uid, cname, gr.uuid)] = memory_disagrees(
                         used, nv.memory_bytes, self.tolerance_bytes, self.tolerance_ratio)
                     res.tick.slices.append(SliceReading(
@@ -352,7 +368,9 @@ class TickBuilder:
         for g in gpus:
             if not g.processes or g.mig is not None:
                 continue
-            out[g.uuid] = {pid: self._owner(pid, pods, g.uuid) for pid in g.processes}
+            on_gpu = out[g.uuid] = GpuProcesses()
+            for pid in g.processes:
+                on_gpu.add(pid, self._owner(pid, pods, g.uuid))
         return out
 
     def _mig_slices(self, res: BuildResult, gpus: list[GpuSample], pods, seen) -> None:
@@ -388,7 +406,7 @@ class TickBuilder:
             if g.uuid not in proc_owners:
                 continue   # no processes, or a MIG GPU (its processes belong to its instances)
             owners: dict[tuple[str, str], list[int]] = {}
-            for pid, found in proc_owners[g.uuid].items():
+            for pid, found in proc_owners[g.uuid].owner.items():
                 if pid in hami_pids or found is None or found.pod is not None and found.pod.hami:
                     continue   # a region's, gone, or a HAMi pod's (its slices come from HAMi/annotation)
                 owners.setdefault((found.uid, found.container), []).append(pid)
@@ -413,9 +431,6 @@ def _foreign(owner: ProcOwner | None, uid: str, container: str) -> bool:
     """Whether a process's cgroup places it in another container than (uid, container)."""
     return owner is not None and (owner.uid != uid or owner.named and owner.container != container)
 
-
-def _container_pids(on_gpu: dict[int, ProcOwner | None], uid: str, container: str) -> set[int]:
-    return {pid for pid, o in on_gpu.items() if o is not None and o.uid == uid and o.container == container}
 
 
 def _grants_for(pod: PodInfo | None, container: str) -> list[Grant]:
