@@ -186,7 +186,7 @@ def test_a_slot_claiming_another_containers_pid_does_not_take_it(tmp_path):
     s = slices(res)
     assert s["train"].source == "cgroup" and s["train"].nvml_memory_used_bytes == 30 * GiB
     assert s["llm"].nvml_memory_used_bytes is None and s["llm"].sm_util_ratio == 0.0
-    assert A100_TOTAL == s["train"].alloc_memory_bytes
+    assert s["train"].whole_gpu and s["train"].alloc_memory_bytes == A100_TOTAL
 
 
 def test_a_pid_that_leaves_nvmls_list_is_looked_up_again(tmp_path):
