@@ -6,9 +6,14 @@ Attribution rules (why each exists):
 - A slice HAMi granted (pod annotation) but whose container has not touched CUDA yet has
   no region file; it is still reported (source='annotation', used 0) because it is billed.
   A rejected region falls back to the same row with the used fields unknown (null).
-- HAMi's numbers come from inside the tenant's container; NVML's per-process memory for the
-  region's host PIDs is reported beside them and a disagreement is flagged.
-- GPU processes outside HAMi are attributed through their cgroup to whole-GPU pods.
+- HAMi's numbers come from inside the tenant's container, so they cannot be the only source
+  of a slice's usage: every NVML process is attributed to its container through its cgroup
+  (HAMi pods included), NVML's memory and SM figures for the container's processes (those
+  plus the region's host PIDs that are not another container's) are reported beside
+  HAMi's, and the usage figure is the larger of the two. NVML seeing more memory than the
+  region reports is flagged as a disagreement.
+- GPU processes of pods without HAMi grants are attributed through their cgroup to
+  whole-GPU pods.
 - On a GPU in MIG mode each MIG device is metered on its own: its processes are
   attributed through their cgroup, and the container holding it is a slice of the parent
   GPU whose allocation is the instance's share of the GPU (its slices / the GPU's slices).
@@ -62,7 +67,10 @@ def allocation_share(s: SliceReading, gpu_memory_total: int | None) -> float | N
 
 
 def usage_share(s: SliceReading, gpu_memory_total: int | None) -> float | None:
-    mem = s.hami_memory_used_bytes if s.hami_memory_used_bytes is not None else s.nvml_memory_used_bytes
+    """max(memory / GPU memory, SM share); memory is the larger of HAMi's and NVML's figures:
+    a region can under-report its own use, NVML's driver-side figure bounds it from below."""
+    known = [m for m in (s.hami_memory_used_bytes, s.nvml_memory_used_bytes) if m is not None]
+    mem = max(known) if known else None
     parts = []
     if mem is not None and gpu_memory_total:
         parts.append(mem / gpu_memory_total)
@@ -75,6 +83,60 @@ def memory_disagrees(hami: int | None, nvml: int | None, tol_bytes: int, tol_rat
     if hami is None or nvml is None:
         return None
     return abs(hami - nvml) > max(tol_bytes, tol_ratio * max(hami, nvml))
+
+
+@dataclass(frozen=True, slots=True)
+class ProcOwner:
+    """The container a GPU process belongs to, from its cgroup."""
+
+    uid: str
+    container: str
+    pod: PodInfo | None
+    named: bool    # the container name is known (the pod's status, or its only GPU container)
+
+
+@dataclass(slots=True)
+class GpuProcesses:
+    """The owners of the processes NVML lists on one GPU."""
+
+    owner: dict[int, ProcOwner | None] = field(default_factory=dict)   # None: no listed pod's, or no cgroup
+    by_container: dict[tuple[str, str], set[int]] = field(default_factory=dict)
+
+    def add(self, pid: int, owner: ProcOwner | None) -> None:
+        self.owner[pid] = owner
+        if owner is not None:
+            self.by_container.setdefault((owner.uid, owner.container), set()).add(pid)
+
+    def of(self, uid: str, container: str) -> set[int]:
+        return self.by_container.get((uid, container), set())
+
+
+ProcOwners = dict[str, GpuProcesses]   # by GPU uuid
+_NO_PROCESSES = GpuProcesses()
+
+
+@dataclass(frozen=True, slots=True)
+class NvmlUsage:
+    """NVML's figures for a set of host pids on one GPU; None where NVML has none."""
+
+    memory_bytes: int | None = None
+    sm_ratio: float | None = None
+    processes: int | None = None   # how many of the pids NVML lists as compute processes
+
+
+def nvml_usage(g: GpuSample | None, pids: set[int]) -> NvmlUsage:
+    if g is None or not pids:
+        return NvmlUsage()
+    listed = None if g.processes is None else [p for p in pids if p in g.processes]
+    own = [g.process_sm_util[p] for p in pids if p in g.process_sm_util] if g.process_sm_util else []
+    return NvmlUsage(memory_bytes=None if listed is None else sum(g.processes[p] for p in listed),
+                     sm_ratio=min(100.0, sum(own)) / 100 if own else None,
+                     processes=None if listed is None else len(listed))
+
+
+def larger(a, b):
+    """max of two figures where either may be unknown (None)."""
+    return b if a is None else a if b is None else max(a, b)
 
 
 @dataclass(slots=True)
@@ -113,6 +175,11 @@ class TickBuilder:
         self.pid_alive = pid_alive
         self._logged: set[tuple[str, str]] = set()
         self._pod_errors_seen = 0
+        # pid -> pid_to_pod(pid), read when NVML first lists the pid and kept while each tick
+        # asks for it again: a process does not leave its container's cgroup, and re-reading
+        # every GPU process's cgroup each tick costs more than the rest of a busy node's Tick
+        self._cgroups: dict[int, tuple[str, str | None] | None] = {}
+        self._cgroups_prev: dict[int, tuple[str, str | None] | None] = {}
 
     def build(self, ts_ms: int | None = None, interval_ms: int = 10_000) -> BuildResult:
         t0 = time.perf_counter()
@@ -130,21 +197,23 @@ class TickBuilder:
         seen: set[tuple[str, str, str]] = set()
         hami_pids: set[int] = set()
 
+        self._cgroups_prev, self._cgroups = self._cgroups, {}
+        owners = self._process_owners(snap.gpus, pods) if self.proc_root is not None else {}
         files, dir_errors = discover(self.hami_dir)
         for entry, err in dir_errors:
             self._dir_error(res, pods, entry, err)
         root_fd = open_containers_dir(self.hami_dir) if files else None
         try:
-            self._hami_slices(res, files, root_fd, pods, gpus, devmem, snap, seen, hami_pids, ts_ms)
+            self._hami_slices(res, files, root_fd, pods, gpus, devmem, snap, seen, hami_pids, ts_ms, owners)
         finally:
             if root_fd is not None:
                 os.close(root_fd)
 
         if self.proc_root is not None:
             self._mig_slices(res, snap.gpus, pods, seen)
-        self._annotation_slices(res, pods.pods.values(), gpus, seen)
+        self._annotation_slices(res, pods.pods.values(), gpus, seen, owners)
         if self.proc_root is not None:
-            self._cgroup_slices(res, snap.gpus, pods, hami_pids)
+            self._cgroup_slices(res, snap.gpus, pods, hami_pids, owners)
 
         counts: dict[str, int] = {}
         for s in slices:
@@ -154,7 +223,7 @@ class TickBuilder:
         res.duration_s = time.perf_counter() - t0
         return res
 
-    def _hami_slices(self, res, files, root_fd, pods, gpus, devmem, snap, seen, hami_pids, ts_ms) -> None:
+    def _hami_slices(self, res, files, root_fd, pods, gpus, devmem, snap, seen, hami_pids, ts_ms, owners) -> None:
         slices = res.tick.slices
         # every GPU process on the node, when NVML could list them all (else: unknown, keep slots)
         nvml_pids = None
@@ -201,16 +270,11 @@ class TickBuilder:
             for dev in devices:
                 g = gpus.get(dev.uuid)
                 grant = next((gr for gr in grants if gr.uuid == dev.uuid), None)
-                hami_pids.update(dev.hostpids)
-                nvml_mem = None
-                sm = dev.sm_util_pct / 100
-                if g is not None and dev.hostpids:
-                    if g.processes is not None:
-                        nvml_mem = sum(g.processes.get(p, 0) for p in dev.hostpids)
-                    if g.process_sm_util:
-                        own = [g.process_sm_util[p] for p in dev.hostpids if p in g.process_sm_util]
-                        if own:   # NVML's host-side sample beats the container's self-report
-                            sm = min(100.0, sum(own)) / 100
+                on_gpu = owners.get(dev.uuid, _NO_PROCESSES)
+                # a slot's host pid counts unless its cgroup says it is another container's
+                claimed = {p for p in dev.hostpids if not _foreign(on_gpu.owner.get(p), f.pod_uid, f.container)}
+                hami_pids.update(claimed)
+                nv = nvml_usage(g, claimed | on_gpu.of(f.pod_uid, f.container))
                 s = SliceReading(
                     pod_uid=f.pod_uid, container=f.container, gpu_uuid=dev.uuid,
                     pod=pod.name if pod else None, namespace=pod.namespace if pod else None,
@@ -218,8 +282,8 @@ class TickBuilder:
                     hami_memory_used_bytes=dev.used_bytes, hami_context_bytes=dev.context_bytes,
                     hami_module_bytes=dev.module_bytes, hami_buffer_bytes=dev.buffer_bytes,
                     sm_limit_ratio=dev.sm_limit_pct / 100 if dev.sm_limit_pct else None,
-                    sm_util_ratio=_clamp01(sm), last_kernel_age_s=age, process_count=dev.processes,
-                    nvml_memory_used_bytes=nvml_mem,
+                    sm_util_ratio=_clamp01(larger(dev.sm_util_pct / 100, nv.sm_ratio)), last_kernel_age_s=age,
+                    process_count=larger(dev.processes, nv.processes), nvml_memory_used_bytes=nv.memory_bytes,
                     alloc_memory_bytes=grant.mem_mib * MiB if grant else None,
                     alloc_cores_ratio=grant_cores_ratio(grant),
                     whole_gpu=bool(pod and f.container in pod.whole_gpus), source="hami",
@@ -227,7 +291,7 @@ class TickBuilder:
                 slices.append(s)
                 seen.add((f.pod_uid, f.container, dev.uuid))
                 res.disagreement[(f.pod_uid, f.container, dev.uuid)] = memory_disagrees(
-                    s.hami_memory_used_bytes, nvml_mem, self.tolerance_bytes, self.tolerance_ratio)
+                    s.hami_memory_used_bytes, nv.memory_bytes, self.tolerance_bytes, self.tolerance_ratio)
 
     def _dir_error(self, res: BuildResult, pods, entry: str, err: RegionError) -> None:
         """A container directory that could not be read (two .cache files, a link): when it
@@ -246,7 +310,7 @@ class TickBuilder:
             self._logged.add(key)
             log.warning("HAMi region %s rejected: %s", entry, err)
 
-    def _annotation_slices(self, res: BuildResult, pods, gpus: dict[str, GpuSample], seen) -> None:
+    def _annotation_slices(self, res: BuildResult, pods, gpus: dict[str, GpuSample], seen, owners: ProcOwners) -> None:
         for pod in pods:
             for cname, grants in pod.grants.items():
                 if cname in pod.finished:
@@ -257,19 +321,26 @@ class TickBuilder:
                         continue
                     seen.add((pod.uid, cname, gr.uuid))
                     used = None if failed else 0   # no region yet: nothing used; rejected: unknown
+                    # no region is no proof of no use: NVML's figure for the container's processes
+                    nv = nvml_usage(gpus.get(gr.uuid), owners.get(gr.uuid, _NO_PROCESSES).of(pod.uid, cname))
+                    res.disagreement[(pod.uid, cname, gr.uuid)] = memory_disagrees(
+                        used, nv.memory_bytes, self.tolerance_bytes, self.tolerance_ratio)
                     res.tick.slices.append(SliceReading(
                         pod_uid=pod.uid, container=cname, gpu_uuid=gr.uuid, pod=pod.name, namespace=pod.namespace,
                         vdevice_index=vi, hami_memory_limit_bytes=gr.mem_mib * MiB,
                         hami_memory_used_bytes=used, hami_context_bytes=used, hami_module_bytes=used,
                         hami_buffer_bytes=used, sm_limit_ratio=core_limit_ratio(gr.cores / 100),
-                        sm_util_ratio=None if failed else 0.0, process_count=None if failed else 0,
+                        sm_util_ratio=_clamp01(larger(None if failed else 0.0, nv.sm_ratio)),
+                        process_count=larger(None if failed else 0, nv.processes), nvml_memory_used_bytes=nv.memory_bytes,
                         alloc_memory_bytes=gr.mem_mib * MiB, alloc_cores_ratio=grant_cores_ratio(gr),
                         whole_gpu=cname in pod.whole_gpus, source="annotation",
                     ))
 
-    def _owner(self, pid: int, pods) -> tuple[str, str, PodInfo | None] | None:
-        """(pod uid, container name, pod) of a host pid through its cgroup; None: not a live pod's."""
-        found = pid_to_pod(pid, self.proc_root)
+    def _owner(self, pid: int, pods, gpu_uuid: str | None = None) -> ProcOwner | None:
+        """The container of a host pid through its cgroup; None: not a live pod's.
+        `gpu_uuid`: the GPU it runs on, which names the container when only one of the pod's
+        containers was granted that GPU (the pod's status may not list the container id yet)."""
+        found = self._cgroup_of(pid)
         if found is None:
             return None
         uid, cid = found
@@ -279,7 +350,29 @@ class TickBuilder:
         name = pod.container_ids.get(cid) if pod and cid else None
         if name is None and pod and len(pod.whole_gpus) == 1:
             name = next(iter(pod.whole_gpus))
-        return uid, name or (cid[:12] if cid else "unknown"), pod
+        if name is None and pod and gpu_uuid is not None:
+            granted = [c for c, gs in pod.grants.items() if c not in pod.finished and any(g.uuid == gpu_uuid for g in gs)]
+            name = granted[0] if len(granted) == 1 else None
+        return ProcOwner(uid, name or (cid[:12] if cid else "unknown"), pod, named=name is not None)
+
+    def _cgroup_of(self, pid: int) -> tuple[str, str | None] | None:
+        if pid not in self._cgroups:
+            if pid in self._cgroups_prev:
+                self._cgroups[pid] = self._cgroups_prev[pid]
+            else:
+                self._cgroups[pid] = pid_to_pod(pid, self.proc_root)
+        return self._cgroups[pid]
+
+    def _process_owners(self, gpus: list[GpuSample], pods) -> ProcOwners:
+        """The owner of every process NVML lists on a GPU outside MIG mode (MIG devices: _mig_slices)."""
+        out: ProcOwners = {}
+        for g in gpus:
+            if not g.processes or g.mig is not None:
+                continue
+            on_gpu = out[g.uuid] = GpuProcesses()
+            for pid in g.processes:
+                on_gpu.add(pid, self._owner(pid, pods, g.uuid))
+        return out
 
     def _mig_slices(self, res: BuildResult, gpus: list[GpuSample], pods, seen) -> None:
         for g in gpus:
@@ -291,8 +384,8 @@ class TickBuilder:
                 for pid in m.processes or ():
                     found = self._owner(pid, pods)
                     if found is not None:
-                        uid, cname, pod_of[uid] = found
-                        owners.setdefault((uid, cname), []).append(pid)
+                        pod_of[found.uid] = found.pod
+                        owners.setdefault((found.uid, found.container), []).append(pid)
                 # the instance's share on both axes, so every allocation policy bills slices / GPU slices
                 share = min(1.0, m.slices / g.mig_slices) if m.slices else None
                 mem_share = int(share * g.memory_total) if share is not None and g.memory_total else None
@@ -308,18 +401,16 @@ class TickBuilder:
                         alloc_memory_bytes=mem_share, alloc_cores_ratio=share, whole_gpu=False, source="mig",
                     ))
 
-    def _cgroup_slices(self, res: BuildResult, gpus: list[GpuSample], pods, hami_pids: set[int]) -> None:
+    def _cgroup_slices(self, res: BuildResult, gpus: list[GpuSample], pods, hami_pids: set[int],
+                       proc_owners: ProcOwners) -> None:
         for g in gpus:
-            if not g.processes or g.mig is not None:
-                continue   # a MIG GPU's processes belong to its instances (_mig_slices)
+            if g.uuid not in proc_owners:
+                continue   # no processes, or a MIG GPU (its processes belong to its instances)
             owners: dict[tuple[str, str], list[int]] = {}
-            for pid in g.processes:
-                if pid in hami_pids:
-                    continue
-                found = self._owner(pid, pods)
-                if found is None or found[2] is not None and found[2].hami:
-                    continue   # gone, or a HAMi pod (its slices come from HAMi/annotation)
-                owners.setdefault(found[:2], []).append(pid)
+            for pid, found in proc_owners[g.uuid].owner.items():
+                if pid in hami_pids or found is None or found.pod is not None and found.pod.hami:
+                    continue   # a region's, gone, or a HAMi pod's (its slices come from HAMi/annotation)
+                owners.setdefault((found.uid, found.container), []).append(pid)
             for (uid, cname), pids in owners.items():
                 pod = pods.pods.get(uid)
                 own = [g.process_sm_util[p] for p in pids if g.process_sm_util and p in g.process_sm_util]
@@ -335,6 +426,12 @@ class TickBuilder:
                     nvml_memory_used_bytes=sum(g.processes[p] for p in pids),
                     alloc_memory_bytes=g.memory_total, alloc_cores_ratio=1.0, whole_gpu=True, source="cgroup",
                 ))
+
+
+def _foreign(owner: ProcOwner | None, uid: str, container: str) -> bool:
+    """Whether a process's cgroup places it in another container than (uid, container)."""
+    return owner is not None and (owner.uid != uid or owner.named and owner.container != container)
+
 
 
 def _grants_for(pod: PodInfo | None, container: str) -> list[Grant]:

@@ -60,3 +60,12 @@ def rollup_samples(con) -> int:
     from ingest.store import sql_text
 
     return int(con.execute(sql_text("queries/rollup_samples.sql")).fetchone()[0])
+def store_ticks(con, ticks, offset: int = 0) -> None:
+    """Ticks through the wire encoding into the store, as one ingest batch."""
+    from ingest.strings import StringIds
+    from ingest.writer import Batch, write_batch
+    from slicemeter.tick import decode, encode_ticks
+
+    tb = decode(encode_ticks(ticks))
+    write_batch(con, Batch(gpus=[tb.gpus], slices=[tb.slices], samples=tb.sample_count,
+                           slice_rows=tb.slices.num_rows, next_offsets={("t", 0): offset}), StringIds(con))

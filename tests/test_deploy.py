@@ -225,7 +225,7 @@ def test_exporter_daemonset_reads_hami_read_only_and_knows_its_node():
     assert not any(a.startswith(("--pods-url", "--pods-file")) for a in c["args"])
     assert spec.get("automountServiceAccountToken", True) is not False
     assert spec["runtimeClassName"] == "nvidia" and env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
-    # hostPID only for the whole-GPU cgroup attribution through --proc-root, and documented.
+    # hostPID only for the cgroup attribution of NVML processes through --proc-root, and documented.
     if spec.get("hostPID"):
         assert "--proc-root=/proc" in c["args"]
         assert "## hostPID" in (REPO / "docs" / "deploy.md").read_text()
