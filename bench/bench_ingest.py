@@ -10,7 +10,7 @@ constraints: one transaction per batch and the ingest's DuckDB settings (100 MB 
     python bench/bench_ingest.py --samples 2000000
     python bench/bench_ingest.py --backlog            # 50 M-sample backlog: RSS bound check
 
-Goal (issue 4): >= 1,000,000 samples/s, ratio >= 0.5, RSS < 500 MB on the 50 M backlog.
+Goal: >= 1,000,000 samples/s, ratio >= 0.5, RSS < 500 MB on the 50 M backlog.
 The machine is shared: figures are noisy, compare the ratio more than the rate.
 """
 from __future__ import annotations

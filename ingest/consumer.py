@@ -48,7 +48,7 @@ class IngestConfig:
     batch_max_s: float = 1.0                    # ... or when its first message is this old
     fold_every_batches: int = 8                 # rollup deltas wait this many batches at most, or a flush
     max_poll_records: int = 200
-    max_partition_fetch_bytes: int = 4 << 20    # bounded fetch buffers: RSS bound (issue 4)
+    max_partition_fetch_bytes: int = 4 << 20    # bounded fetch buffers: they bound the RSS
     fetch_max_bytes: int = 16 << 20
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 3_000

@@ -1,5 +1,5 @@
 """A tiny HAMi shared-region reader for tests, written from the documented offsets
-(ARCHITECTURE.md for v1; HAMi's pkg/monitor/nvidia/v0/spec.go with x86-64 alignment for v0),
+(HAMi-core's shared_region_t for v1; HAMi's pkg/monitor/nvidia/v0/spec.go with x86-64 alignment for v0),
 independent of the simulator's writer and of the exporter's reader."""
 from __future__ import annotations
 

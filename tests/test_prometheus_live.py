@@ -169,7 +169,7 @@ def pipeline(tmp_path_factory):
             # One Tick each: a row per GPU and per slice.
             rows = sum(len(samples_of(text, "slicemeter_gpu_memory_total_bytes"))
                        + len(samples_of(text, "slicemeter_slice_allocation_ratio")) for _, text in exporters.values())
-            # Ingest's first group join takes about half its session timeout (TANSU.md).
+            # Ingest's first group join takes about half its session timeout with Tansu.
             wait_for_metrics(ingest, ingest_log, ingest_port,
                              lambda text: sum(v for _, v in samples_of(text, "slicemeter_ingest_samples_total")) >= rows,
                              "ingest to store both exporters' first Tick", timeout=45)

@@ -1,4 +1,4 @@
--- Ingest-owned storage (issue 4): raw samples, minute rollups, GPU inventory, and the
+-- Ingest-owned storage: raw samples, minute rollups, GPU inventory, and the
 -- accumulators gpu_hour needs to compute energy from counter deltas incrementally.
 -- Raw samples store every low-cardinality string (node, cluster, GPU, pod, namespace,
 -- container, model, source) as an id into ingest_strings: the wire already carries them
