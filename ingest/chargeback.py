@@ -185,6 +185,14 @@ def check_gpu_hours(violations: list[tuple]) -> None:
     raise InvariantError("GPU-hours that do not add up: " + "; ".join(parts))
 
 
+def _slice_lines(con) -> list[dict]:
+    """The month's slice lines from cb_detail_t, in a fixed order."""
+    return _ints(_fetch_dicts(con.execute(
+        "SELECT * EXCLUDE (slice_hours) FROM cb_detail_t "
+        "ORDER BY tenant, namespace, pod, pod_uid, container, cluster, node, gpu_uuid, model")),
+        ("alloc_u", "used_u", "billed_u", "charge_raw", "waste_raw", "energy_mj"))
+
+
 def month_lines(con, month_start: date, src_asof: date | None, catalog: PriceCatalog,
                 basis: str, idle: str, share: str) -> tuple[list[dict], list[dict]]:
     """Raw lines of one month's data (live rollups, or a frozen copy when src_asof is set),
@@ -201,10 +209,7 @@ def month_lines(con, month_start: date, src_asof: date | None, catalog: PriceCat
     con.execute("INSERT INTO cb_hour_charge_t BY NAME SELECT * FROM cb_hour_charge(?, ?, ?, ?, ?)",
                 args + [share, basis])
     check_gpu_hours(con.execute("SELECT * FROM cb_hour_violations(?, ?, ?)", args).fetchall())
-    slices = _ints(_fetch_dicts(con.execute(
-        "SELECT * EXCLUDE (slice_hours) FROM cb_detail_t "
-        "ORDER BY tenant, namespace, pod, pod_uid, container, cluster, node, gpu_uuid, model")),
-        ("alloc_u", "used_u", "billed_u", "charge_raw", "waste_raw", "energy_mj"))
+    slices = _slice_lines(con)
     gpus = _ints(_fetch_dicts(con.execute("SELECT * FROM cb_gpu_agg()")),
                  ("metered_u", "cost_raw", "charged_raw", "idle_raw", "idle_u", "energy_mj", "idle_energy_mj"))
     con.execute("DELETE FROM cb_detail_t")

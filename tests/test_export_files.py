@@ -16,7 +16,7 @@ from ingest.store import connect
 from slicemeter.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
-FOCUS_VALIDATE = REPO.parent / "shared/tools/focus-validate"
+FOCUS_VALIDATE = REPO / "tools" / "focus_validate.py"
 
 
 def export(db, out, *extra) -> int:
@@ -196,7 +196,8 @@ def test_focus_files_pass_the_focus_validator(tmp_path):
     assert export(db, out, "2026-11", "--idle", "shared") == 0
     assert any(r["ChargeClass"] == "Correction" for r in read_csv(out / "focus-2026-11.csv"))
     for name in ("focus-2026-11.csv", "focus-2026-11.parquet"):
-        proc = subprocess.run([str(FOCUS_VALIDATE), str(out / name)], capture_output=True, text=True, timeout=600)
+        proc = subprocess.run([sys.executable, str(FOCUS_VALIDATE), str(out / name)], capture_output=True, text=True,
+                              timeout=900)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert " 0 failed" in proc.stdout
 
