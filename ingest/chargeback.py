@@ -325,7 +325,9 @@ def _frame(rows: list[dict], keys: list[str], catalog: PriceCatalog, with_price:
             "cost_raw": ln["cost_raw"],
         })
         out.append(row)
-    cols = list(out[0]) if out else keys + ["cost", "cost_raw"]
+    cols = keys + (["gpu_hour_price"] if with_price else []) + [
+        "gpu_hours_allocated", "gpu_hours_used", "gpu_hours_billed", "gpu_hours_idle", *_MONEY,
+        "kwh", "energy_cost", "gco2e", "currency", "cost_raw"]
     return pd.DataFrame(out, columns=cols)
 
 
