@@ -257,3 +257,26 @@ def test_gpu_hour_violations_name_gpus_and_hours():
         cb.check_gpu_hours([("GPU-3", datetime(2026, 11, 1, 5), "slices paid 9 raw of a GPU-hour costing 8"),
                             ("GPU-3", datetime(2026, 11, 1, 6), "slices paid 9 raw of a GPU-hour costing 8")])
     cb.check_gpu_hours([])
+
+
+def test_hour_check_finds_overpaid_and_unbilled_gpu_hours(db):
+    """cb_hour_violations on a hand-broken per-hour table: hour 0 paid above its cost,
+    hour 1's slice-hours billed nowhere."""
+    from datetime import date
+    from ingest.prices import DEFAULT_PRICES, load_prices
+
+    def fill(con):
+        for h in range(2):
+            add_gpu(con, hour=hour(h), gpu="GPU-5")
+            add_slice(con, "a", alloc=0.5, hour=hour(h), gpu="GPU-5")
+    with_con(db, fill)
+    con = connect(db)
+    args = [date(2026, 11, 1), date(2026, 12, 1), None]
+    con.execute("INSERT INTO cb_hour_t BY NAME SELECT * FROM cb_hours(?, ?, ?)", args)
+    cb._register_prices(con, load_prices(DEFAULT_PRICES))
+    cost = 2_400_000 * 3_600_000_000
+    con.execute("INSERT INTO cb_hour_charge_t VALUES (?, 'GPU-5', ?, 1, 1)", [hour(0), cost + 1])
+    found = con.execute("SELECT gpu_uuid, hour::VARCHAR, problem FROM cb_hour_violations(?, ?, ?)", args).fetchall()
+    con.close()
+    assert found == [("GPU-5", hour(0), f"slices paid {cost + 1} raw of a GPU-hour costing {cost}"),
+                     ("GPU-5", hour(1), "1 slice-hours without a priced GPU-hour")]

@@ -220,15 +220,12 @@ SELECT g.gpu_uuid, g.hour, 'slices paid ' || c.charged_raw::VARCHAR || ' raw of 
 FROM cb_gpu_calc() g JOIN cb_hour_charge_t c ON c.hour = g.hour AND c.gpu_uuid = g.gpu_uuid
 WHERE c.charged_raw > g.cost_raw OR c.billed_u > g.cap_u
 UNION ALL
-SELECT gpu_uuid, hour, count(*)::VARCHAR || ' slice-hours without a priced GPU-hour'
-FROM cb_slice_src(m_start, m_end, src_asof) s
-WHERE NOT EXISTS (SELECT 1 FROM cb_hour_charge_t c WHERE c.hour = s.hour AND c.gpu_uuid = s.gpu_uuid)
-GROUP BY gpu_uuid, hour
-UNION ALL
-SELECT s.gpu_uuid, s.hour, 'billed ' || c.slice_rows::VARCHAR || ' of ' || count(*)::VARCHAR || ' slice-hours'
-FROM cb_slice_src(m_start, m_end, src_asof) s JOIN cb_hour_charge_t c ON c.hour = s.hour AND c.gpu_uuid = s.gpu_uuid
-GROUP BY s.gpu_uuid, s.hour, c.slice_rows
-HAVING count(*) <> c.slice_rows
+SELECT s.gpu_uuid, s.hour,
+       CASE WHEN c.slice_rows IS NULL THEN s.n::VARCHAR || ' slice-hours without a priced GPU-hour'
+            ELSE 'billed ' || c.slice_rows::VARCHAR || ' of ' || s.n::VARCHAR || ' slice-hours' END
+FROM (SELECT gpu_uuid, hour, count(*) AS n FROM cb_slice_src(m_start, m_end, src_asof) GROUP BY ALL) s
+LEFT JOIN cb_hour_charge_t c ON c.hour = s.hour AND c.gpu_uuid = s.gpu_uuid
+WHERE c.slice_rows IS DISTINCT FROM s.n
 ORDER BY 1, 2;
 
 -- Per GPU and hour of the month, the hours not fully metered by NVML, and why:
