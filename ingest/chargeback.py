@@ -5,7 +5,8 @@ each slice pays price x its share-hours on the chosen basis, shares scaled so th
 GPU-hour is never billed above its metered time; what nobody paid for is idle, kept on a
 platform line or shared to tenants in proportion to their charges. The SQL macros in
 sql/views/100_chargeback.sql produce exact integer raw amounts (ingest/money.py); this
-module applies the idle policy, closed-month corrections and the cent rounding.
+module applies the idle policy, closed-month corrections and the one cent rounding pass,
+and checks the invariant (InvariantError) before any caller can write a file.
 
 `chargeback(con, month, ...)` is the API the exports and the dashboard use.
 """
