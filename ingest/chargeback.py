@@ -204,11 +204,16 @@ def month_lines(con, month_start: date, src_asof: date | None, catalog: PriceCat
     con.execute("DELETE FROM cb_hour_t")
     con.execute("INSERT INTO cb_hour_t BY NAME SELECT * FROM cb_hours(?, ?, ?)", args)
     _register_prices(con, catalog)
+    con.execute("DELETE FROM cb_gpu_t")
+    con.execute("INSERT INTO cb_gpu_t BY NAME SELECT * FROM cb_gpu_calc()")
+    con.execute("DELETE FROM cb_calc_t")
+    con.execute("INSERT INTO cb_calc_t BY NAME SELECT k, pid, tenant, namespace, pod, pod_uid, container, price_micro,"
+                " a_u, u_u, b_u, waste_u, energy_mj_slice FROM cb_calc(?, ?, ?, ?, ?)", args + [share, basis])
     con.execute("DELETE FROM cb_detail_t")
-    con.execute("INSERT INTO cb_detail_t BY NAME SELECT * FROM cb_detail(?, ?, ?, ?, ?)", args + [share, basis])
+    con.execute("INSERT INTO cb_detail_t BY NAME SELECT * FROM cb_detail()")
     con.execute("DELETE FROM cb_hour_charge_t")
-    con.execute("INSERT INTO cb_hour_charge_t BY NAME SELECT * FROM cb_hour_charge(?, ?, ?, ?, ?)",
-                args + [share, basis])
+    con.execute("INSERT INTO cb_hour_charge_t BY NAME SELECT * FROM cb_hour_charge()")
+    con.execute("DELETE FROM cb_calc_t")
     check_gpu_hours(con.execute("SELECT * FROM cb_hour_violations(?, ?, ?)", args).fetchall())
     slices = _slice_lines(con)
     gpus = _ints(_fetch_dicts(con.execute("SELECT * FROM cb_gpu_agg()")),

@@ -23,6 +23,16 @@ CREATE TEMP TABLE IF NOT EXISTS cb_detail_t (
     alloc_u HUGEINT, used_u HUGEINT, billed_u HUGEINT, charge_raw HUGEINT, waste_raw HUGEINT,
     energy_mj HUGEINT, slice_hours BIGINT
 );
+-- The month's priced GPU-hours (cb_gpu_calc), read by every step after pricing.
+CREATE TEMP TABLE IF NOT EXISTS cb_gpu_t (
+    hour TIMESTAMP, cluster VARCHAR, node VARCHAR, gpu_uuid VARCHAR, model VARCHAR, gid BIGINT, pid BIGINT,
+    price_micro BIGINT, k BIGINT, cap_u BIGINT, cost_raw HUGEINT, energy_mj BIGINT
+);
+-- Every priced slice-hour of the month (cb_calc), read by the detail and per-hour sums.
+CREATE TEMP TABLE IF NOT EXISTS cb_calc_t (
+    k BIGINT, pid BIGINT, tenant VARCHAR, namespace VARCHAR, pod VARCHAR, pod_uid VARCHAR, container VARCHAR,
+    price_micro BIGINT, a_u BIGINT, u_u BIGINT, b_u BIGINT, waste_u BIGINT, energy_mj_slice BIGINT
+);
 -- What the slices of each GPU-hour paid (cb_hour_charge), the GPU side of the invariant.
 CREATE TEMP TABLE IF NOT EXISTS cb_hour_charge_t (
     hour TIMESTAMP, gpu_uuid VARCHAR, charged_raw HUGEINT, billed_u HUGEINT, slice_rows BIGINT
@@ -66,35 +76,48 @@ CREATE OR REPLACE TEMP MACRO cb_hours(m_start, m_end, src_asof) AS TABLE
 WITH g AS (
     SELECT * FROM cb_gpu_src(m_start, m_end, src_asof)
 ), s AS (
-    SELECT hour, gpu_uuid, max(least(greatest(metered_s, 0), 3600.0)) AS slice_metered_s,
-           min(struct_pack(neg_s := -metered_s, c := cluster, n := node)) AS place
+    SELECT hour, gpu_uuid, max(least(greatest(metered_s, 0), 3600.0)) AS slice_metered_s
     FROM cb_slice_src(m_start, m_end, src_asof) GROUP BY hour, gpu_uuid
+), orphan AS (
+    -- GPU-hours only slices saw: placed where the longest-seen slice was (ties: the
+    -- smallest cluster, then node, so the same data always gives the same bill)
+    SELECT x.hour, x.gpu_uuid, min(struct_pack(neg_s := -x.metered_s, c := x.cluster, n := x.node)) AS place
+    FROM cb_slice_src(m_start, m_end, src_asof) x
+    SEMI JOIN (SELECT hour, gpu_uuid FROM s ANTI JOIN g USING (hour, gpu_uuid)) o USING (hour, gpu_uuid)
+    GROUP BY x.hour, x.gpu_uuid
 ), j AS (
     SELECT coalesce(g.hour, s.hour) AS hour, coalesce(g.gpu_uuid, s.gpu_uuid) AS gpu_uuid,
-           coalesce(g.cluster, s.place.c) AS cluster, coalesce(g.node, s.place.n) AS node,
+           coalesce(g.cluster, o.place.c) AS cluster, coalesce(g.node, o.place.n) AS node,
            g.model, g.gpu_uuid IS NOT NULL AS has_gpu_row,
            coalesce(least(greatest(g.metered_s, 0), 3600.0), 0) AS gpu_metered_s,
            greatest(coalesce(least(greatest(g.metered_s, 0), 3600.0), 0), coalesce(s.slice_metered_s, 0)) AS metered_s,
            g.energy_joules
     FROM g FULL OUTER JOIN s ON g.hour = s.hour AND g.gpu_uuid = s.gpu_uuid
+    LEFT JOIN orphan o ON o.hour = s.hour AND o.gpu_uuid = s.gpu_uuid
+), unknown AS (
+    SELECT hour, gpu_uuid FROM j WHERE model IS NULL
+), known AS (
+    SELECT hour, gpu_uuid, model FROM g WHERE model IS NOT NULL
+), before_h AS (
+    SELECT u.hour, u.gpu_uuid, k.model FROM unknown u ASOF JOIN known k ON u.gpu_uuid = k.gpu_uuid AND u.hour >= k.hour
+), after_h AS (
+    SELECT u.hour, u.gpu_uuid, k.model FROM unknown u ASOF JOIN known k ON u.gpu_uuid = k.gpu_uuid AND u.hour <= k.hour
 ), prior AS (
     SELECT gpu_uuid, arg_max(model, hour) AS model
     FROM gpu_hour
-    WHERE hour < m_start AND model IS NOT NULL
-      AND gpu_uuid IN (SELECT gpu_uuid FROM j WHERE model IS NULL)
+    WHERE hour < m_start AND model IS NOT NULL AND gpu_uuid IN (SELECT gpu_uuid FROM unknown)
     GROUP BY gpu_uuid
 )
 SELECT j.hour, j.gpu_uuid, j.cluster, j.node,
-       coalesce(j.model,
-                last_value(j.model IGNORE NULLS) OVER (PARTITION BY j.gpu_uuid ORDER BY j.hour
-                    ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW),
-                prior.model,
-                first_value(j.model IGNORE NULLS) OVER (PARTITION BY j.gpu_uuid ORDER BY j.hour
-                    ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)) AS model,
+       coalesce(j.model, before_h.model, prior.model, after_h.model) AS model,
        j.gpu_metered_s, j.metered_s, j.energy_joules, j.has_gpu_row
-FROM j LEFT JOIN prior USING (gpu_uuid);
+FROM j
+LEFT JOIN before_h ON before_h.hour = j.hour AND before_h.gpu_uuid = j.gpu_uuid
+LEFT JOIN after_h ON after_h.hour = j.hour AND after_h.gpu_uuid = j.gpu_uuid
+LEFT JOIN prior ON prior.gpu_uuid = j.gpu_uuid;
 
--- Priced GPU-hours from cb_hour_t: capacity in micro-seconds and its cost in raw units.
+-- Priced GPU-hours from cb_hour_t (the caller keeps them in cb_gpu_t): capacity in
+-- micro-seconds and its cost in raw units.
 -- gid: a dense id per GPU; pid: per placement (cluster, node, GPU, model), the unit of
 -- the GPU side of the bill.
 CREATE OR REPLACE TEMP MACRO cb_gpu_calc() AS TABLE
@@ -124,9 +147,9 @@ JOIN cb_price p ON p.cluster = h.cluster AND p.node = h.node AND p.model IS NOT 
 -- keys made the big joins several times slower at fleet scale (bench/bench_export.py).
 CREATE OR REPLACE TEMP MACRO cb_calc(m_start, m_end, src_asof, share_kind, basis) AS TABLE
 WITH g AS (
-    SELECT k, gid, pid, price_micro, cap_u, energy_mj FROM cb_gpu_calc()
+    SELECT k, gid, pid, price_micro, cap_u, energy_mj FROM cb_gpu_t
 ), ids AS (
-    SELECT DISTINCT gpu_uuid, gid FROM cb_gpu_calc()
+    SELECT DISTINCT gpu_uuid, gid FROM cb_gpu_t
 ), s AS NOT MATERIALIZED (
     SELECT (epoch_ms(x.hour) // 3600000) * 4194304 + ids.gid AS k,
            x.tenant, x.namespace, x.pod, x.pod_uid, x.container,
@@ -162,17 +185,18 @@ SELECT *,
 FROM scaled;
 
 -- Per slice, placement and month: the bill's detail lines before the idle policy.
-CREATE OR REPLACE TEMP MACRO cb_detail(m_start, m_end, src_asof, share_kind, basis) AS TABLE
+-- Reads cb_calc_t, which the caller fills from cb_calc(...) first (once for both sums).
+CREATE OR REPLACE TEMP MACRO cb_detail() AS TABLE
 WITH d AS (
     -- integer sums first; charges (price x share) are multiplied out on the aggregated
     -- rows, not on every slice-hour (one price per placement)
     SELECT pid, tenant, namespace, pod, pod_uid, container, price_micro,
            sum(a_u)::HUGEINT AS alloc_u, sum(u_u)::HUGEINT AS used_u, sum(b_u)::HUGEINT AS billed_u,
            sum(waste_u)::HUGEINT AS waste_u, sum(energy_mj_slice)::HUGEINT AS energy_mj, count(*)::BIGINT AS slice_hours
-    FROM cb_calc(m_start, m_end, src_asof, share_kind, basis)
+    FROM cb_calc_t
     GROUP BY pid, tenant, namespace, pod, pod_uid, container, price_micro
 ), pids AS (
-    SELECT DISTINCT pid, cluster, node, gpu_uuid, model FROM cb_gpu_calc()
+    SELECT DISTINCT pid, cluster, node, gpu_uuid, model FROM cb_gpu_t
 )
 SELECT d.tenant, coalesce(d.namespace, '') AS namespace, coalesce(d.pod, '') AS pod, d.pod_uid, d.container,
        pids.cluster, pids.node, pids.gpu_uuid, coalesce(pids.model, '') AS model, d.price_micro,
@@ -180,15 +204,15 @@ SELECT d.tenant, coalesce(d.namespace, '') AS namespace, coalesce(d.pod, '') AS 
        (d.price_micro::HUGEINT * d.waste_u)::HUGEINT AS waste_raw, d.energy_mj, d.slice_hours
 FROM d JOIN pids USING (pid);
 
--- Per GPU-hour: what its slices paid (raw) and their billed micro-seconds.
-CREATE OR REPLACE TEMP MACRO cb_hour_charge(m_start, m_end, src_asof, share_kind, basis) AS TABLE
+-- Per GPU-hour: what its slices paid (raw) and their billed micro-seconds (cb_calc_t).
+CREATE OR REPLACE TEMP MACRO cb_hour_charge() AS TABLE
 WITH c AS (
     SELECT k, sum(price_micro::HUGEINT * b_u)::HUGEINT AS charged_raw, sum(b_u)::HUGEINT AS billed_u,
            count(*)::BIGINT AS slice_rows
-    FROM cb_calc(m_start, m_end, src_asof, share_kind, basis) GROUP BY k
+    FROM cb_calc_t GROUP BY k
 )
 SELECT g.hour, g.gpu_uuid, c.charged_raw, c.billed_u, c.slice_rows
-FROM c JOIN cb_gpu_calc() g USING (k);
+FROM c JOIN cb_gpu_t g USING (k);
 
 -- Per placement and month: capacity, cost, what the slices paid and idle, each summed
 -- from the GPU-hours (cb_hour_charge_t), independently of the detail lines.
@@ -202,7 +226,7 @@ WITH g AS (
            sum(g.cap_u - coalesce(c.billed_u, 0))::HUGEINT AS idle_u,
            sum(g.energy_mj)::HUGEINT AS energy_mj, count(*) AS gpu_hours_seen,
            min(g.hour) AS first_hour, max(g.hour) AS last_hour
-    FROM cb_gpu_calc() g LEFT JOIN cb_hour_charge_t c ON c.hour = g.hour AND c.gpu_uuid = g.gpu_uuid
+    FROM cb_gpu_t g LEFT JOIN cb_hour_charge_t c ON c.hour = g.hour AND c.gpu_uuid = g.gpu_uuid
     GROUP BY ALL
 ), e AS (
     SELECT cluster, node, gpu_uuid, model, sum(energy_mj)::HUGEINT AS energy_mj_slices
@@ -217,7 +241,7 @@ ORDER BY cluster, node, gpu_uuid, model;
 CREATE OR REPLACE TEMP MACRO cb_hour_violations(m_start, m_end, src_asof) AS TABLE
 SELECT g.gpu_uuid, g.hour, 'slices paid ' || c.charged_raw::VARCHAR || ' raw of a GPU-hour costing '
        || g.cost_raw::VARCHAR AS problem
-FROM cb_gpu_calc() g JOIN cb_hour_charge_t c ON c.hour = g.hour AND c.gpu_uuid = g.gpu_uuid
+FROM cb_gpu_t g JOIN cb_hour_charge_t c ON c.hour = g.hour AND c.gpu_uuid = g.gpu_uuid
 WHERE c.charged_raw > g.cost_raw OR c.billed_u > g.cap_u
 UNION ALL
 SELECT s.gpu_uuid, s.hour,
