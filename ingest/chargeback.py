@@ -176,7 +176,7 @@ def check_gpu_lines(slice_lines: list[dict], gpu_lines: list[dict]) -> None:
 
 
 def check_gpu_hours(violations: list[tuple]) -> None:
-    """(gpu_uuid, hour, problem) rows from cb_hour_violations -> InvariantError (pure)."""
+    """(gpu_uuid, hour, problem) rows from cb_hour_overpaid or cb_hour_unbilled -> InvariantError (pure)."""
     if not violations:
         return
     by_gpu: dict[str, list] = {}
@@ -214,7 +214,12 @@ def month_lines(con, month_start: date, src_asof: date | None, catalog: PriceCat
     con.execute("DELETE FROM cb_hour_charge_t")
     con.execute("INSERT INTO cb_hour_charge_t BY NAME SELECT * FROM cb_hour_charge()")
     con.execute("DELETE FROM cb_calc_t")
-    check_gpu_hours(con.execute("SELECT * FROM cb_hour_violations(?, ?, ?)", args).fetchall())
+    check_gpu_hours(con.execute("SELECT * FROM cb_hour_overpaid()").fetchall())
+    stored = con.execute("SELECT count(*) FROM cb_slice_src(?, ?, ?)", args).fetchone()[0]
+    billed = con.execute("SELECT coalesce(sum(slice_rows), 0) FROM cb_hour_charge_t").fetchone()[0]
+    if stored != billed:
+        check_gpu_hours(con.execute("SELECT * FROM cb_hour_unbilled(?, ?, ?)", args).fetchall())
+        raise InvariantError(f"{stored} slice-hours stored, {billed} billed")
     slices = _slice_lines(con)
     gpus = _ints(_fetch_dicts(con.execute("SELECT * FROM cb_gpu_agg()")),
                  ("metered_u", "cost_raw", "charged_raw", "idle_raw", "idle_u", "energy_mj", "idle_energy_mj"))

@@ -267,7 +267,7 @@ def test_gpu_hour_violations_name_gpus_and_hours():
 
 
 def test_hour_check_finds_overpaid_and_unbilled_gpu_hours(db):
-    """cb_hour_violations on a hand-broken per-hour table: hour 0 paid above its cost,
+    """cb_hour_overpaid and cb_hour_unbilled on a hand-broken per-hour table: hour 0 paid above its cost,
     hour 1's slice-hours billed nowhere."""
     from datetime import date
     from ingest.prices import DEFAULT_PRICES, load_prices
@@ -284,7 +284,8 @@ def test_hour_check_finds_overpaid_and_unbilled_gpu_hours(db):
     con.execute("INSERT INTO cb_gpu_t BY NAME SELECT * FROM cb_gpu_calc()")
     cost = 2_400_000 * 3_600_000_000
     con.execute("INSERT INTO cb_hour_charge_t VALUES (?, 'GPU-5', ?, 1, 1)", [hour(0), cost + 1])
-    found = con.execute("SELECT gpu_uuid, hour::VARCHAR, problem FROM cb_hour_violations(?, ?, ?)", args).fetchall()
+    found = con.execute("SELECT gpu_uuid, hour::VARCHAR, problem FROM cb_hour_overpaid()").fetchall()
+    found += con.execute("SELECT gpu_uuid, hour::VARCHAR, problem FROM cb_hour_unbilled(?, ?, ?)", args).fetchall()
     con.close()
     assert found == [("GPU-5", hour(0), f"slices paid {cost + 1} raw of a GPU-hour costing {cost}"),
                      ("GPU-5", hour(1), "1 slice-hours without a priced GPU-hour")]

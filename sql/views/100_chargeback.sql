@@ -237,16 +237,20 @@ FROM g LEFT JOIN e USING (cluster, node, gpu_uuid, model)
 ORDER BY cluster, node, gpu_uuid, model;
 
 -- GPU-hours that break the invariant before any money is rounded: slices that paid more
--- than the hour cost, and slice-hours that found no priced GPU-hour (they would vanish).
-CREATE OR REPLACE TEMP MACRO cb_hour_violations(m_start, m_end, src_asof) AS TABLE
+-- than the hour cost.
+CREATE OR REPLACE TEMP MACRO cb_hour_overpaid() AS TABLE
 SELECT g.gpu_uuid, g.hour, 'slices paid ' || c.charged_raw::VARCHAR || ' raw of a GPU-hour costing '
        || g.cost_raw::VARCHAR AS problem
 FROM cb_gpu_t g JOIN cb_hour_charge_t c ON c.hour = g.hour AND c.gpu_uuid = g.gpu_uuid
 WHERE c.charged_raw > g.cost_raw OR c.billed_u > g.cap_u
-UNION ALL
+ORDER BY 1, 2;
+
+-- Slice-hours that found no priced GPU-hour or were not all billed (they would vanish).
+-- The caller runs it only when the counts differ (it reads every slice-hour again).
+CREATE OR REPLACE TEMP MACRO cb_hour_unbilled(m_start, m_end, src_asof) AS TABLE
 SELECT s.gpu_uuid, s.hour,
        CASE WHEN c.slice_rows IS NULL THEN s.n::VARCHAR || ' slice-hours without a priced GPU-hour'
-            ELSE 'billed ' || c.slice_rows::VARCHAR || ' of ' || s.n::VARCHAR || ' slice-hours' END
+            ELSE 'billed ' || c.slice_rows::VARCHAR || ' of ' || s.n::VARCHAR || ' slice-hours' END AS problem
 FROM (SELECT gpu_uuid, hour, count(*) AS n FROM cb_slice_src(m_start, m_end, src_asof) GROUP BY ALL) s
 LEFT JOIN cb_hour_charge_t c ON c.hour = s.hour AND c.gpu_uuid = s.gpu_uuid
 WHERE c.slice_rows IS DISTINCT FROM s.n
@@ -260,26 +264,25 @@ ORDER BY 1, 2;
 CREATE OR REPLACE TEMP MACRO cb_unmetered_hours(m_start, m_end) AS TABLE
 WITH gpus AS (SELECT DISTINCT gpu_uuid FROM cb_hour_t),
 hours AS (SELECT unnest(generate_series(m_start::TIMESTAMP, m_end::TIMESTAMP - INTERVAL 1 HOUR, INTERVAL 1 HOUR)) AS hour),
-grid AS (
-    SELECT gpus.gpu_uuid, hours.hour, h.cluster, h.node, h.model, h.has_gpu_row,
-           coalesce(h.gpu_metered_s, 0) AS gpu_metered_s, coalesce(h.metered_s, 0) AS metered_s
-    FROM gpus CROSS JOIN hours LEFT JOIN cb_hour_t h ON h.gpu_uuid = gpus.gpu_uuid AND h.hour = hours.hour
+missing AS (
+    SELECT gpus.gpu_uuid, hours.hour FROM gpus CROSS JOIN hours ANTI JOIN cb_hour_t h USING (gpu_uuid, hour)
+), placed_before AS (
+    SELECT m.gpu_uuid, m.hour, h.cluster, h.node, h.model
+    FROM missing m ASOF LEFT JOIN cb_hour_t h ON m.gpu_uuid = h.gpu_uuid AND m.hour >= h.hour
 ), placed AS (
-    SELECT *,
-           coalesce(cluster, last_value(cluster IGNORE NULLS) OVER w, first_value(cluster IGNORE NULLS) OVER wall) AS at_cluster,
-           coalesce(node, last_value(node IGNORE NULLS) OVER w, first_value(node IGNORE NULLS) OVER wall) AS at_node,
-           coalesce(model, last_value(model IGNORE NULLS) OVER w, first_value(model IGNORE NULLS) OVER wall) AS at_model
-    FROM grid
-    WINDOW w AS (PARTITION BY gpu_uuid ORDER BY hour ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW),
-           wall AS (PARTITION BY gpu_uuid ORDER BY hour ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)
+    SELECT b.gpu_uuid, b.hour, coalesce(b.cluster, a.cluster) AS cluster, coalesce(b.node, a.node) AS node,
+           coalesce(b.model, a.model) AS model
+    FROM placed_before b ASOF LEFT JOIN cb_hour_t a ON b.gpu_uuid = a.gpu_uuid AND b.hour <= a.hour
 )
-SELECT hour, at_cluster AS cluster, at_node AS node, gpu_uuid, coalesce(at_model, '') AS model,
-       metered_s, gpu_metered_s, 3600.0 - metered_s AS unmetered_s,
-       CASE WHEN has_gpu_row IS NULL THEN 'no samples'
-            ELSE concat_ws(', ', CASE WHEN gpu_metered_s < metered_s THEN 'NVML down' END,
-                                 CASE WHEN metered_s < 3600.0 THEN 'partial' END) END AS reason
+SELECT hour, cluster, node, gpu_uuid, coalesce(model, '') AS model, 0.0::DOUBLE AS metered_s,
+       0.0::DOUBLE AS gpu_metered_s, 3600.0::DOUBLE AS unmetered_s, 'no samples' AS reason
 FROM placed
-WHERE has_gpu_row IS NULL OR gpu_metered_s < metered_s OR metered_s < 3600.0
+UNION ALL
+SELECT hour, cluster, node, gpu_uuid, coalesce(model, ''), metered_s, gpu_metered_s, 3600.0 - metered_s,
+       concat_ws(', ', CASE WHEN gpu_metered_s < metered_s THEN 'NVML down' END,
+                       CASE WHEN metered_s < 3600.0 THEN 'partial' END)
+FROM cb_hour_t
+WHERE gpu_metered_s < metered_s OR metered_s < 3600.0
 ORDER BY gpu_uuid, hour;
 
 -- Per GPU and month: hours seen, metered and unmetered hours (cb_hour_t), at the GPU's
