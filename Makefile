@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 DEBS    := prometheus chromium
 
-.PHONY: setup system-deps test demo bench clean
+.PHONY: setup system-deps focus-validator test demo bench clean
 
 setup: $(STAMP)
 
@@ -23,7 +23,13 @@ system-deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $(DEBS) >/dev/null; \
 	fi
 
-test: setup system-deps
+# The FOCUS validator's own environment (.venv-focus: it needs Python >= 3.12 and pins that
+# the project's environment does not share); tests/test_export_files.py runs it.
+FOCUS_VENV ?= .venv-focus
+focus-validator: setup
+	FOCUS_VALIDATOR_VENV=$(FOCUS_VENV) $(BIN)/python tools/focus_validate.py --install >/dev/null
+
+test: setup system-deps focus-validator
 	$(BIN)/pytest -q
 
 # e.g. make demo DEMO_ARGS="--now 2026-12-01T09:00 --port 8600" (slicemeter demo --help)
@@ -35,4 +41,4 @@ bench: setup
 	@for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) var out test-artifacts .pytest_cache
+	rm -rf $(VENV) $(FOCUS_VENV) var out test-artifacts .pytest_cache

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import duckdb
 
-from ingest.chargeback import BASES, IDLE_POLICIES, SHARES, check_options, compute_bill, parse_month
+from ingest.chargeback import BASES, IDLE_POLICIES, SHARES, InvariantError, check_options, compute_bill, parse_month
 from ingest.exports import check_tenant, write_exports
 from ingest.prices import DEFAULT_PRICES, load_prices
 from ingest.store import connect
@@ -49,6 +49,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         bill = compute_bill(con, args.month, args.basis, args.idle, args.share, catalog, args.tenant)
         paths = write_exports(con, bill, args.out, args.tenant)
+    except InvariantError as exc:
+        print(f"slicemeter export: the bill does not add up, no files written: {exc}", file=sys.stderr)
+        return 3
     finally:
         con.close()
     state = "closed" if bill.closed else "open"

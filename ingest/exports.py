@@ -11,7 +11,7 @@ import csv
 import io
 import json
 import re
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import pyarrow as pa
@@ -101,19 +101,36 @@ def detail_table(bill: Bill) -> pa.Table:
 FOCUS_COLUMNS = [
     "BilledCost", "BillingAccountId", "BillingAccountName", "BillingCurrency", "BillingPeriodEnd",
     "BillingPeriodStart", "ChargeCategory", "ChargeClass", "ChargeDescription", "ChargeFrequency",
-    "ChargePeriodEnd", "ChargePeriodStart", "CommitmentDiscountStatus", "ConsumedQuantity", "ConsumedUnit", "ContractedCost",
-    "EffectiveCost", "InvoiceId", "InvoiceIssuerName", "ListCost", "PricingQuantity", "PricingUnit",
+    "ChargePeriodEnd", "ChargePeriodStart", "CommitmentDiscountStatus", "ConsumedQuantity", "ConsumedUnit",
+    "ContractedCost", "ContractedUnitPrice", "EffectiveCost", "InvoiceId", "InvoiceIssuerName", "ListCost",
+    "ListUnitPrice", "PricingQuantity", "PricingUnit",
     "ProviderName", "PublisherName", "ResourceId", "ResourceName", "ResourceType", "ServiceCategory",
     "ServiceName", "ServiceSubcategory", "SkuId", "SkuMeter", "SkuPriceDetails", "SkuPriceId",
     "SubAccountId", "SubAccountName", "Tags",
+    # provider-defined (custom) columns after all FOCUS columns: the Kubernetes and GPU
+    # dimensions as plain columns, so they group and filter without parsing Tags
+    "x_Cluster", "x_Namespace", "x_Pod", "x_Container", "x_Node", "x_GpuUuid", "x_GpuModel",
 ]
 _FOCUS_MONEY = {"BilledCost", "ContractedCost", "EffectiveCost", "ListCost"}
-_FOCUS_QTY = {"ConsumedQuantity", "PricingQuantity"}
+_FOCUS_PRICE = {"ContractedUnitPrice", "ListUnitPrice"}
+_FOCUS_QTY = {"ConsumedQuantity"}
+# PricingQuantity = cost / unit price: 12 decimals keep ListUnitPrice x PricingQuantity
+# within 1e-9 of ListCost for any catalog price below 2000 per GPU-hour
+PRICING_QUANTITY_PLACES = 12
+_PRICING_QTY = Decimal(1).scaleb(-PRICING_QUANTITY_PLACES)
 _FOCUS_TIME = {"BillingPeriodEnd", "BillingPeriodStart", "ChargePeriodEnd", "ChargePeriodStart"}
 
 
 def _iso(d) -> str:
     return f"{d.isoformat()}T00:00:00Z"
+
+
+def pricing_quantity(cost: Decimal, unit_price: Decimal, hours: Decimal) -> Decimal:
+    """GPU-hours at the unit price that make up the row's cost (the shared idle policy
+    adds idle hours to a tenant's); a free GPU's rows keep their GPU-hours."""
+    if unit_price == 0:
+        return hours
+    return (cost / unit_price).quantize(_PRICING_QTY, rounding=ROUND_HALF_UP)
 
 
 def focus_rows(bill: Bill, names: dict[str, str]) -> list[dict]:
@@ -143,6 +160,7 @@ def focus_rows(bill: Bill, names: dict[str, str]) -> list[dict]:
         }
         sku = "gpu-hour:" + re.sub(r"[^A-Za-z0-9]+", "-", r["model"] or "unknown").strip("-").lower()
         price = _text(r["gpu_hour_price"])
+        unit_price = Decimal(r["gpu_hour_price"])
         out.append({
             "CommitmentDiscountStatus": None,
             "SkuId": sku, "SkuMeter": "GPU-Hours", "SkuPriceId": f"{sku}@{price}",
@@ -157,7 +175,8 @@ def focus_rows(bill: Bill, names: dict[str, str]) -> list[dict]:
             "ChargeClass": "Correction" if r["charge_class"] == "Correction" else None,
             "ChargeDescription": desc, "ChargeFrequency": "Usage-Based",
             "ConsumedQuantity": qty, "ConsumedUnit": "GPU-Hours",
-            "PricingQuantity": qty, "PricingUnit": "GPU-Hours",
+            "PricingQuantity": pricing_quantity(r["cost"], unit_price, qty), "PricingUnit": "GPU-Hours",
+            "ListUnitPrice": unit_price, "ContractedUnitPrice": unit_price,
             "InvoiceId": f"{r['tenant']}-{bill.month}", "InvoiceIssuerName": PROVIDER,
             "ProviderName": PROVIDER, "PublisherName": PROVIDER,
             "ResourceId": res_id, "ResourceName": res_name, "ResourceType": res_type,
@@ -165,6 +184,9 @@ def focus_rows(bill: Bill, names: dict[str, str]) -> list[dict]:
             "SubAccountId": f"{r['tenant']}/{r['namespace']}" if r["namespace"] != IDLE_NAMESPACE else f"{r['tenant']}/idle",
             "SubAccountName": r["namespace"] if r["namespace"] != IDLE_NAMESPACE else "idle",
             "Tags": json.dumps(tags, sort_keys=True, separators=(",", ":")),
+            "x_Cluster": r["cluster"], "x_Node": r["node"], "x_GpuUuid": r["gpu_uuid"], "x_GpuModel": r["model"],
+            "x_Namespace": None if idle else r["namespace"], "x_Pod": None if idle else r["pod"],
+            "x_Container": None if idle else r["container"],
         })
     return out
 
@@ -181,6 +203,10 @@ def focus_table(rows: list[dict]) -> pa.Table:
             cols[c] = _decimal_array(vals, 2)
         elif c in _FOCUS_QTY:
             cols[c] = _decimal_array(vals, 4)
+        elif c in _FOCUS_PRICE:
+            cols[c] = _decimal_array(vals, 6)
+        elif c == "PricingQuantity":
+            cols[c] = pa.array([Decimal(v) for v in vals], pa.decimal128(24, PRICING_QUANTITY_PLACES))
         elif c in _FOCUS_TIME:
             cols[c] = pa.array(vals, pa.string()).cast(pa.timestamp("s", tz="UTC")) if vals else pa.array([], pa.timestamp("s", tz="UTC"))
         else:
@@ -188,12 +214,17 @@ def focus_table(rows: list[dict]) -> pa.Table:
     return pa.table(cols)
 
 
+UNMETERED_COLUMNS = ["hour", "cluster", "node", "gpu_uuid", "gpu_model", "metered_s", "nvml_metered_s",
+                     "unmetered_s", "reason"]
+
+
 def unmetered_csv(bill: Bill) -> bytes:
-    u = bill.unmetered
-    rows = [[r["cluster"], r["node"], r["gpu_uuid"], r["model"], int(r["hours_with_samples"]),
-             f"{r['metered_hours']:.4f}", f"{r['unmetered_hours']:.4f}"] for r in u.to_dict("records")]
-    return _csv_bytes(["cluster", "node", "gpu_uuid", "gpu_model", "hours_with_samples", "metered_hours",
-                       "unmetered_hours"], rows)
+    """Per GPU and hour not fully metered by NVML: seconds seen (by any sample), seconds
+    NVML saw, seconds nothing saw, and why (docs/chargeback.md)."""
+    rows = [[f"{r['hour']:%Y-%m-%dT%H:00:00Z}", r["cluster"], r["node"], r["gpu_uuid"], r["model"],
+             f"{r['metered_s']:.3f}", f"{r['gpu_metered_s']:.3f}", f"{r['unmetered_s']:.3f}", r["reason"]]
+            for r in bill.unmetered_hours.to_dict("records")]
+    return _csv_bytes(UNMETERED_COLUMNS, rows)
 
 
 def tenant_names(con) -> dict[str, str]:

@@ -63,6 +63,38 @@ def split_proportional(amount: int, weights: Sequence[int]) -> list[int]:
     return largest_remainder([amount * w for w in weights], wsum, total=amount)
 
 
+def nested_largest_remainder(raws: Sequence[int], paths: Sequence[tuple], denominator: int,
+                             total: int | None = None) -> list[int]:
+    """Round each raws[i] / denominator once, level by level: rows are grouped by the first
+    key of their path (e.g. the tenant), the groups get `total` (default: the rounded sum)
+    by largest remainder, and each group's rows share its amount the same way, one level
+    further down the path at a time. So every group adds up to what its parent gave it and
+    any view that sums the rows of a group gets that group's amount.
+    Groups and rows keep the callers' order for ties."""
+    if not paths or not paths[0]:
+        return largest_remainder(raws, denominator, total)
+    members: dict = {}
+    for i, path in enumerate(paths):
+        members.setdefault(path[0], []).append(i)
+    groups = list(members.values())
+    group_totals = largest_remainder([sum(raws[i] for i in g) for g in groups], denominator, total)
+    out = [0] * len(raws)
+    for g, g_total in zip(groups, group_totals):
+        for i, v in zip(g, nested_largest_remainder([raws[i] for i in g], [paths[i][1:] for i in g],
+                                                    denominator, g_total)):
+            out[i] = v
+    return out
+
+
+def split_rounded(cost: int, part_raw: int, denominator: int) -> tuple[int, int]:
+    """A rounded row amount `cost` (in units of `denominator` raw) split into (rest, part)
+    with part = part_raw rounded and kept between 0 and cost, so that rest + part == cost
+    and both have cost's sign (neither is negative on a non-negative row)."""
+    lo, hi = sorted((0, cost))
+    part = min(max(round_half_up_div(part_raw, denominator), lo), hi)
+    return cost - part, part
+
+
 def raw_to_cents(raws: Sequence[int]) -> list[Decimal]:
     """Raw amounts -> Decimal currency amounts (2 decimals) adding up to the rounded total."""
     return [Decimal(c) * CENT for c in largest_remainder(raws, RAW_PER_CENT)]

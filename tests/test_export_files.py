@@ -1,5 +1,6 @@
 """Monthly exports through the real CLI: determinism, --tenant, close and corrections, FOCUS."""
 import csv
+import importlib.util
 import io
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from ingest.store import connect
 from slicemeter.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
-FOCUS_VALIDATE = REPO.parent / "shared/tools/focus-validate"
+FOCUS_VALIDATE = REPO / "tools" / "focus_validate.py"
 
 
 def export(db, out, *extra) -> int:
@@ -181,8 +182,16 @@ def test_months_close_in_order_and_once(tmp_path, capsys):
 
 # ---------------------------------------------------------------- FOCUS validator
 
+def _load_tool():
+    spec = importlib.util.spec_from_file_location("focus_validate", FOCUS_VALIDATE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def test_focus_files_pass_the_focus_validator(tmp_path):
-    """CSV and Parquet, with Regular, idle and Correction rows, under the shared idle policy."""
+    """CSV and Parquet, with Regular, idle and Correction rows, under the shared idle policy,
+    checked by the repository's own tool (it sets up focus-validator's environment itself)."""
     db = tmp_path / "f.duckdb"
     hand_month(db)
     con = connect(db)
@@ -193,12 +202,65 @@ def test_focus_files_pass_the_focus_validator(tmp_path):
     add_slice(con, "late", alloc=0.25, hour="2026-10-31 22:00:00", cluster=GLOBEX)
     con.close()
     out = tmp_path / "focus"
-    assert export(db, out, "2026-11", "--idle", "shared") == 0
+    prices = tmp_path / "odd.yaml"
+    prices.write_text(ODD_PRICES)
+    assert export(db, out, "2026-11", "--idle", "shared", "--prices", str(prices)) == 0
     assert any(r["ChargeClass"] == "Correction" for r in read_csv(out / "focus-2026-11.csv"))
-    for name in ("focus-2026-11.csv", "focus-2026-11.parquet"):
-        proc = subprocess.run([str(FOCUS_VALIDATE), str(out / name)], capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert " 0 failed" in proc.stdout
+    proc = subprocess.run([sys.executable, str(FOCUS_VALIDATE), str(out / "focus-2026-11.csv")],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert " 0 failed" in proc.stdout
+    tool = _load_tool()
+    status, fails = tool.validate(out / "focus-2026-11.parquet")
+    assert fails == []
+    # the unit price rules ran (and passed) rather than being skipped
+    for rule in ("ListUnitPrice-C-010-C", "ListCost-C-009-C", "ContractedUnitPrice-C-011-C", "ListUnitPrice-C-005-C"):
+        assert status[rule] == "pass", rule
+    # and they can fail: one Regular row whose ListCost is a cent off its price x quantity
+    rows = read_csv(out / "focus-2026-11.csv")
+    i = next(i for i, r in enumerate(rows) if r["ChargeClass"] == "" and Decimal(r["ListCost"]) > 0)
+    rows[i]["ListCost"] = str(Decimal(rows[i]["ListCost"]) + Decimal("0.01"))
+    bad = tmp_path / "bad.csv"
+    with bad.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    assert tool.validate(bad)[1] == ["ListCost-C-009-C", "ListUnitPrice-C-010-C"]
+
+
+ODD_PRICES = """currency: USD
+gpu_hour: {"NVIDIA A100-SXM4-80GB": "2.370001", "NVIDIA L4": "0.333333", "NVIDIA H100 80GB HBM3": "3.999997",
+           "Tesla T4": "0.35"}
+"""
+
+
+def test_focus_unit_prices_quantities_and_custom_columns(month_db, tmp_path):
+    prices = tmp_path / "odd.yaml"
+    prices.write_text(ODD_PRICES)
+    assert export(month_db, tmp_path / "o", "2026-11", "--idle", "shared", "--prices", str(prices)) == 0
+    text = (tmp_path / "o" / "focus-2026-11.csv").read_text()
+    header = text.splitlines()[0].split(",")
+    custom = ["x_Cluster", "x_Namespace", "x_Pod", "x_Container", "x_Node", "x_GpuUuid", "x_GpuModel"]
+    assert header[-len(custom):] == custom and not any(c.startswith("x_") for c in header[:-len(custom)])
+    rows = read_csv(tmp_path / "o" / "focus-2026-11.csv")
+    parquet = pq.read_table(tmp_path / "o" / "focus-2026-11.parquet").to_pylist()
+    detail = pq.read_table(tmp_path / "o" / "detail-2026-11.parquet").to_pylist()
+    assert len(rows) == len(parquet) == len(detail)
+    for r, p, d in zip(rows, parquet, detail):
+        price, qty, cost = Decimal(r["ListUnitPrice"]), Decimal(r["PricingQuantity"]), Decimal(r["ListCost"])
+        assert price == Decimal(r["ContractedUnitPrice"]) == d["gpu_hour_price"] > 0
+        assert cost == Decimal(r["BilledCost"]) == Decimal(r["ContractedCost"]) == d["cost"]
+        assert abs(price * qty - cost) <= Decimal("1e-9") and (price * qty).quantize(Decimal("0.01")) == cost
+        assert p["PricingQuantity"] == qty and p["ListUnitPrice"] == price
+        assert (r["x_Cluster"], r["x_Node"], r["x_GpuUuid"], r["x_GpuModel"]) == \
+            (d["cluster"], d["node"], d["gpu_uuid"], d["model"])
+        if d["kind"] == "usage":
+            assert (r["x_Namespace"], r["x_Pod"], r["x_Container"]) == (d["namespace"], d["pod"], d["container"])
+        else:
+            assert (p["x_Namespace"], p["x_Pod"], p["x_Container"]) == (None, None, None)
+    # a shared-idle tenant line pays for more GPU-hours than it was billed for, at the list price
+    usage = [(Decimal(r["PricingQuantity"]), Decimal(r["ConsumedQuantity"])) for r in rows if r["ResourceType"] == "GPU slice"]
+    assert any(q > c for q, c in usage)
 
 
 def test_catalog_change_after_close_moves_money_by_correction_only(tmp_path):

@@ -1,4 +1,4 @@
--- Chargeback (ARCHITECTURE.md "Chargeback semantics"; docs/chargeback.md).
+-- Chargeback (definitions and the invariant: docs/chargeback.md).
 -- Inputs of every macro: [m_start, m_end) the month's hours, src_asof NULL for the live
 -- rollups or the as_of of a frozen copy, share_kind dominant|memory|cores,
 -- basis allocation|usage|max. The caller fills TEMP TABLE cb_price(cluster, node, model,
@@ -12,11 +12,30 @@
 -- Working tables the caller fills per computation (TEMP: per connection, also on
 -- read-only connections). Declared here because macros bind their tables when created.
 CREATE TEMP TABLE IF NOT EXISTS cb_price (cluster VARCHAR, node VARCHAR, model VARCHAR, price_micro BIGINT);
+-- The month's GPU-hours (cb_hours), before pricing.
+CREATE TEMP TABLE IF NOT EXISTS cb_hour_t (
+    hour TIMESTAMP, gpu_uuid VARCHAR, cluster VARCHAR, node VARCHAR, model VARCHAR,
+    gpu_metered_s DOUBLE, metered_s DOUBLE, energy_joules DOUBLE, has_gpu_row BOOLEAN
+);
 CREATE TEMP TABLE IF NOT EXISTS cb_detail_t (
     tenant VARCHAR, namespace VARCHAR, pod VARCHAR, pod_uid VARCHAR, container VARCHAR,
     cluster VARCHAR, node VARCHAR, gpu_uuid VARCHAR, model VARCHAR, price_micro BIGINT,
     alloc_u HUGEINT, used_u HUGEINT, billed_u HUGEINT, charge_raw HUGEINT, waste_raw HUGEINT,
     energy_mj HUGEINT, slice_hours BIGINT
+);
+-- The month's priced GPU-hours (cb_gpu_calc), read by every step after pricing.
+CREATE TEMP TABLE IF NOT EXISTS cb_gpu_t (
+    hour TIMESTAMP, cluster VARCHAR, node VARCHAR, gpu_uuid VARCHAR, model VARCHAR, gid BIGINT, pid BIGINT,
+    price_micro BIGINT, k BIGINT, cap_u BIGINT, cost_raw HUGEINT, energy_mj BIGINT
+);
+-- Every priced slice-hour of the month (cb_calc), read by the detail and per-hour sums.
+CREATE TEMP TABLE IF NOT EXISTS cb_calc_t (
+    k BIGINT, pid BIGINT, tenant VARCHAR, namespace VARCHAR, pod VARCHAR, pod_uid VARCHAR, container VARCHAR,
+    price_micro BIGINT, a_u BIGINT, u_u BIGINT, b_u BIGINT, waste_u BIGINT, energy_mj_slice BIGINT
+);
+-- What the slices of each GPU-hour paid (cb_hour_charge), the GPU side of the invariant.
+CREATE TEMP TABLE IF NOT EXISTS cb_hour_charge_t (
+    hour TIMESTAMP, gpu_uuid VARCHAR, charged_raw HUGEINT, billed_u HUGEINT, slice_rows BIGINT
 );
 
 -- GPU-hours of the month, live or frozen.
@@ -45,14 +64,80 @@ SELECT tenant, hour, cluster, node, gpu_uuid, namespace, pod, pod_uid, container
 FROM frozen_slice_hour
 WHERE as_of = src_asof AND hour >= m_start AND hour < m_end;
 
--- Priced GPU-hours: capacity (metered seconds, at most 3600) and its cost in raw units.
-CREATE OR REPLACE TEMP MACRO cb_gpu_calc(m_start, m_end, src_asof) AS TABLE
-SELECT g.hour, g.cluster, g.node, g.gpu_uuid, g.model, p.price_micro,
-       round(least(greatest(g.metered_s, 0), 3600.0) * 1e6)::BIGINT AS cap_u,
-       p.price_micro::HUGEINT * round(least(greatest(g.metered_s, 0), 3600.0) * 1e6)::BIGINT AS cost_raw,
-       round(greatest(coalesce(g.energy_joules, 0), 0) * 1000)::BIGINT AS energy_mj
-FROM cb_gpu_src(m_start, m_end, src_asof) g
-JOIN cb_price p ON p.cluster = g.cluster AND p.node = g.node AND p.model IS NOT DISTINCT FROM g.model;
+-- Every GPU-hour of the month that any sample saw: the GPU's own rows (NVML) and the
+-- hours where only its slices reported (NVML down on the node). Metered time is the
+-- longer of the GPU's and its longest-seen slice's seconds: both come from the same
+-- Ticks, so the slices extend the GPU's time only by the samples NVML missed.
+-- A GPU-hour belongs to the cluster and node it was metered on in that hour (a GPU that
+-- moves is billed on each side of the move). Without a GPU row the placement is the
+-- slices' (the longest-seen slice's) and the model the GPU's last known one: earlier in
+-- the month, else before the month, else the first one seen later in the month.
+CREATE OR REPLACE TEMP MACRO cb_hours(m_start, m_end, src_asof) AS TABLE
+WITH g AS (
+    SELECT * FROM cb_gpu_src(m_start, m_end, src_asof)
+), s AS (
+    SELECT hour, gpu_uuid, max(least(greatest(metered_s, 0), 3600.0)) AS slice_metered_s
+    FROM cb_slice_src(m_start, m_end, src_asof) GROUP BY hour, gpu_uuid
+), orphan AS (
+    -- GPU-hours only slices saw: placed where the longest-seen slice was (ties: the
+    -- smallest cluster, then node, so the same data always gives the same bill)
+    SELECT x.hour, x.gpu_uuid, min(struct_pack(neg_s := -x.metered_s, c := x.cluster, n := x.node)) AS place
+    FROM cb_slice_src(m_start, m_end, src_asof) x
+    SEMI JOIN (SELECT hour, gpu_uuid FROM s ANTI JOIN g USING (hour, gpu_uuid)) o USING (hour, gpu_uuid)
+    GROUP BY x.hour, x.gpu_uuid
+), j AS (
+    SELECT coalesce(g.hour, s.hour) AS hour, coalesce(g.gpu_uuid, s.gpu_uuid) AS gpu_uuid,
+           coalesce(g.cluster, o.place.c) AS cluster, coalesce(g.node, o.place.n) AS node,
+           g.model, g.gpu_uuid IS NOT NULL AS has_gpu_row,
+           coalesce(least(greatest(g.metered_s, 0), 3600.0), 0) AS gpu_metered_s,
+           greatest(coalesce(least(greatest(g.metered_s, 0), 3600.0), 0), coalesce(s.slice_metered_s, 0)) AS metered_s,
+           g.energy_joules
+    FROM g FULL OUTER JOIN s ON g.hour = s.hour AND g.gpu_uuid = s.gpu_uuid
+    LEFT JOIN orphan o ON o.hour = s.hour AND o.gpu_uuid = s.gpu_uuid
+), unknown AS (
+    SELECT hour, gpu_uuid FROM j WHERE model IS NULL
+), known AS (
+    SELECT hour, gpu_uuid, model FROM g WHERE model IS NOT NULL
+), before_h AS (
+    SELECT u.hour, u.gpu_uuid, k.model FROM unknown u ASOF JOIN known k ON u.gpu_uuid = k.gpu_uuid AND u.hour >= k.hour
+), after_h AS (
+    SELECT u.hour, u.gpu_uuid, k.model FROM unknown u ASOF JOIN known k ON u.gpu_uuid = k.gpu_uuid AND u.hour <= k.hour
+), prior AS (
+    SELECT gpu_uuid, arg_max(model, hour) AS model
+    FROM gpu_hour
+    WHERE hour < m_start AND model IS NOT NULL AND gpu_uuid IN (SELECT gpu_uuid FROM unknown)
+    GROUP BY gpu_uuid
+)
+SELECT j.hour, j.gpu_uuid, j.cluster, j.node,
+       coalesce(j.model, before_h.model, prior.model, after_h.model) AS model,
+       j.gpu_metered_s, j.metered_s, j.energy_joules, j.has_gpu_row
+FROM j
+LEFT JOIN before_h ON before_h.hour = j.hour AND before_h.gpu_uuid = j.gpu_uuid
+LEFT JOIN after_h ON after_h.hour = j.hour AND after_h.gpu_uuid = j.gpu_uuid
+LEFT JOIN prior ON prior.gpu_uuid = j.gpu_uuid;
+
+-- Priced GPU-hours from cb_hour_t (the caller keeps them in cb_gpu_t): capacity in
+-- micro-seconds and its cost in raw units.
+-- gid: a dense id per GPU; pid: per placement (cluster, node, GPU, model), the unit of
+-- the GPU side of the bill.
+CREATE OR REPLACE TEMP MACRO cb_gpu_calc() AS TABLE
+WITH ids AS (
+    SELECT gpu_uuid, row_number() OVER (ORDER BY gpu_uuid)::BIGINT AS gid
+    FROM (SELECT DISTINCT gpu_uuid FROM cb_hour_t)
+), pids AS (
+    SELECT cluster, node, gpu_uuid, model, row_number() OVER (ORDER BY cluster, node, gpu_uuid, model)::BIGINT AS pid
+    FROM (SELECT DISTINCT cluster, node, gpu_uuid, model FROM cb_hour_t)
+)
+SELECT h.hour, h.cluster, h.node, h.gpu_uuid, h.model, ids.gid, pids.pid, p.price_micro,
+       (epoch_ms(h.hour) // 3600000) * 4194304 + ids.gid AS k,
+       round(h.metered_s * 1e6)::BIGINT AS cap_u,
+       p.price_micro::HUGEINT * round(h.metered_s * 1e6)::BIGINT AS cost_raw,
+       round(greatest(coalesce(h.energy_joules, 0), 0) * 1000)::BIGINT AS energy_mj
+FROM cb_hour_t h
+JOIN ids USING (gpu_uuid)
+JOIN pids ON pids.cluster = h.cluster AND pids.node = h.node AND pids.gpu_uuid = h.gpu_uuid
+         AND pids.model IS NOT DISTINCT FROM h.model
+JOIN cb_price p ON p.cluster = h.cluster AND p.node = h.node AND p.model IS NOT DISTINCT FROM h.model;
 
 -- Every slice-hour priced: shares scaled down where a GPU-hour is oversubscribed.
 -- Shares become integer micro-GPU-seconds first, so totals and the scaling (integer floor
@@ -61,14 +146,12 @@ JOIN cb_price p ON p.cluster = g.cluster AND p.node = g.node AND p.model IS NOT 
 -- GPU-hours are joined on one integer key (hour number x 2^22 + a dense GPU id): string
 -- keys made the big joins several times slower at fleet scale (bench/bench_export.py).
 CREATE OR REPLACE TEMP MACRO cb_calc(m_start, m_end, src_asof, share_kind, basis) AS TABLE
-WITH ids AS (
-    SELECT gpu_uuid, row_number() OVER (ORDER BY gpu_uuid)::BIGINT AS gid
-    FROM (SELECT DISTINCT gpu_uuid FROM cb_gpu_src(m_start, m_end, src_asof))
-), g AS (
-    SELECT (epoch_ms(c.hour) // 3600000) * 4194304 + ids.gid AS k, ids.gid, c.price_micro, c.cap_u, c.energy_mj
-    FROM cb_gpu_calc(m_start, m_end, src_asof) c JOIN ids USING (gpu_uuid)
+WITH g AS (
+    SELECT k, gid, pid, price_micro, cap_u, energy_mj FROM cb_gpu_t
+), ids AS (
+    SELECT DISTINCT gpu_uuid, gid FROM cb_gpu_t
 ), s AS NOT MATERIALIZED (
-    SELECT (epoch_ms(x.hour) // 3600000) * 4194304 + ids.gid AS k, ids.gid,
+    SELECT (epoch_ms(x.hour) // 3600000) * 4194304 + ids.gid AS k,
            x.tenant, x.namespace, x.pod, x.pod_uid, x.container,
            round(greatest(CASE share_kind WHEN 'memory' THEN x.alloc_mem_share_s
                                           WHEN 'cores'  THEN x.alloc_cores_share_s
@@ -84,7 +167,7 @@ WITH ids AS (
 ), gt AS (
     SELECT g.*, tot.a_tot, tot.u_tot, tot.b_tot FROM g JOIN tot USING (k)
 ), scaled AS (
-    SELECT b.gid, b.tenant, b.namespace, b.pod, b.pod_uid, b.container, gt.price_micro, gt.cap_u, gt.energy_mj,
+    SELECT b.k, gt.gid, gt.pid, b.tenant, b.namespace, b.pod, b.pod_uid, b.container, gt.price_micro, gt.cap_u, gt.energy_mj,
            (CASE WHEN gt.a_tot > gt.cap_u THEN (b.a_i::HUGEINT * gt.cap_u) // gt.a_tot ELSE b.a_i END)::BIGINT AS a_u,
            (CASE WHEN gt.u_tot > gt.cap_u THEN (b.u_i::HUGEINT * gt.cap_u) // gt.u_tot ELSE b.u_i END)::BIGINT AS u_u,
            (CASE WHEN gt.b_tot > gt.cap_u THEN (b.b_i::HUGEINT * gt.cap_u) // gt.b_tot ELSE b.b_i END)::BIGINT AS b_u,
@@ -101,66 +184,121 @@ SELECT *,
             ELSE 0 END::BIGINT AS energy_mj_slice
 FROM scaled;
 
--- Per slice and month: the bill's detail lines before the idle policy. A GPU's cluster,
--- node and model come from its GPU-hours (the smallest if it moved; charges are per hour
--- at that hour's price either way).
-CREATE OR REPLACE TEMP MACRO cb_detail(m_start, m_end, src_asof, share_kind, basis) AS TABLE
-WITH d1 AS (
-    -- integer sums per price first; charges (price x share) are multiplied out on the
-    -- aggregated rows, not on every slice-hour
-    SELECT gid, tenant, namespace, pod, pod_uid, container, price_micro,
-           sum(a_u) AS alloc_u, sum(u_u) AS used_u, sum(b_u) AS billed_u, sum(waste_u) AS waste_u,
-           sum(energy_mj_slice) AS energy_mj, count(*) AS slice_hours
-    FROM cb_calc(m_start, m_end, src_asof, share_kind, basis)
-    GROUP BY gid, tenant, namespace, pod, pod_uid, container, price_micro
-), d AS (
-    SELECT gid, tenant, namespace, pod, pod_uid, container, max(price_micro) AS price_micro,
-           sum(alloc_u)::HUGEINT AS alloc_u, sum(used_u)::HUGEINT AS used_u, sum(billed_u)::HUGEINT AS billed_u,
-           sum(price_micro::HUGEINT * billed_u)::HUGEINT AS charge_raw,
-           sum(price_micro::HUGEINT * waste_u)::HUGEINT AS waste_raw,
-           sum(energy_mj)::HUGEINT AS energy_mj, sum(slice_hours)::BIGINT AS slice_hours
-    FROM d1
-    GROUP BY gid, tenant, namespace, pod, pod_uid, container
-), ids AS (
-    SELECT row_number() OVER (ORDER BY gpu_uuid)::BIGINT AS gid, gpu_uuid, cluster, node, model
-    FROM (SELECT gpu_uuid, min(cluster) AS cluster, min(node) AS node, min(model) AS model
-          FROM cb_gpu_src(m_start, m_end, src_asof) GROUP BY gpu_uuid)
+-- Per slice, placement and month: the bill's detail lines before the idle policy.
+-- Reads cb_calc_t, which the caller fills from cb_calc(...) first (once for both sums).
+CREATE OR REPLACE TEMP MACRO cb_detail() AS TABLE
+WITH d AS (
+    -- integer sums first; charges (price x share) are multiplied out on the aggregated
+    -- rows, not on every slice-hour (one price per placement)
+    SELECT pid, tenant, namespace, pod, pod_uid, container, price_micro,
+           sum(a_u)::HUGEINT AS alloc_u, sum(u_u)::HUGEINT AS used_u, sum(b_u)::HUGEINT AS billed_u,
+           sum(waste_u)::HUGEINT AS waste_u, sum(energy_mj_slice)::HUGEINT AS energy_mj, count(*)::BIGINT AS slice_hours
+    FROM cb_calc_t
+    GROUP BY pid, tenant, namespace, pod, pod_uid, container, price_micro
+), pids AS (
+    SELECT DISTINCT pid, cluster, node, gpu_uuid, model FROM cb_gpu_t
 )
 SELECT d.tenant, coalesce(d.namespace, '') AS namespace, coalesce(d.pod, '') AS pod, d.pod_uid, d.container,
-       ids.cluster, ids.node, ids.gpu_uuid, coalesce(ids.model, '') AS model, d.price_micro,
-       d.alloc_u, d.used_u, d.billed_u, d.charge_raw, d.waste_raw, d.energy_mj, d.slice_hours
-FROM d JOIN ids USING (gid);
+       pids.cluster, pids.node, pids.gpu_uuid, coalesce(pids.model, '') AS model, d.price_micro,
+       d.alloc_u, d.used_u, d.billed_u, (d.price_micro::HUGEINT * d.billed_u)::HUGEINT AS charge_raw,
+       (d.price_micro::HUGEINT * d.waste_u)::HUGEINT AS waste_raw, d.energy_mj, d.slice_hours
+FROM d JOIN pids USING (pid);
 
--- Per GPU and month: capacity, cost, what the slices paid, idle (capacity nobody paid for).
--- Reads TEMP TABLE cb_detail_t, which the caller fills from cb_detail(...) first.
-CREATE OR REPLACE TEMP MACRO cb_gpu_agg(m_start, m_end, src_asof) AS TABLE
-WITH g AS (
-    SELECT cluster, node, gpu_uuid, coalesce(model, '') AS model, any_value(price_micro) AS price_micro,
-           sum(cap_u)::HUGEINT AS metered_u, sum(cost_raw)::HUGEINT AS cost_raw, sum(energy_mj)::HUGEINT AS energy_mj,
-           count(*) AS gpu_hours_seen
-    FROM cb_gpu_calc(m_start, m_end, src_asof)
-    GROUP BY ALL
-), c AS (
-    SELECT gpu_uuid, sum(charge_raw)::HUGEINT AS charged_raw, sum(billed_u)::HUGEINT AS billed_u,
-           sum(energy_mj)::HUGEINT AS energy_mj_slices
-    FROM cb_detail_t GROUP BY gpu_uuid
+-- Per GPU-hour: what its slices paid (raw) and their billed micro-seconds (cb_calc_t).
+CREATE OR REPLACE TEMP MACRO cb_hour_charge() AS TABLE
+WITH c AS (
+    SELECT k, sum(price_micro::HUGEINT * b_u)::HUGEINT AS charged_raw, sum(b_u)::HUGEINT AS billed_u,
+           count(*)::BIGINT AS slice_rows
+    FROM cb_calc_t GROUP BY k
 )
-SELECT g.*, coalesce(c.charged_raw, 0)::HUGEINT AS charged_raw,
-       (g.cost_raw - coalesce(c.charged_raw, 0))::HUGEINT AS idle_raw,
-       (g.metered_u - coalesce(c.billed_u, 0))::HUGEINT AS idle_u,
-       greatest(g.energy_mj - coalesce(c.energy_mj_slices, 0), 0)::HUGEINT AS idle_energy_mj
-FROM g LEFT JOIN c USING (gpu_uuid)
-ORDER BY cluster, node, gpu_uuid;
+SELECT g.hour, g.gpu_uuid, c.charged_raw, c.billed_u, c.slice_rows
+FROM c JOIN cb_gpu_t g USING (k);
 
--- Unmetered time: for each GPU known in the month, the seconds of the month without
--- samples (hours with metered_s < 3600 and hours with no row at all).
-CREATE OR REPLACE TEMP MACRO cb_unmetered(m_start, m_end, src_asof) AS TABLE
-SELECT cluster, node, gpu_uuid, coalesce(any_value(model), '') AS model,
-       count(*) AS hours_with_samples,
-       sum(least(metered_s, 3600.0)) / 3600.0 AS metered_hours,
-       epoch(m_end::TIMESTAMP - m_start::TIMESTAMP) / 3600.0 - sum(least(metered_s, 3600.0)) / 3600.0 AS unmetered_hours
-FROM cb_gpu_src(m_start, m_end, src_asof)
-GROUP BY cluster, node, gpu_uuid
+-- Per placement and month: capacity, cost, what the slices paid and idle, each summed
+-- from the GPU-hours (cb_hour_charge_t), independently of the detail lines.
+-- Reads cb_detail_t only for the idle energy.
+CREATE OR REPLACE TEMP MACRO cb_gpu_agg() AS TABLE
+WITH g AS (
+    SELECT g.cluster, g.node, g.gpu_uuid, coalesce(g.model, '') AS model, any_value(g.price_micro) AS price_micro,
+           sum(g.cap_u)::HUGEINT AS metered_u, sum(g.cost_raw)::HUGEINT AS cost_raw,
+           sum(coalesce(c.charged_raw, 0))::HUGEINT AS charged_raw,
+           sum(g.cost_raw - coalesce(c.charged_raw, 0))::HUGEINT AS idle_raw,
+           sum(g.cap_u - coalesce(c.billed_u, 0))::HUGEINT AS idle_u,
+           sum(g.energy_mj)::HUGEINT AS energy_mj, count(*) AS gpu_hours_seen,
+           min(g.hour) AS first_hour, max(g.hour) AS last_hour
+    FROM cb_gpu_t g LEFT JOIN cb_hour_charge_t c ON c.hour = g.hour AND c.gpu_uuid = g.gpu_uuid
+    GROUP BY ALL
+), e AS (
+    SELECT cluster, node, gpu_uuid, model, sum(energy_mj)::HUGEINT AS energy_mj_slices
+    FROM cb_detail_t GROUP BY ALL
+)
+SELECT g.*, greatest(g.energy_mj - coalesce(e.energy_mj_slices, 0), 0)::HUGEINT AS idle_energy_mj
+FROM g LEFT JOIN e USING (cluster, node, gpu_uuid, model)
+ORDER BY cluster, node, gpu_uuid, model;
+
+-- GPU-hours that break the invariant before any money is rounded: slices that paid more
+-- than the hour cost.
+CREATE OR REPLACE TEMP MACRO cb_hour_overpaid() AS TABLE
+SELECT g.gpu_uuid, g.hour, 'slices paid ' || c.charged_raw::VARCHAR || ' raw of a GPU-hour costing '
+       || g.cost_raw::VARCHAR AS problem
+FROM cb_gpu_t g JOIN cb_hour_charge_t c ON c.hour = g.hour AND c.gpu_uuid = g.gpu_uuid
+WHERE c.charged_raw > g.cost_raw OR c.billed_u > g.cap_u
+ORDER BY 1, 2;
+
+-- Slice-hours that found no priced GPU-hour or were not all billed (they would vanish).
+-- The caller runs it only when the counts differ (it reads every slice-hour again).
+CREATE OR REPLACE TEMP MACRO cb_hour_unbilled(m_start, m_end, src_asof) AS TABLE
+SELECT s.gpu_uuid, s.hour,
+       CASE WHEN c.slice_rows IS NULL THEN s.n::VARCHAR || ' slice-hours without a priced GPU-hour'
+            ELSE 'billed ' || c.slice_rows::VARCHAR || ' of ' || s.n::VARCHAR || ' slice-hours' END AS problem
+FROM (SELECT gpu_uuid, hour, count(*) AS n FROM cb_slice_src(m_start, m_end, src_asof) GROUP BY ALL) s
+LEFT JOIN cb_hour_charge_t c ON c.hour = s.hour AND c.gpu_uuid = s.gpu_uuid
+WHERE c.slice_rows IS DISTINCT FROM s.n
+ORDER BY 1, 2;
+
+-- Per GPU and hour of the month, the hours not fully metered by NVML, and why:
+-- "no samples" (nothing saw the GPU), "NVML down" (its slices reported without GPU
+-- samples for some or all of the hour), "partial" (part of the hour had no sample at all).
+-- A GPU is listed from the month's first to its last hour once any sample saw it in the
+-- month; an hour without samples carries the GPU's last placement before it (else the next).
+CREATE OR REPLACE TEMP MACRO cb_unmetered_hours(m_start, m_end) AS TABLE
+WITH gpus AS (SELECT DISTINCT gpu_uuid FROM cb_hour_t),
+hours AS (SELECT unnest(generate_series(m_start::TIMESTAMP, m_end::TIMESTAMP - INTERVAL 1 HOUR, INTERVAL 1 HOUR)) AS hour),
+missing AS (
+    SELECT gpus.gpu_uuid, hours.hour FROM gpus CROSS JOIN hours ANTI JOIN cb_hour_t h USING (gpu_uuid, hour)
+), placed_before AS (
+    SELECT m.gpu_uuid, m.hour, h.cluster, h.node, h.model
+    FROM missing m ASOF LEFT JOIN cb_hour_t h ON m.gpu_uuid = h.gpu_uuid AND m.hour >= h.hour
+), placed AS (
+    SELECT b.gpu_uuid, b.hour, coalesce(b.cluster, a.cluster) AS cluster, coalesce(b.node, a.node) AS node,
+           coalesce(b.model, a.model) AS model
+    FROM placed_before b ASOF LEFT JOIN cb_hour_t a ON b.gpu_uuid = a.gpu_uuid AND b.hour <= a.hour
+)
+SELECT hour, cluster, node, gpu_uuid, coalesce(model, '') AS model, 0.0::DOUBLE AS metered_s,
+       0.0::DOUBLE AS gpu_metered_s, 3600.0::DOUBLE AS unmetered_s, 'no samples' AS reason
+FROM placed
+UNION ALL
+SELECT hour, cluster, node, gpu_uuid, coalesce(model, ''), metered_s, gpu_metered_s, 3600.0 - metered_s,
+       concat_ws(', ', CASE WHEN gpu_metered_s < metered_s THEN 'NVML down' END,
+                       CASE WHEN metered_s < 3600.0 THEN 'partial' END)
+FROM cb_hour_t
+WHERE gpu_metered_s < metered_s OR metered_s < 3600.0
+ORDER BY gpu_uuid, hour;
+
+-- Per GPU and month: hours seen, metered and unmetered hours (cb_hour_t), at the GPU's
+-- latest placement of the month.
+CREATE OR REPLACE TEMP MACRO cb_unmetered(m_start, m_end) AS TABLE
+WITH g AS (
+    SELECT arg_max(cluster, hour) AS cluster, arg_max(node, hour) AS node, gpu_uuid,
+           coalesce(arg_max(model, hour), '') AS model,
+           count(*) AS hours_with_samples,
+           sum(metered_s) / 3600.0 AS metered_hours,
+           sum(metered_s - gpu_metered_s) / 3600.0 AS nvml_down_hours
+    FROM cb_hour_t
+    GROUP BY gpu_uuid
+)
+SELECT *, epoch(m_end::TIMESTAMP - m_start::TIMESTAMP) / 3600.0 - metered_hours AS unmetered_hours
+FROM g
 ORDER BY cluster, node, gpu_uuid;
 
 -- Fingerprint of a month's billing inputs (live when src_asof is NULL, else a frozen
