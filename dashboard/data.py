@@ -228,6 +228,18 @@ def exports(month: str, basis: str, idle: str) -> dict[str, bytes]:
     return _exports(str(path.resolve()), db_version(path), scope(), month, basis, idle)
 
 
+def price_catalog():
+    """The default price catalog (ingest.prices), or None where there is none or it is
+    broken: a page then shows its figures without their cost."""
+    from ingest.prices import load_prices_or_default
+    from slicemeter.cli import ConfigError
+
+    try:
+        return load_prices_or_default(None)
+    except ConfigError:  # a bad catalog costs the money column, not the page
+        return None
+
+
 def carbon_intensity(default: float = 320.0) -> float:
     """gCO2e per kWh from the price catalog's electricity section, else `default`."""
     import yaml

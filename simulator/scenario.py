@@ -539,7 +539,8 @@ def _gpu_patterns(pod: Pod) -> set[str]:
 
 def _living_pods(doc: _Doc, raw: dict, p: str, pod: Pod, cluster: str, load_replica) -> list[Pod]:
     """The pod as given, or as a living one: `lifecycle: sessions` (a notebook that exists
-    only while its user has it open) or `replicas: N` (replica 0 always up, replica k up
+    only while its user has it open, or a slice reserved on a working day and left idle for
+    hours) or `replicas: N` (replica 0 always up, replica k up
     while the service's load is at least k/N of its peak; each replica is its own slice)."""
     lifecycle, replicas = raw.get("lifecycle"), raw.get("replicas")
     if lifecycle is None and replicas is None:
@@ -549,9 +550,10 @@ def _living_pods(doc: _Doc, raw: dict, p: str, pod: Pod, cluster: str, load_repl
     if lifecycle is not None:
         if lifecycle != "sessions":
             raise doc.error(f"{p}.lifecycle", f"unknown lifecycle {lifecycle!r} (known: sessions)")
-        if _gpu_patterns(pod) != {"bursty-notebook"}:
-            raise doc.error(f"{p}.lifecycle", "sessions follow a notebook's schedule: the pod's GPU containers "
-                                              "need the bursty-notebook pattern")
+        if _gpu_patterns(pod) not in ({"bursty-notebook"}, {"idle-reservation"}):
+            raise doc.error(f"{p}.lifecycle", "sessions follow a notebook's schedule or an idle reservation's "
+                                              "working-day habit: the pod's GPU containers need the "
+                                              "bursty-notebook or the idle-reservation pattern")
         return [replace(pod, batch=True, lifecycle="sessions")]
     n = _get(doc, raw, p, "replicas", int)
     if not 2 <= n <= MAX_REPLICAS:

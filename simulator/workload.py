@@ -85,6 +85,7 @@ class ContainerArrays:
     """
 
     key: np.ndarray
+    sched: np.ndarray         # the pod's key: its containers share one schedule
     pattern: np.ndarray
     level: np.ndarray
     memory: np.ndarray
@@ -134,7 +135,7 @@ def container_arrays(containers: list[Container], seed: int) -> ContainerArrays:
     batch_off = (np.floor(u01(sched[bt][:, None], idx[None, :], 5) * (slots_free[:, None] + 1)) * SLOT_S)
     row = lambda a: a[None, :]  # noqa: E731
     return ContainerArrays(
-        key=row(key), pattern=row(pattern), level=row(param("level")), memory=row(param("memory")),
+        key=row(key), sched=row(sched), pattern=row(pattern), level=row(param("level")), memory=row(param("memory")),
         base=row(param("base")), peak=row(param("peak")), jobs=row(jobs), part_s=row(part), dur_s=row(dur),
         groups=groups, nb_active=nb_active, nb_back=nb_back, batch_off=batch_off.astype(np.int64),
     )
@@ -240,12 +241,47 @@ def expected_util(ca: ContainerArrays, t_s: np.ndarray) -> np.ndarray:
 class Lifecycle:
     """Containers whose pod comes and goes (simulator.scenario._living_pods)."""
 
-    session_cols: np.ndarray   # container columns of notebook pods that live for a session
-    session_rows: np.ndarray   # their rows in the notebook schedule (ContainerArrays.nb_active)
-    nb_since: np.ndarray       # (notebooks, NB_WEEK_BLOCKS) session blocks before this one
+    session_cols: np.ndarray   # container columns of pods that live for a session
+    sess_active: np.ndarray    # (sessions, NB_WEEK_BLOCKS) the pod exists in this half-hour block
+    sess_since: np.ndarray     # (sessions, NB_WEEK_BLOCKS) blocks of its session before this one
     replica_cols: np.ndarray   # container columns of a deployment's extra replicas
     replica_frac: np.ndarray   # (1, R) replica k of N is up while load >= k/N of the peak
     replica_k: np.ndarray      # (1, R) k
+
+
+# A slice reserved and left idle: opened on most working days in the morning, held for hours.
+RES_DAY_PROB = 0.8
+RES_OPEN_BLOCKS = (16, 8)        # opened 08:00 + up to 8 half-hours
+RES_HELD_BLOCKS = (4, 17)        # held 2 h + up to 16 half-hours (at most 10 h, same day)
+
+
+def reservation_sessions(key: np.ndarray) -> np.ndarray:
+    """(len(key), NB_WEEK_BLOCKS) blocks in which each idle reservation's pod exists: a weekly
+    habit by pod key (at least one session a week), so its power stays week-periodic."""
+    days = np.arange(5)
+    u = u01(key[:, None], days[None, :], 11)
+    opened = (u < RES_DAY_PROB) | (u == u.min(axis=1, keepdims=True))
+    start = RES_OPEN_BLOCKS[0] + np.floor(u01(key[:, None], days[None, :], 12) * RES_OPEN_BLOCKS[1]).astype(np.int64)
+    held = RES_HELD_BLOCKS[0] + np.floor(u01(key[:, None], days[None, :], 13) * RES_HELD_BLOCKS[1]).astype(np.int64)
+    block_of_day = np.arange(NB_WEEK_BLOCKS) % (86400 // NB_BLOCK_S)
+    day = np.arange(NB_WEEK_BLOCKS) // (86400 // NB_BLOCK_S)
+    out = np.zeros((len(key), NB_WEEK_BLOCKS), dtype=bool)
+    for d in days:
+        on = (day == d)[None, :] & (block_of_day[None, :] >= start[:, d:d + 1]) \
+            & (block_of_day[None, :] < (start + held)[:, d:d + 1])
+        out |= on & opened[:, d:d + 1]
+    return out
+
+
+def _blocks_since(active: np.ndarray) -> np.ndarray:
+    """Consecutive active blocks before each block, cyclic over the week (two passes)."""
+    since = np.zeros(active.shape, dtype=np.int64)
+    run = np.zeros(active.shape[0], dtype=np.int64)
+    for _ in range(2):
+        for b in range(NB_WEEK_BLOCKS):
+            run = np.where(active[:, b], run + 1, 0)
+            since[:, b] = np.maximum(run - 1, 0)
+    return np.minimum(since, NB_WEEK_BLOCKS - 1)
 
 
 def lifecycle_arrays(ca: ContainerArrays, pods: list[Pod]) -> Lifecycle | None:
@@ -254,20 +290,16 @@ def lifecycle_arrays(ca: ContainerArrays, pods: list[Pod]) -> Lifecycle | None:
     replicas = np.array([i for i, p in enumerate(pods) if p.lifecycle == "replica"], dtype=np.int64)
     if not len(sessions) and not len(replicas):
         return None
+    # a notebook lives while its user has it open; an idle reservation by its own habit
     notebooks = ca.groups.get(2, np.zeros(0, np.int64))
-    rows = np.searchsorted(notebooks, sessions)
-    # consecutive session blocks before each block, cyclic over the week (two passes)
-    since = np.zeros(ca.nb_active.shape, dtype=np.int64)
-    run = np.zeros(ca.nb_active.shape[0], dtype=np.int64)
-    for _ in range(2):
-        for b in range(NB_WEEK_BLOCKS):
-            run = np.where(ca.nb_active[:, b], run + 1, 0)
-            since[:, b] = np.maximum(run - 1, 0)
-    since = np.minimum(since, NB_WEEK_BLOCKS - 1)
+    is_nb = ca.pattern[0, sessions] == PATTERN_IDS["bursty-notebook"]
+    active = np.zeros((len(sessions), NB_WEEK_BLOCKS), dtype=bool)
+    active[is_nb] = ca.nb_active[np.searchsorted(notebooks, sessions[is_nb])]
+    active[~is_nb] = reservation_sessions(ca.sched[0, sessions[~is_nb]])
     k = np.array([pods[i].replica[0] for i in replicas], dtype=np.int64)
     n = np.array([pods[i].replica[1] for i in replicas], dtype=np.int64)
-    return Lifecycle(session_cols=sessions, session_rows=rows, nb_since=since, replica_cols=replicas,
-                     replica_frac=(k / np.maximum(n, 1))[None, :], replica_k=k[None, :])
+    return Lifecycle(session_cols=sessions, sess_active=active, sess_since=_blocks_since(active),
+                     replica_cols=replicas, replica_frac=(k / np.maximum(n, 1))[None, :], replica_k=k[None, :])
 
 
 def _replica_up(ca: ContainerArrays, tsec: np.ndarray) -> np.ndarray:
@@ -283,10 +315,10 @@ def _apply_lifecycle(ca: ContainerArrays, tsec: np.ndarray, present: np.ndarray,
     life = ca.life
     alive_cols = []
     if len(life.session_cols):
-        active, _, abs_block = _notebook_blocks(ca, tsec)
-        rows = life.session_rows
-        alive = active[:, rows]
-        opened = abs_block - life.nb_since[rows[None, :], abs_block % NB_WEEK_BLOCKS]
+        abs_block = (tsec - ORIGIN_S) // NB_BLOCK_S
+        rows = np.arange(len(life.session_cols))[None, :]
+        alive = life.sess_active[rows, abs_block % NB_WEEK_BLOCKS]
+        opened = abs_block - life.sess_since[rows, abs_block % NB_WEEK_BLOCKS]
         day_blocks = 86400 // NB_BLOCK_S
         run[:, life.session_cols] = np.where(alive, (opened // day_blocks) * 64 + opened % day_blocks, 0)
         alive_cols.append((life.session_cols, alive))

@@ -3,11 +3,13 @@ of sql/queries/, on a real DuckDB file (tests/fleet_fixture.py)."""
 from __future__ import annotations
 
 import importlib.util
+import shutil
 from decimal import Decimal
 from pathlib import Path
 
 import duckdb
 import pytest
+import yaml
 from streamlit.testing.v1 import AppTest
 
 from dashboard import fmt
@@ -230,6 +232,34 @@ def test_waste_figures_equal_independent_sql(fleet_db, raw, monkeypatch):
     assert metric(at, "Energy") == f"{kwh:,.1f} kWh"
     at.number_input(key="carbon").set_value(500.0).run()
     assert metric(at, "Emissions") == f"{kwh * 500 / 1000:,.1f} kgCO2e"
+
+
+def with_short_lived_pods(fleet_db: Path, path: Path) -> Path:
+    """The fleet plus two pods that lived six hours on 10 November: a slice reserved and left
+    idle (a copy of jupyter-alice's idle slice) and a busy one (a copy of embed-0's)."""
+    shutil.copy(fleet_db, path)
+    con = duckdb.connect(str(path))
+    for source, pod in (("jupyter-alice", "scratch-20261110-18"), ("embed-0", "probe-20261110-18")):
+        con.execute("""INSERT INTO slice_hour SELECT * REPLACE (? AS pod, ? AS pod_uid) FROM slice_hour
+                       WHERE pod = ? AND hour >= TIMESTAMP '2026-11-10 09:00' AND hour < TIMESTAMP '2026-11-10 15:00'""",
+                    [pod, f"uid-{pod}", source])
+    con.close()
+    return path
+
+
+def test_waste_lists_short_lived_idle_reservations_with_their_cost(fleet_db, monkeypatch, tmp_path):
+    at = app(with_short_lived_pods(fleet_db, tmp_path / "short.duckdb"), monkeypatch, "waste")
+    short = next(f for f in table_by_title(at, "lived_h"))
+    # the idle six hours are listed; the busy six hours and the month-long reservations are not
+    assert list(short["pod"]) == ["scratch-20261110-18"]
+    row = short.iloc[0]
+    assert (row["reserved_h"], row["idle_h"]) == (6.0, 6.0) and row["lived_h"] < 24
+    assert row["allocated_gpu_h"] == pytest.approx(6 * 0.25)
+    a100 = Decimal(yaml.safe_load((Path(APP).parent.parent / "examples" / "prices.yaml").read_text())
+                   ["gpu_hour"]["NVIDIA A100-SXM4-80GB"])
+    assert row["cost"] == fmt.money(a100 * 6 * Decimal("0.25"))
+    assert metric(at, "Short-lived idle reservations") == "1"
+    assert metric(at, "Their cost") == fmt.money(a100 * 6 * Decimal("0.25"))
 
 
 def test_exports_page_serves_the_cli_files(fleet_db, monkeypatch):

@@ -171,6 +171,21 @@ def months_in(snapshot: Path) -> dict[str, int]:
         con.close()
 
 
+def short_lived_reservations(snapshot: Path, month: str) -> set[str]:
+    """Pods the Waste page lists as short-lived idle reservations in `month` (its own query
+    and thresholds: lived under 24 h, idle at least half the time)."""
+    from dashboard import fmt
+    from ingest.store import connect, sql_text
+
+    start, end = fmt.month_bounds(month)
+    con = connect(snapshot, read_only=True)
+    try:
+        return set(con.execute(sql_text("queries/dash_short_reservations.sql"), {
+            "start": start, "end": end, "max_life_s": 24 * 3600, "min_idle_share": 0.5}).df()["pod"])
+    finally:
+        con.close()
+
+
 def dashboard_month(url: str) -> str:
     """The month the dashboard opens on, read in Debian's chromium, and its reason."""
     from playwright.sync_api import sync_playwright
@@ -236,6 +251,11 @@ def test_demo_on_the_first_of_a_month(tmp_path):
         assert "(opens on 2026-11: the latest month with at least 3 days of data" in out
         months = months_in(tmp_path / "var" / "snapshot.duckdb")
         assert months["2026-11"] >= 29 and months["2026-12"] == 1
+        short = short_lived_reservations(tmp_path / "var" / "snapshot.duckdb", "2026-11")
+        # the demo's reservations opened on working mornings and left idle, one pod per day
+        for base in ("scratch-reserved", "debug-reserved"):
+            assert len({p for p in short if p.startswith(base + "-")}) >= 10, (base, short)
+        assert not short - {p for p in short if p.startswith(("scratch-reserved-", "debug-reserved-"))}
         invoice = (tmp_path / "out" / "invoice-2026-11.csv").read_text().splitlines()
         assert len(invoice) > 1                         # rows, not just the header
         for name in ("focus-2026-11.csv", "unmetered-2026-11.csv"):

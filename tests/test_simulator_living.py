@@ -102,3 +102,35 @@ def test_living_mistakes_name_the_key(change, key):
     with pytest.raises(ScenarioError) as exc:
         parse_scenario(text, "s.yaml")
     assert key in str(exc.value)
+
+
+RESERVED = SCENARIO + """\
+      - name: debug-reserved
+        namespace: ml
+        lifecycle: sessions
+        containers:
+          - {name: shell, resources: {nvidia.com/gpumem: 16384, nvidia.com/gpucores: 20}, workload: idle-reservation}
+"""
+
+
+def reservation_lives(seed: int = 0) -> dict[str, list[int]]:
+    lives: dict[str, list[int]] = {}
+    for _, _, s in generate(parse_scenario(scenario(text=RESERVED)), MON, MON + 7 * 24 * HOUR, interval_s=300, seed=seed):
+        for r in s.select(["ts_ms", "pod", "sm_util_ratio", "last_kernel_age_s", "nvml_memory_used_bytes"]).to_pylist():
+            if r["pod"].startswith("debug-reserved"):
+                assert not r["sm_util_ratio"] and r["last_kernel_age_s"] is None and r["nvml_memory_used_bytes"] > 0
+                lives.setdefault(r["pod"], []).append(r["ts_ms"])
+    return lives
+
+
+def test_an_idle_reservation_comes_and_goes_on_working_days():
+    lives = reservation_lives()
+    assert 1 <= len(lives) <= 5 and "debug-reserved" not in lives   # one a working day at most, never standing
+    for name, ts in lives.items():
+        assert max(ts) - min(ts) == 300_000 * (len(ts) - 1), name   # one unbroken life per pod
+        opened = dt.datetime.fromtimestamp(min(ts) / 1000, dt.timezone.utc)
+        assert name == f"debug-reserved-{opened:%Y%m%d}-{opened.hour * 2 + opened.minute // 30}"
+        assert opened.weekday() < 5 and 8 <= opened.hour < 12
+        assert 2 * HOUR <= max(ts) - min(ts) + 300_000 <= 10 * HOUR   # hours, never a day
+    assert lives == reservation_lives()                     # same seed, same reservations
+    assert lives != reservation_lives(seed=1)

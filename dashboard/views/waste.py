@@ -5,8 +5,20 @@ import altair as alt
 import streamlit as st
 
 from dashboard import common, data, fmt, money
+from slicemeter.cli import ConfigError
 
-common.header("Waste", "Paid for, not used: allocated minus used GPU-hours; idle reservations; energy")
+
+def reservation_cost(catalog, row) -> Decimal | None:
+    """The reservation's allocated share at its GPU's catalog price; None where unpriced."""
+    if catalog is None:
+        return None
+    try:
+        return money.share_cost(catalog.price(row.model, row.node, row.cluster), row.alloc_ms)
+    except ConfigError:  # a GPU without a price shows no cost; the row stays
+        return None
+
+
+common.header("Waste", "Paid for, not used: allocated minus used GPU-hours; idle reservations, standing and short-lived; energy")
 b = common.bounds()
 
 st.subheader("Slices paying for the most unused capacity")
@@ -48,6 +60,30 @@ else:
                                 "never_ran_kernel": st.column_config.CheckboxColumn("never ran a kernel"),
                                 "idle_h": st.column_config.NumberColumn("no kernel for", format="%.1f h"),
                                 "reserved_h": st.column_config.NumberColumn("held this month", format="%.1f h"),
+                                "allocated_gpu_h": common.gpu_h_col("allocated")})
+
+st.subheader("Short-lived idle reservations")
+MAX_LIFE_H, MIN_IDLE_SHARE = 24, 0.5
+short = data.query("dash_short_reservations", max_life_s=MAX_LIFE_H * 3600, min_idle_share=MIN_IDLE_SHARE, **b)
+if short.empty:
+    st.success(f"No pod that lived under {MAX_LIFE_H} h held a slice mostly idle in {common.month()}.")
+else:
+    catalog = data.price_catalog()
+    cur = catalog.currency if catalog else "USD"
+    short["cost"] = [reservation_cost(catalog, r) for r in short.itertuples()]
+    known = [c for c in short["cost"] if c is not None]
+    s1, s2 = st.columns(2)
+    s1.metric("Short-lived idle reservations", f"{len(short)}",
+              help=f"pods that lived under {MAX_LIFE_H} h and ran no kernel in at least "
+                   f"{MIN_IDLE_SHARE:.0%} of their metered hours")
+    s2.metric("Their cost", fmt.money(sum(known, Decimal(0)), cur) if known else "–",
+              help="allocated GPU-hours at the catalog's price of the GPU")
+    short["cost"] = [fmt.money(c, cur) for c in short["cost"]]
+    st.dataframe(short.drop(columns=["cluster", "alloc_ms"]), hide_index=True, width="stretch",
+                 column_config={"opened_hour": st.column_config.DatetimeColumn("opened", format="YYYY-MM-DD HH:00"),
+                                "lived_h": st.column_config.NumberColumn("lived", format="%.1f h"),
+                                "reserved_h": st.column_config.NumberColumn("hours reserved", format="%.1f h"),
+                                "idle_h": st.column_config.NumberColumn("hours idle", format="%.1f h"),
                                 "allocated_gpu_h": common.gpu_h_col("allocated")})
 
 st.subheader("Energy and emissions by tenant")
