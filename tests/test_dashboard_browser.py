@@ -25,6 +25,17 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync"]
 
 
+@contextlib.contextmanager
+def chromium():
+    """Debian's chromium, headless, with the flags a closed network needs; closed on exit."""
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
 def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -92,26 +103,22 @@ def test_dashboard_in_headless_chromium(served, artifacts_dir):
     con = duckdb.connect(str(db), read_only=True)
     util = con.execute("SELECT sum(sm_util_s) / sum(metered_s) FROM gpu_hour").fetchone()[0]
     con.close()
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1440, "height": 1500})
-            page.goto(url)
-            page.wait_for_selector("text=Fleet utilization", timeout=60_000)
-            page.wait_for_selector("[data-testid=stTable] td", timeout=60_000)
-            page.wait_for_selector("canvas, svg.marks", timeout=60_000)   # a Vega chart drew
-            body = page.inner_text("body")
-            assert fmt.pct(util) in body
-            for tenant, display_name, *_ in TENANTS:
-                assert tenant in body and display_name in body
-            page.screenshot(path=str(artifacts_dir / "dashboard-fleet.png"), full_page=True)
-            for name, marker in (("tenants", "GPU-hours by tenant"), ("waste", "Idle reservations")):
-                page.goto(url + name)
-                page.wait_for_selector(f"text={marker}", timeout=60_000)
-                page.wait_for_selector("canvas, svg.marks", timeout=60_000)
-                page.screenshot(path=str(artifacts_dir / f"dashboard-{name}.png"), full_page=True)
-            click_through_heatmap(page, url)
-            page.screenshot(path=str(artifacts_dir / "dashboard-gpus.png"), full_page=True)
-        finally:
-            browser.close()
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1440, "height": 1500})
+        page.goto(url)
+        page.wait_for_selector("text=Fleet utilization", timeout=60_000)
+        page.wait_for_selector("[data-testid=stTable] td", timeout=60_000)
+        page.wait_for_selector("canvas, svg.marks", timeout=60_000)   # a Vega chart drew
+        body = page.inner_text("body")
+        assert fmt.pct(util) in body
+        for tenant, display_name, *_ in TENANTS:
+            assert tenant in body and display_name in body
+        page.screenshot(path=str(artifacts_dir / "dashboard-fleet.png"), full_page=True)
+        for name, marker in (("tenants", "GPU-hours by tenant"), ("waste", "Idle reservations")):
+            page.goto(url + name)
+            page.wait_for_selector(f"text={marker}", timeout=60_000)
+            page.wait_for_selector("canvas, svg.marks", timeout=60_000)
+            page.screenshot(path=str(artifacts_dir / f"dashboard-{name}.png"), full_page=True)
+        click_through_heatmap(page, url)
+        page.screenshot(path=str(artifacts_dir / "dashboard-gpus.png"), full_page=True)
     assert (artifacts_dir / "dashboard-fleet.png").stat().st_size > 10_000

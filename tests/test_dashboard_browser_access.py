@@ -13,13 +13,12 @@ from decimal import Decimal
 
 import pyarrow.parquet as pq
 import pytest
-from playwright.sync_api import sync_playwright
 
 from dashboard import fmt
 from fleet_fixture import NODES, SLICES, TENANTS, build_fleet_db
 from ingest.chargeback import compute_bill
 from ingest.store import connect
-from test_dashboard_browser import ARGS, CHROMIUM, serve_dashboard
+from test_dashboard_browser import chromium, serve_dashboard
 
 pytestmark = pytest.mark.browser
 MONTH = "2026-11"
@@ -44,12 +43,8 @@ def fleet_db(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+    with chromium() as b:
+        yield b
 
 
 def seen(text: str) -> list[str]:

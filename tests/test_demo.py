@@ -188,19 +188,13 @@ def short_lived_reservations(snapshot: Path, month: str) -> set[str]:
 
 def dashboard_month(url: str) -> str:
     """The month the dashboard opens on, read in Debian's chromium, and its reason."""
-    from playwright.sync_api import sync_playwright
+    from test_dashboard_browser import chromium
 
-    from test_dashboard_browser import ARGS, CHROMIUM
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1440, "height": 1200})
-            page.goto(url)
-            page.wait_for_selector("text=Users on the same hardware", timeout=90_000)
-            return page.wait_for_selector("text=Opened on", timeout=30_000).inner_text()
-        finally:
-            browser.close()
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1440, "height": 1200})
+        page.goto(url)
+        page.wait_for_selector("text=Users on the same hardware", timeout=90_000)
+        return page.wait_for_selector("text=Opened on", timeout=30_000).inner_text()
 
 
 def start_demo(tmp_path: Path, now: str, port: int, exporter_port: int, *extra: str) -> subprocess.Popen:
