@@ -12,7 +12,9 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	# the editable install maps the slicemeter.* namespace onto the top folders through an import
+	# hook, and setuptools warns on every install that local folders could shadow it: they are it
+	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/python -m pip install -q -e '.[dev]'
 	touch $@
 
 # Debian packages the tests drive for real: Prometheus (server and promtool) and Chromium.

@@ -11,17 +11,15 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
 
-from streamlit.testing.v1 import AppTest  # noqa: E402
+from streamlit.testing.v1 import AppTest
 
-from fleet_fixture import build_fleet_db  # noqa: E402
+from slicemeter.testkit.fleet_fixture import build_fleet_db
 
 PAGES = ["fleet", "tenants", "gpus", "waste", "exports", "right_sizing"]
 

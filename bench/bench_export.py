@@ -1,6 +1,6 @@
 """Benchmark: monthly export (chargeback + invoice CSV + Parquet detail + FOCUS CSV/Parquet).
 
-Two months of hourly rollups are generated straight into DuckDB (ingest/chargeback_synth.py):
+Two months of hourly rollups are generated straight into DuckDB (testkit/synth_month.py):
 the demo fleet's size (10 GPUs, 2-3 slices each) and a large fleet (8,000 GPUs, ~20,000
 slices, ~5.6 M GPU-hours and ~12.6 M slice-hours). Targets: <= 2 s and <= 30 s per export.
 Reference measured in the same run: one plain DuckDB aggregate over the same slice_hour rows
@@ -19,12 +19,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
-from ingest.chargeback import compute_bill  # noqa: E402
-from ingest.chargeback_synth import synthesize_month  # noqa: E402
-from ingest.exports import write_exports  # noqa: E402
-from ingest.store import connect  # noqa: E402
+from slicemeter.chargeback.bill import compute_bill
+from slicemeter.testkit.synth_month import synthesize_month
+from slicemeter.chargeback.exports import write_exports
+from slicemeter.store import connect
 
 MONTH = "2026-11"
 

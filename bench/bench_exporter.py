@@ -19,19 +19,18 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from exporter.collector import ExporterCollector, ExporterStats  # noqa: E402
-from exporter.exposition import render  # noqa: E402
-from exporter.hami import discover  # noqa: E402
-from exporter.hami_metrics import HAMI_METRICS_MODES  # noqa: E402
-from exporter.nvml import NvmlReader  # noqa: E402
-from exporter.pods import PodCache  # noqa: E402
-from exporter.publisher import Spool  # noqa: E402
-from exporter.tick_builder import TickBuilder  # noqa: E402
-from simulator.node import SimulatedNode  # noqa: E402
-from simulator.scenario import load_scenario  # noqa: E402
-from slicemeter.tick import encode_ticks  # noqa: E402
+from slicemeter.exporter.collector import ExporterCollector, ExporterStats
+from slicemeter.exporter.exposition import render
+from slicemeter.exporter.hami import discover
+from slicemeter.exporter.hami_metrics import HAMI_METRICS_MODES
+from slicemeter.exporter.nvml import NvmlReader
+from slicemeter.exporter.pods import PodCache
+from slicemeter.exporter.publisher import Spool
+from slicemeter.exporter.tick_builder import TickBuilder
+from slicemeter.simulator.node import SimulatedNode
+from slicemeter.simulator.scenario import load_scenario
+from slicemeter.tick import encode_ticks
 
 PATTERNS = ["steady-training", "diurnal-inference", "bursty-notebook", "idle-reservation"]
 
@@ -136,7 +135,7 @@ def main() -> int:
 
 def _host_proc(root: Path, hami_dir: str, pods: PodCache) -> str:
     """<pid>/cgroup (cgroup v2, systemd driver, containerd) for every host pid in the regions."""
-    from exporter.hami import Region, read_region_file
+    from slicemeter.exporter.hami import Region, read_region_file
 
     files, _ = discover(hami_dir)
     for f in files:
@@ -151,7 +150,7 @@ def _host_proc(root: Path, hami_dir: str, pods: PodCache) -> str:
 
 
 def _bytes_read(builder: TickBuilder, files) -> int:
-    from exporter.hami import Region, read_region_file
+    from slicemeter.exporter.hami import Region, read_region_file
 
     n = 0
     for f in files:

@@ -25,16 +25,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO))
 
-
-from ingest import store  # noqa: E402
-from ingest.consumer import IngestConfig  # noqa: E402
-from ingest.writer import ROW_GROUP_ROWS, configure_writes  # noqa: E402
-from ingest_helpers import SLICEMETER, TOPIC, create_topic, produce_chunks  # noqa: E402
-from slicemeter.broker import TansuBroker  # noqa: E402
-from synth_ticks import fleet, messages, recent_start_ms  # noqa: E402
+from slicemeter.testkit.ingest_helpers import SLICEMETER, TOPIC, create_topic, produce_chunks
+from slicemeter.broker import TansuBroker
+from slicemeter.testkit.ingest_reference import print_references
+from slicemeter.testkit.synth_ticks import fleet, messages, recent_start_ms
 
 
 def run_ingest(bootstrap: str, db: Path, extra: list[str]) -> tuple[int, float, int, float, int]:
@@ -52,66 +47,6 @@ def run_ingest(bootstrap: str, db: Path, extra: list[str]) -> tuple[int, float, 
     m = re.search(r"samples=(\d+) active_seconds=([\d.]+)", err)
     reread = err.count("read again one by one")  # rejected batches, e.g. out of DuckDB memory
     return int(m.group(1)), float(m.group(2)), usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime, reread
-
-
-def _stored_rows(db: Path) -> tuple:
-    """The (GPU rows, slice rows) an ingest stored, as Arrow tables (slice rows: whole row
-    groups and held-back rows)."""
-    with store.connect(db, read_only=True) as src:
-        return (src.sql("SELECT * FROM raw_gpu_rows").to_arrow_table(),
-                src.sql("SELECT * FROM raw_slice_stored").to_arrow_table())
-
-
-def _timed_inserts(scratch: Path, batches: list, ingest_settings: bool) -> tuple[int, float, float]:
-    """(rows, seconds, CPU seconds of this process, every thread's) to insert each
-    (GPU rows, slice rows) pair of `batches` in a transaction of its own into a fresh file,
-    timed to the last COMMIT."""
-    con = store.connect(scratch)
-    if ingest_settings:
-        configure_writes(con, IngestConfig(bootstrap="", db=scratch).duckdb_memory)
-    t, cpu = time.perf_counter(), time.process_time()
-    for batch_gpu, batch_slice in batches:
-        con.execute("BEGIN TRANSACTION")
-        con.execute("INSERT INTO raw_gpu_rows SELECT * FROM batch_gpu")
-        con.execute("INSERT INTO raw_slice_rows SELECT * FROM batch_slice")
-        con.execute("COMMIT")
-    seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
-    con.close()
-    return sum(g.num_rows + s.num_rows for g, s in batches), seconds, cpu
-
-
-def reference_insert(stored: tuple, scratch: Path) -> tuple[int, float, float]:
-    """DuckDB inserting the `stored` rows (`_stored_rows`) from Arrow into a fresh file, in
-    one transaction with DuckDB's default settings: (rows, seconds, CPU seconds)."""
-    return _timed_inserts(scratch, [stored], ingest_settings=False)
-
-
-def reference_insert_in_batches(stored: tuple, scratch: Path, batch_samples: int) -> tuple[int, float, float]:
-    """Context for the ratio, not the issue's reference: DuckDB inserting the `stored` rows
-    under the ingest's own constraints, i.e. one transaction per batch of about
-    `batch_samples` samples (its slice rows in whole row groups, like the ingest's) and the
-    ingest's DuckDB settings (memory limit, checkpoint threshold). (rows, seconds, CPU s)"""
-    gpu, sl = (t.combine_chunks() for t in stored)   # contiguous, as the ingest's batches are
-    share = sl.num_rows / max(1, gpu.num_rows + sl.num_rows)
-    slice_step = max(1, round(batch_samples * share / ROW_GROUP_ROWS)) * ROW_GROUP_ROWS
-    n = max(1, -(-sl.num_rows // slice_step))
-    gpu_step = -(-gpu.num_rows // n)
-    batches = [(gpu.slice(i * gpu_step, gpu_step), sl.slice(i * slice_step, slice_step)) for i in range(n)]
-    return _timed_inserts(scratch, batches, ingest_settings=True)
-
-
-def print_references(db: Path, tmp: Path, rate: float, batch_samples: int, what: str = "ingest") -> None:
-    """The issue's reference and ratio, then the in-batches one as context; the stored rows
-    are read from `db` once for both."""
-    stored = _stored_rows(db)
-    rows, seconds, cpu = reference_insert(stored, tmp / "reference.duckdb")
-    print(f"reference: DuckDB Arrow insert of the same {rows:,} stored rows: {rows / seconds:,.0f} rows/s, "
-          f"{cpu / rows * 1e6:.2f} us CPU per row")
-    print(f"ratio {what}/reference: {rate / (rows / seconds):.2f} (goal >= 0.5)")
-    rows, seconds, cpu = reference_insert_in_batches(stored, tmp / "reference_batches.duckdb", batch_samples)
-    print(f"context: the same rows in the ingest's batch transactions and DuckDB settings: "
-          f"{rows / seconds:,.0f} rows/s, {cpu / rows * 1e6:.2f} us CPU per row; {what} at "
-          f"{rate / (rows / seconds):.2f} of it")
 
 
 def main() -> int:

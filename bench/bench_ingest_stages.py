@@ -31,21 +31,17 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO / "bench"))
-sys.path.insert(0, str(REPO))
 
-from bench_ingest import print_references  # noqa: E402
-from ingest import store  # noqa: E402
-from ingest.consumer import IngestConfig  # noqa: E402
-from ingest.strings import StringIds  # noqa: E402
-from ingest.writer import (Batch, InventoryCache, configure_writes, held_after, held_slice_table,  # noqa: E402
+from slicemeter.testkit.ingest_reference import print_references
+from slicemeter import store
+from slicemeter.ingest.consumer import IngestConfig
+from slicemeter.ingest.strings import StringIds
+from slicemeter.ingest.writer import (Batch, InventoryCache, configure_writes, held_after, held_slice_table,
                            prepare, write_prepared)
-from ingest_helpers import TOPIC, create_topic, produce_chunks  # noqa: E402
-from slicemeter.broker import TansuBroker  # noqa: E402
-from slicemeter.tick import decode, encode_tables  # noqa: E402
-from synth_ticks import fleet, messages, recent_start_ms  # noqa: E402
+from slicemeter.testkit.ingest_helpers import TOPIC, create_topic, produce_chunks
+from slicemeter.broker import TansuBroker
+from slicemeter.tick import decode, encode_tables
+from slicemeter.testkit.synth_ticks import fleet, messages, recent_start_ms
 
 
 def cpu_s() -> float:

@@ -4,7 +4,7 @@
     python bench/bench_reader_refresh.py --scales 1 10 30     # where the disk is short
 
 The demo month is 12 GPUs with 20 slices sampled every 10 s for 30 days (~8.3 M raw
-samples), generated with DuckDB SQL (sql/queries/reader_bench_month.sql) and rolled up
+samples), generated with DuckDB SQL (sql/testkit/reader_month.sql) and rolled up
 into gpu_hour / slice_hour by the ingest's own rollup macros and fold. Scale k holds k
 times those raw samples (older copies of the month, as a k-times longer raw retention
 would) and the same rollups.
@@ -13,7 +13,7 @@ For each scale it prints:
 
 - old: the whole-file copy readers used to get (CHECKPOINT, copy the file, fsync, rename),
   all of it on the ingest thread: ingest stops for it;
-- new: ingest.snapshot.ReaderFile: the time on the ingest thread (pinning a read
+- new: slicemeter.store.reader_file.ReaderFile: the time on the ingest thread (pinning a read
   transaction) and the copy of the reader-facing tables that runs beside ingest, up to the
   rename (median of --repeat runs);
 - the file sizes and the ratios old / new.
@@ -31,12 +31,10 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
-from ingest import store  # noqa: E402
-from ingest.snapshot import ReaderFile  # noqa: E402
-from ingest.sql_script import execute_script  # noqa: E402
+from slicemeter import store
+from slicemeter.store.reader_file import ReaderFile
+from slicemeter.store.script import execute_script
 
 START_MS = 1_793_491_200_000   # 2026-11-01 00:00 UTC
 DEMO = {"gpus": 12, "slices": 20, "interval_ms": 10_000, "days": 30}
@@ -80,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         db, old_dest, new_dest = tmp / "live.duckdb", tmp / "old-snapshot.duckdb", tmp / "reader.duckdb"
         con = store.connect(db)
         started = time.perf_counter()
-        execute_script(con, "queries/reader_bench_month.sql", {**DEMO, "start_ms": START_MS})
+        execute_script(con, "testkit/reader_month.sql", {**DEMO, "start_ms": START_MS})
         store.fold_pending_rollups(con)
         con.execute("CHECKPOINT")
         month = raw_samples(con)
@@ -92,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         copies = 1
         for k in scales:
             while copies < k:
-                execute_script(con, "queries/reader_bench_older_raw.sql",
+                execute_script(con, "testkit/reader_older_raw.sql",
                                {"copy": copies, "days": DEMO["days"], "start_ms": START_MS})
                 copies += 1
             con.execute("CHECKPOINT")  # a steady state: the old snapshot's CHECKPOINT finds little to do

@@ -4,13 +4,13 @@ Default (`--scenario examples/large.yaml`): a month of that scenario's hourly ro
 built in a real DuckDB file through the project's own code path, then `build_plan` timed
 against the issue's target (<= 10 s):
 
-1. simulator.timetravel.generate(scenario, month start, month end, interval_s=3600): the
+1. slicemeter.simulator.timetravel.generate(scenario, month start, month end, interval_s=3600): the
    simulator's workload model, columnar, in the Tick schema;
-2. each batch of Tick tables stored with ingest.writer.write_batch: the same `prepare`
+2. each batch of Tick tables stored with slicemeter.ingest.writer.write_batch: the same `prepare`
    (string ids, hour deltas) and `write_prepared` (raw rows + rollups in one transaction)
    ingest runs for every decoded Kafka batch. No Kafka: the wire encode/decode round trip adds nothing
    to what is stored;
-3. the tenant catalog loaded from the scenario's `tenants:` (ingest.tenants).
+3. the tenant catalog loaded from the scenario's `tenants:` (slicemeter.ingest.tenants).
 
 Interval 3600 s: the plan reads only the hourly rollups (slice_hour, gpu_hour), and one
 sample with interval_ms = 1 h fills its hour completely (metered_s = 3600), so every
@@ -28,7 +28,7 @@ temporary file and renames it when complete, so an interrupted build is never re
 --rebuild forces a new build (do it after changing the simulator or ingest's rollups).
 
 `--synthetic` keeps the older mode: a similar-size fleet synthesized directly in SQL
-(sql/queries/recommend_synth_fleet.sql, DuckDB generate_series: by default 1,000 nodes x
+(sql/testkit/synth_fleet.sql, DuckDB generate_series: by default 1,000 nodes x
 8 GPUs, ~15.5k slices, 720 hours = ~11 M slice_hour rows); `--db FILE` keeps and reuses
 that file (or plans any existing database, e.g. one written by `slicemeter ingest`).
 
@@ -53,11 +53,10 @@ from datetime import timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from ingest.prices import load_prices  # noqa: E402
-from ingest.recommend import build_plan, month_window  # noqa: E402
-from ingest.store import connect, sql_text  # noqa: E402
+from slicemeter.chargeback.prices import load_prices
+from slicemeter.rightsizing.plan import build_plan, month_window
+from slicemeter.store import connect, sql_text
 
 TARGET_S = 10.0
 CACHE_DIR = ROOT / "var" / "bench"
@@ -68,7 +67,7 @@ BATCH_SAMPLES = 200_000   # the consumer's default batch size (IngestConfig.batc
 
 def synthesize(con, nodes: int, gpn: int, clusters: int, hours: int, start: str) -> None:
     params = {"nodes": nodes, "gpn": gpn, "clusters": clusters, "hours": hours, "start": start}
-    for stmt in sql_text("queries/recommend_synth_fleet.sql").split(";"):
+    for stmt in sql_text("testkit/synth_fleet.sql").split(";"):
         code = "\n".join(line for line in stmt.splitlines() if not line.strip().startswith("--"))
         if not code.strip():
             continue
@@ -85,11 +84,11 @@ def cache_path(scenario: Path, interval_s: float, month: str, seed: int) -> Path
 
 def build_scenario_db(scenario_path: Path, path: Path, month: str, interval_s: float, seed: int) -> dict:
     """Generate the month with the simulator and store it with ingest's writer; returns counts and timings."""
-    from ingest.strings import StringIds
-    from ingest.tenants import load_catalog, store_catalog
-    from ingest.writer import Batch, InventoryCache, write_batch
-    from simulator.scenario import load_scenario
-    from simulator.timetravel import generate
+    from slicemeter.ingest.strings import StringIds
+    from slicemeter.ingest.tenants import load_catalog, store_catalog
+    from slicemeter.ingest.writer import Batch, InventoryCache, write_batch
+    from slicemeter.simulator.scenario import load_scenario
+    from slicemeter.simulator.timetravel import generate
 
     scenario = load_scenario(scenario_path)
     start, end, _hours = month_window(month)

@@ -19,10 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from simulator.scenario import load_scenario  # noqa: E402
-from simulator.timetravel import generate  # noqa: E402
+from slicemeter.simulator.scenario import load_scenario
+from slicemeter.simulator.timetravel import generate
 
 START_MS = 1_793_491_200_000       # 2026-11-01T00:00:00Z
 GOAL = 1_000_000

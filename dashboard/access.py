@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from ingest.exports import check_tenant  # noqa: F401  (the tenant id format; data.py and cli.py use it)
-from slicemeter.cli import ConfigError, read_yaml_file
+from slicemeter.chargeback.exports import check_tenant  # noqa: F401  (the tenant id format; data.py and cli.py use it)
+from slicemeter.common import ConfigError, read_yaml_file
 
 ALL_TENANTS = "*"   # in the access file: a group that sees every tenant (platform operators)
 

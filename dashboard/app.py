@@ -3,19 +3,18 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import common
+from slicemeter.dashboard import common
 
 st.set_page_config(page_title="slicemeter", page_icon=":material/memory:", layout="wide")
 
+# The page scripts live in views/, not pages/: Streamlit takes a pages/ folder beside app.py
+# for an old-style multipage app and runs its scripts itself.
 PAGES = [
     st.Page("views/fleet.py", title="Fleet", icon=":material/dns:", default=True),
     st.Page("views/tenants.py", title="Tenants", icon=":material/groups:"),
     st.Page("views/gpus.py", title="GPUs", icon=":material/grid_view:"),
     st.Page("views/waste.py", title="Waste", icon=":material/delete_sweep:"),
     st.Page("views/exports.py", title="Exports", icon=":material/download:"),
-    # url_path differs from the file name: dashboard/pages/right_sizing.py (a module with
-    # render(), not a page script) would otherwise claim /right_sizing on the first run,
-    # when Streamlit sees a pages/ folder and takes it for an old-style multipage app
     st.Page("views/right_sizing.py", title="Right-sizing", icon=":material/tune:", url_path="right-sizing"),
 ]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import common, data
+from slicemeter.dashboard import common, data
 
 
 def _when(ts) -> str:

@@ -17,8 +17,8 @@ import os
 import sys
 from pathlib import Path
 
-from dashboard.access import check_tenant, load_access
-from slicemeter.cli import ConfigError
+from slicemeter.dashboard.access import check_tenant, load_access
+from slicemeter.common import ConfigError
 
 APP = Path(__file__).resolve().parent / "app.py"
 

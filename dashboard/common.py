@@ -7,7 +7,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from dashboard import access, data, fmt
+from slicemeter.dashboard import access, data, fmt
 
 MONTH_KEY = "month"
 
@@ -32,7 +32,7 @@ def sidebar() -> bool:
         st.sidebar.caption(f"Signed in as {user}")
     if tenant:
         st.sidebar.caption(f"Tenant: **{tenant}** (this dashboard shows only its data)")
-    coverage = data.query("dash_months")
+    coverage = data.query("months")
     months = coverage["month"].tolist()
     st.sidebar.caption(f"Database: `{path.name}`")
     if not months and tenant:

@@ -1,6 +1,6 @@
 """Read-only data access for the dashboard.
 
-Every query is a file under sql/queries/ and goes through `query()`, which caches the
+Every query is a file under sql/dashboard/ and goes through `query()`, which caches the
 result keyed on the database file's identity (path, size, mtime): ingest's snapshot is
 replaced atomically, so new data changes the key and the next rerun reads it. A
 connection is opened per cache miss and closed at once: holding one would pin the old
@@ -24,9 +24,9 @@ import duckdb
 import pandas as pd
 import streamlit as st
 
-from dashboard import access
-from ingest.sql_script import statements
-from ingest.store import connect, sql_text
+from slicemeter.dashboard import access
+from slicemeter.store.script import statements
+from slicemeter.store import connect, sql_text
 
 DB_ENV = "SLICEMETER_DB"
 TENANT_ENV = "SLICEMETER_TENANT"
@@ -142,11 +142,11 @@ def open_db(path: Path | None = None, tenant: str | None | object = _UNSET) -> I
 @st.cache_data(show_spinner=False, max_entries=512)
 def _cached(path: str, version: tuple, tenant: str | None, name: str, params: tuple) -> pd.DataFrame:
     with open_db(Path(path), tenant) as con:
-        return con.execute(sql_text(f"queries/{name}.sql"), dict(params)).df()
+        return con.execute(sql_text(f"dashboard/{name}.sql"), dict(params)).df()
 
 
 def query(name: str, **params) -> pd.DataFrame:
-    """Run sql/queries/<name>.sql with named parameters ($start, $end, ...), on this
+    """Run sql/dashboard/<name>.sql with named parameters ($start, $end, ...), on this
     request's tenant's rows."""
     if not name.replace("_", "").isalnum():
         raise ValueError(f"bad query name {name!r}")
@@ -171,33 +171,33 @@ def _import(module: str):
 
 @st.cache_data(show_spinner="Computing chargeback…", max_entries=64)
 def _chargeback(path: str, version: tuple, tenant: str | None, month: str, basis: str, idle: str) -> pd.DataFrame:
-    cb = _import("ingest.chargeback")
+    cb = _import("slicemeter.chargeback.bill")
     # the whole fleet's bill (idle and rounding are fleet-wide), then the tenant's rows
     with open_db(Path(path), None) as con:
         return cb.chargeback(con, month, basis=basis, idle=idle, tenant=tenant)
 
 
 def chargeback(month: str, basis: str, idle: str) -> pd.DataFrame:
-    """ingest.chargeback.chargeback on this database, this request's tenant's rows: the
+    """slicemeter.chargeback.bill.chargeback on this database, this request's tenant's rows: the
     same code and rows as `slicemeter export --tenant`."""
-    _import("ingest.chargeback")  # fail before touching the cache
+    _import("slicemeter.chargeback.bill")  # fail before touching the cache
     path = db_path()
     return _chargeback(str(path.resolve()), db_version(path), scope(), month, basis, idle)
 
 
 @st.cache_data(show_spinner="Computing the sharing dividend…", max_entries=64)
 def _dividend(path: str, version: tuple, month: str):
-    div = _import("ingest.dividend")
-    from ingest.prices import load_prices_or_default
+    div = _import("slicemeter.chargeback.dividend")
+    from slicemeter.chargeback.prices import load_prices_or_default
 
     with open_db(Path(path)) as con:
         return div.dividend(con, month, load_prices_or_default(None))
 
 
 def dividend(month: str):
-    """ingest.dividend.dividend on this database, at the default price catalog: the same
+    """slicemeter.chargeback.dividend.dividend on this database, at the default price catalog: the same
     figures as `slicemeter report`."""
-    _import("ingest.dividend")
+    _import("slicemeter.chargeback.dividend")
     path = db_path()
     return _dividend(str(path.resolve()), db_version(path), month)
 
@@ -220,19 +220,19 @@ def _exports(path: str, version: tuple, tenant: str | None, month: str, basis: s
 
 
 def exports(month: str, basis: str, idle: str) -> dict[str, bytes]:
-    """The month's export files (name -> bytes), written by `slicemeter export` (ingest.exports)
+    """The month's export files (name -> bytes), written by `slicemeter export` (slicemeter.chargeback.exports)
     in a child process, so the dashboard shows exactly what the CLI writes (with --tenant
     when this request is scoped to one)."""
-    _import("ingest.exports")
+    _import("slicemeter.chargeback.exports")
     path = db_path()
     return _exports(str(path.resolve()), db_version(path), scope(), month, basis, idle)
 
 
 def price_catalog():
-    """The default price catalog (ingest.prices), or None where there is none or it is
+    """The default price catalog (slicemeter.chargeback.prices), or None where there is none or it is
     broken: a page then shows its figures without their cost."""
-    from ingest.prices import load_prices_or_default
-    from slicemeter.cli import ConfigError
+    from slicemeter.chargeback.prices import load_prices_or_default
+    from slicemeter.common import ConfigError
 
     try:
         return load_prices_or_default(None)

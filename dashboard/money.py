@@ -5,7 +5,7 @@ from decimal import Decimal
 
 import pandas as pd
 
-from ingest.money import RAW_PER_CENT, SHARE_SCALE, price_to_micro, round_half_up_div
+from slicemeter.chargeback.money import RAW_PER_CENT, SHARE_SCALE, price_to_micro, round_half_up_div
 
 # The preferred name of the billed amount, in order; else the last all-Decimal column.
 COST_NAMES = ("cost", "total_cost", "charge", "amount", "total", "billed")
@@ -51,6 +51,6 @@ def totals_by(df: pd.DataFrame, key: str, cost: str) -> pd.DataFrame:
 
 def share_cost(gpu_hour: Decimal, share_ms: int) -> Decimal:
     """What `share_ms` GPU-share-milliseconds cost at `gpu_hour` a GPU-hour, to the cent,
-    in exact integers (a price in micro-units times micro-GPU-seconds, ingest.money's raw units)."""
+    in exact integers (a price in micro-units times micro-GPU-seconds, slicemeter.chargeback.money's raw units)."""
     raw = price_to_micro(gpu_hour) * int(share_ms) * (SHARE_SCALE // 1000)
     return Decimal(round_half_up_div(raw, RAW_PER_CENT)).scaleb(-2)

@@ -24,15 +24,15 @@ import threading
 import time
 from typing import Any, Callable
 
-from exporter.collector import ExporterCollector, ExporterStats
-from exporter.hami_metrics import HAMI_METRICS_MODES
-from exporter.nvml import NvmlReader, NvmlUnavailable, load_pynvml
-from exporter.pods import SA_DIR, PodCache, cluster_from_kubeconfig, file_source, kubelet_url, url_source
-from exporter.publisher import Publisher, Spool, kafka_producer
-from exporter.tick_builder import BuildResult, TickBuilder
+from slicemeter.exporter.collector import ExporterCollector, ExporterStats
+from slicemeter.exporter.hami_metrics import HAMI_METRICS_MODES
+from slicemeter.exporter.nvml import NvmlReader, NvmlUnavailable, load_pynvml
+from slicemeter.exporter.pods import SA_DIR, PodCache, cluster_from_kubeconfig, file_source, kubelet_url, url_source
+from slicemeter.exporter.publisher import Publisher, Spool, kafka_producer
+from slicemeter.exporter.tick_builder import BuildResult, TickBuilder
 from slicemeter import clock
 from slicemeter import kafka_security, signing
-from slicemeter.cli import ConfigError
+from slicemeter.common import ConfigError
 from slicemeter.tick import encode_ticks
 
 log = logging.getLogger("slicemeter.exporter")
@@ -161,8 +161,8 @@ def build_exporter(args: argparse.Namespace) -> tuple[Exporter, ExporterStats]:
     before_tick = None
     sim_cluster = None
     if args.simulate:
-        from simulator.node import SimulatedNode   # only here: the simulator is handed in as a source
-        from simulator.scenario import ScenarioError, load_scenario
+        from slicemeter.simulator.node import SimulatedNode   # only here: the simulator is handed in as a source
+        from slicemeter.simulator.scenario import ScenarioError, load_scenario
 
         try:
             scenario = load_scenario(args.simulate)
@@ -208,7 +208,7 @@ def build_exporter(args: argparse.Namespace) -> tuple[Exporter, ExporterStats]:
 
 def serve_metrics(stats: ExporterStats, port: int, addr: str = "127.0.0.1", hami_metrics: str = "monitor") -> Any:
     """/metrics over HTTP in a background thread: fresh families from the Collector per scrape."""
-    from exporter.exposition import serve
+    from slicemeter.exporter.exposition import serve
 
     return serve(ExporterCollector(stats, hami_metrics).collect, port, addr)
 
@@ -216,16 +216,16 @@ def serve_metrics(stats: ExporterStats, port: int, addr: str = "127.0.0.1", hami
 def run(args: argparse.Namespace) -> int:
     exporter, stats = build_exporter(args)
     if args.once:
-        exporter.pods.refresh()
+        slicemeter.exporter.pods.refresh()
         result = exporter.tick_once()
         json.dump(result.tick.to_json_dict(), sys.stdout, indent=1)
         sys.stdout.write("\n")
         return 0
     if not exporter.sync_pods:
-        exporter.pods.start()
+        slicemeter.exporter.pods.start()
     server = serve_metrics(stats, args.port, args.listen, args.hami_metrics) if args.port else None
-    if exporter.publisher is not None:
-        exporter.publisher.start()
+    if slicemeter.exporter.publisher is not None:
+        slicemeter.exporter.publisher.start()
     signal.signal(signal.SIGTERM, lambda *_: exporter.stop())
     target = f"{args.kafka} topic {args.topic}" if args.kafka else "nothing (Prometheus only)"
     log.info("exporter for node %s (cluster %s) every %.1f s -> %s, /metrics on :%s (HAMi families: %s)",
@@ -233,9 +233,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         exporter.run()
     finally:
-        exporter.pods.stop()
-        if exporter.publisher is not None:
-            exporter.publisher.stop()
+        slicemeter.exporter.pods.stop()
+        if slicemeter.exporter.publisher is not None:
+            slicemeter.exporter.publisher.stop()
         if server is not None:
             server.shutdown()
     return 0

@@ -17,8 +17,8 @@ from typing import Any, Callable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from exporter.hami_metrics import HAMI_METRICS_MODES, hami_families
-from exporter.tick_builder import BuildResult, allocation_share, usage_share
+from slicemeter.exporter.hami_metrics import HAMI_METRICS_MODES, hami_families
+from slicemeter.exporter.tick_builder import BuildResult, allocation_share, usage_share
 from slicemeter.tick import SCHEMA_VERSION
 
 SOURCES = ("nvml", "hami", "pods", "kafka")

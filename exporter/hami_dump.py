@@ -12,7 +12,7 @@ import json
 import os
 import sys
 
-from exporter.hami import Region, read_region_file
+from slicemeter.exporter.hami import Region, read_region_file
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     for item in args.device_memory:
         uuid, _, value = item.partition("=")
         if not value.isdigit():
-            from slicemeter.cli import ConfigError
+            from slicemeter.common import ConfigError
 
             raise ConfigError(f"--device-memory {item!r}: expected UUID=BYTES")
         bounds[uuid] = int(value)

@@ -23,7 +23,7 @@ from typing import Iterator
 
 from prometheus_client.core import GaugeMetricFamily, Metric, UntypedMetricFamily
 
-from exporter.tick_builder import MiB, BuildResult
+from slicemeter.exporter.tick_builder import MiB, BuildResult
 
 HAMI_METRICS_MODES = ("monitor", "full", "off")
 ZONE = "vGPU"                 # the zone label both HAMi collectors are registered under

@@ -26,10 +26,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from exporter.hami import (Region, RegionError, aggregate, discover, open_containers_dir, parse_dir_name,
+from slicemeter.exporter.hami import (Region, RegionError, aggregate, discover, open_containers_dir, parse_dir_name,
                            read_region_entry)
-from exporter.nvml import GpuSample, MigSample, NvmlReader
-from exporter.pods import Grant, PodCache, PodIndex, PodInfo, pid_to_pod
+from slicemeter.exporter.nvml import GpuSample, MigSample, NvmlReader
+from slicemeter.exporter.pods import Grant, PodCache, PodIndex, PodInfo, pid_to_pod
 from slicemeter import clock
 from slicemeter.tick import GpuReading, SliceReading, Tick
 

@@ -1,1 +1,1 @@
-"""Central side: Kafka -> DuckDB, rollups, tenant catalog, chargeback and exports."""
+"""Kafka -> DuckDB: the consumer, the batch writer, the tenant catalog and what ingest trusts."""

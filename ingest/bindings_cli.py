@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ingest.store import connect, sql_text
-from slicemeter.cli import ConfigError
+from slicemeter.store import connect, sql_text
+from slicemeter.common import ConfigError
 
 
 def configure(p: argparse.ArgumentParser) -> None:

@@ -19,8 +19,9 @@ from typing import Callable
 
 import duckdb
 
-from ingest import store, tenants
-from slicemeter.cli import ConfigError
+from slicemeter import store
+from slicemeter.ingest import tenants
+from slicemeter.common import ConfigError
 
 log = logging.getLogger("slicemeter.ingest.catalog")
 

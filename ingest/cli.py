@@ -7,7 +7,7 @@ import signal
 from pathlib import Path
 
 from slicemeter import kafka_security
-from slicemeter.cli import ConfigError
+from slicemeter.common import ConfigError
 
 log = logging.getLogger("slicemeter.ingest")
 
@@ -89,8 +89,8 @@ def _check(args: argparse.Namespace) -> None:
 
 def catalog_sources(args: argparse.Namespace) -> list:
     """The Kamaji sources in the order tried: the TenantControlPlane API, then /metrics."""
-    from ingest import kamaji, tenants
-    from ingest.catalog_sync import Source
+    from slicemeter.ingest import kamaji, tenants
+    from slicemeter.ingest.catalog_sync import Source
 
     sources = []
     if args.kamaji_kubeconfig or args.kamaji_in_cluster:
@@ -104,12 +104,12 @@ def catalog_sources(args: argparse.Namespace) -> list:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ingest import store
-    from ingest.catalog_sync import CatalogSync
-    from ingest.consumer import IngestConfig, Ingestor
-    from ingest.metrics import IngestMetrics
-    from ingest.prices import load_prices_or_default
-    from ingest.trust import load_publishers
+    from slicemeter import store
+    from slicemeter.ingest.catalog_sync import CatalogSync
+    from slicemeter.ingest.consumer import IngestConfig, Ingestor
+    from slicemeter.ingest.metrics import IngestMetrics
+    from slicemeter.chargeback.prices import load_prices_or_default
+    from slicemeter.ingest.trust import load_publishers
     from slicemeter.tick import Limits
 
     _check(args)
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
         metrics.serve(args.metrics_port, args.metrics_listen)
     refresher = None
     if args.recommend_interval:
-        from ingest.recommend_metrics import RecommendRefresher
+        from slicemeter.rightsizing.refresher import RecommendRefresher
         refresher = RecommendRefresher(args.snapshot, args.recommend_interval, metrics.recommend, prices,
                                        dividend=metrics.dividend).start()
     cfg = IngestConfig(

@@ -24,12 +24,12 @@ import pyarrow as pa
 from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
-from ingest import store
-from ingest.metrics import IngestMetrics
-from ingest.snapshot import ReaderFile
-from ingest.strings import StringIds
-from ingest.trust import Bindings, Publisher, RecentInstants, verify
-from ingest.writer import (Batch, BatchWriterThread, InventoryCache, apply_retention, dead_letter,
+from slicemeter import store
+from slicemeter.ingest.metrics import IngestMetrics
+from slicemeter.store.reader_file import ReaderFile
+from slicemeter.ingest.strings import StringIds
+from slicemeter.ingest.trust import Bindings, Publisher, RecentInstants, verify
+from slicemeter.ingest.writer import (Batch, BatchWriterThread, InventoryCache, apply_retention, dead_letter,
                            configure_writes, fold_only, held_after, held_slice_table, prepare, record_digest,
                            rejected_message, reset_offset, stored_positions)
 from slicemeter import clock

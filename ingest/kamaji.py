@@ -20,8 +20,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from ingest.tenants import Tenant, tenant_name
-from slicemeter.cli import ConfigError, read_yaml_file
+from slicemeter.ingest.tenants import Tenant, tenant_name
+from slicemeter.common import ConfigError, read_yaml_file
 
 GROUP_VERSION = "kamaji.clastix.io/v1alpha1"
 LIST_PATH = "/apis/kamaji.clastix.io/v1alpha1/tenantcontrolplanes"

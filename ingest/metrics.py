@@ -6,14 +6,14 @@ import threading
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 
-# The right-sizing plan's headline figures (ingest.recommend.headline_metrics): name -> (help, labels)
+# The right-sizing plan's headline figures (slicemeter.rightsizing.plan.headline_metrics): name -> (help, labels)
 RECOMMEND_METRICS = {
     "slicemeter_recommend_freeable_gpus": ("GPUs the current month's consolidation plan frees", ()),
     "slicemeter_recommend_monthly_saving": ("Monthly saving of the current month's plan at catalog prices",
                                             ("currency",)),
 }
 
-# The sharing dividend of the current and the previous month (ingest.dividend.dividend_metrics,
+# The sharing dividend of the current and the previous month (slicemeter.chargeback.dividend.dividend_metrics,
 # docs/dividend.md); scope is "fleet" or a tenant (the GPUs of its cluster), month YYYY-MM.
 DIVIDEND_METRICS = {
     "slicemeter_dividend_sharing_factor": (
@@ -93,9 +93,9 @@ class IngestMetrics:
                          ["partition"], registry=r)
         self.batch_seconds = Histogram("slicemeter_ingest_batch_seconds", "Time to write one batch transaction",
                                        buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=r)
-        self.recommend = RecommendHeadline()  # filled by ingest.recommend_metrics
+        self.recommend = RecommendHeadline()  # filled by slicemeter.rightsizing.refresher
         r.register(self.recommend)
-        self.dividend = DividendHeadline()    # filled by ingest.recommend_metrics too
+        self.dividend = DividendHeadline()    # filled by slicemeter.rightsizing.refresher too
         r.register(self.dividend)
 
     def serve(self, port: int, addr: str = "127.0.0.1"):

@@ -19,8 +19,8 @@ from pathlib import Path
 import duckdb
 from prometheus_client.parser import text_string_to_metric_families
 
-from ingest.store import sql_text
-from slicemeter.cli import ConfigError, read_yaml_file
+from slicemeter.store import sql_text
+from slicemeter.common import ConfigError, read_yaml_file
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 KAMAJI_INFO = "kamaji_tenant_control_plane_info"
@@ -313,6 +313,6 @@ def record_sync(con: duckdb.DuckDBPyConnection, source: str, ok: bool, catalog: 
 def unassigned_clusters(con: duckdb.DuckDBPyConnection, start: datetime | None = None,
                         end: datetime | None = None) -> list[tuple[str, int]]:
     """(cluster, samples) of every stored cluster no tenant matches, most samples first."""
-    rows = con.execute(sql_text("queries/catalog_unassigned.sql"),
+    rows = con.execute(sql_text("dashboard/catalog_unassigned.sql"),
                        {"start": start or datetime(1970, 1, 1), "end": end or datetime(9999, 1, 1)}).fetchall()
     return [(r[0], int(r[1])) for r in rows]

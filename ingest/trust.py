@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import yaml
 
 from slicemeter import signing
-from slicemeter.cli import ConfigError
+from slicemeter.common import ConfigError
 from slicemeter.tick import TickBatch
 
 

@@ -19,8 +19,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from ingest.store import sql_text
-from ingest.strings import StringIds
+from slicemeter.store import sql_text
+from slicemeter.ingest.strings import StringIds
 from slicemeter import clock
 from slicemeter.tick import TickBatch
 
@@ -414,7 +414,7 @@ class BatchWriterThread:
     """
 
     def __init__(self, con: duckdb.DuckDBPyConnection):
-        from ingest.store import apply_views
+        from slicemeter.store import apply_views
 
         self._con = con.cursor()          # its own connection to the same database
         apply_views(self._con)            # TEMP macros and views are per connection

@@ -15,10 +15,10 @@ import os
 import time
 from pathlib import Path
 
-from simulator.node import SimulatedNode
-from simulator.scenario import ScenarioError, load_scenario
+from slicemeter.simulator.node import SimulatedNode
+from slicemeter.simulator.scenario import ScenarioError, load_scenario
 from slicemeter import clock
-from slicemeter.cli import ConfigError
+from slicemeter.common import ConfigError
 
 log = logging.getLogger("slicemeter.simulate")
 

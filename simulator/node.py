@@ -18,10 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-from simulator import workload as wl
-from simulator.hami_region import LAYOUTS, ProcSlot, RegionState, RegionWriter
-from simulator.nvml import FakeNvml, GpuNow, ProcNow
-from simulator.scenario import MIB, RES_GPU, Container, Pod, Scenario, stable_hash, stable_uuid
+from slicemeter.simulator import workload as wl
+from slicemeter.simulator.hami_region import LAYOUTS, ProcSlot, RegionState, RegionWriter
+from slicemeter.simulator.nvml import FakeNvml, GpuNow, ProcNow
+from slicemeter.simulator.scenario import MIB, RES_GPU, Container, Pod, Scenario, stable_hash, stable_uuid
 from slicemeter import clock
 
 ANNOTATION_ALLOCATED = "hami.io/vgpu-devices-allocated"

@@ -17,8 +17,8 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from simulator import workload as wl
-from simulator.scenario import MIB, Node, Scenario
+from slicemeter.simulator import workload as wl
+from slicemeter.simulator.scenario import MIB, Node, Scenario
 from slicemeter.tick import GPU_SCHEMA, SLICE_SCHEMA
 
 _CELLS_PER_GROUP = 600_000        # ticks x slices evaluated at once (bounds memory)

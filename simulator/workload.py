@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.scenario import MIB, Container, Node, Pod, stable_hash, stable_uuid
+from slicemeter.simulator.scenario import MIB, Container, Node, Pod, stable_hash, stable_uuid
 
 ORIGIN_S = 1578268800            # 2020-01-06T00:00:00Z, a Monday: start of week/day cycles
 SLOT_S = 900                     # expected-power resolution
@@ -239,7 +239,7 @@ def expected_util(ca: ContainerArrays, t_s: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Lifecycle:
-    """Containers whose pod comes and goes (simulator.scenario._living_pods)."""
+    """Containers whose pod comes and goes (slicemeter.simulator.scenario._living_pods)."""
 
     session_cols: np.ndarray   # container columns of pods that live for a session
     sess_active: np.ndarray    # (sessions, NB_WEEK_BLOCKS) the pod exists in this half-hour block

@@ -10,39 +10,24 @@ import argparse
 import importlib
 import logging
 import sys
-from pathlib import Path
+
+from slicemeter.common import ConfigError
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "simulate": ("simulator.cli", "write simulated HAMi regions and kubelet pod JSON for a scenario"),
-    "exporter": ("exporter.cli", "run the node exporter (/metrics and Kafka)"),
-    "hami-dump": ("exporter.hami_dump", "print one HAMi shared region as JSON"),
-    "ingest": ("ingest.cli", "consume Ticks from Kafka into DuckDB"),
-    "backfill": ("ingest.backfill", "publish simulated history for a scenario to Kafka"),
-    "export": ("ingest.export_cli", "write a month's invoice CSV, Parquet detail and FOCUS 1.2 files"),
-    "close": ("ingest.close_cli", "close a month: later data becomes correction rows"),
-    "bindings": ("ingest.bindings_cli", "list or move the cluster a GPU UUID or node is bound to"),
-    "recommend": ("ingest.recommend_cli", "right-sizing and consolidation plan for a month"),
-    "report": ("ingest.report_cli", "a month's sharing dividend: GPUs, money, energy and carbon slicing saved"),
-    "dashboard": ("dashboard.cli", "serve the Streamlit dashboard on an existing database"),
+    "simulate": ("slicemeter.simulator.cli", "write simulated HAMi regions and kubelet pod JSON for a scenario"),
+    "exporter": ("slicemeter.exporter.cli", "run the node exporter (/metrics and Kafka)"),
+    "hami-dump": ("slicemeter.exporter.hami_dump", "print one HAMi shared region as JSON"),
+    "ingest": ("slicemeter.ingest.cli", "consume Ticks from Kafka into DuckDB"),
+    "backfill": ("slicemeter.simulator.backfill", "publish simulated history for a scenario to Kafka"),
+    "export": ("slicemeter.chargeback.export_cli", "write a month's invoice CSV, Parquet detail and FOCUS 1.2 files"),
+    "close": ("slicemeter.chargeback.close_cli", "close a month: later data becomes correction rows"),
+    "bindings": ("slicemeter.ingest.bindings_cli", "list or move the cluster a GPU UUID or node is bound to"),
+    "recommend": ("slicemeter.rightsizing.cli", "right-sizing and consolidation plan for a month"),
+    "report": ("slicemeter.chargeback.report_cli", "a month's sharing dividend: GPUs, money, energy and carbon slicing saved"),
+    "dashboard": ("slicemeter.dashboard.cli", "serve the Streamlit dashboard on an existing database"),
     "demo": ("slicemeter.demo", "the local demo: broker, backfill, exporter, ingest, dashboard, exports"),
 }
-
-
-class ConfigError(Exception):
-    """A bad option or config value; the message names the offending key."""
-
-
-def read_yaml_file(path, option: str):
-    """The parsed YAML file that `option` names; ConfigError saying which and why otherwise."""
-    import yaml
-
-    try:
-        return yaml.safe_load(Path(path).read_text())
-    except OSError as exc:
-        raise ConfigError(f"{option}: cannot read {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{option}: {path} is not valid YAML: {exc}") from None
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:

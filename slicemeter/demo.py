@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from slicemeter import clock
-from slicemeter.cli import COMMANDS, ConfigError
+from slicemeter.cli import COMMANDS
+from slicemeter.common import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SCENARIO = REPO / "examples" / "demo.yaml"
@@ -153,14 +154,14 @@ def coverage(snapshot: Path, start: datetime, days: int, nodes: int) -> float:
         return 0.0
     import duckdb
 
-    from ingest.store import sql_text
+    from slicemeter.store import sql_text
 
     try:
         con = duckdb.connect(str(snapshot), read_only=True)
     except duckdb.Error:
         return 0.0  # replaced under us, or not a database yet: the next poll sees the new one
     try:
-        seen, latest = con.execute(sql_text("queries/demo_coverage.sql"), {"start": start}).fetchone()
+        seen, latest = con.execute(sql_text("demo/coverage.sql"), {"start": start}).fetchone()
     except duckdb.Error:
         return 0.0
     finally:
@@ -172,16 +173,16 @@ def coverage(snapshot: Path, start: datetime, days: int, nodes: int) -> float:
 
 
 def opening_month(snapshot: Path) -> str:
-    """The month the dashboard opens on and why (dashboard.fmt.default_month), from the snapshot."""
+    """The month the dashboard opens on and why (slicemeter.dashboard.fmt.default_month), from the snapshot."""
     import duckdb
 
-    from dashboard.fmt import default_month
-    from ingest.store import sql_text
+    from slicemeter.dashboard.fmt import default_month
+    from slicemeter.store import sql_text
 
     try:
         con = duckdb.connect(str(snapshot), read_only=True)
         try:
-            months = [(m, d) for m, d, _ in con.execute(sql_text("queries/dash_months.sql")).fetchall()]
+            months = [(m, d) for m, d, _ in con.execute(sql_text("dashboard/months.sql")).fetchall()]
         finally:
             con.close()
         return ": ".join(default_month(months))
@@ -333,7 +334,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         os.environ[clock.ENV] = args.now   # this process's clock; children get theirs at start
-    from simulator.scenario import load_scenario
+    from slicemeter.simulator.scenario import load_scenario
 
     nodes = {n.name: n.tenant for n in load_scenario(args.scenario).nodes}
     paths = Paths(args.workdir.resolve(), args.out.resolve())

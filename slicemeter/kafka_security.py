@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from slicemeter.cli import ConfigError
+from slicemeter.common import ConfigError
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")

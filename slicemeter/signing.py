@@ -40,7 +40,7 @@ def load_key(path: str) -> bytes:
 
 def key_from_options(key_file: str | None, key_id: str | None) -> tuple[str, bytes] | None:
     """(key id, key) from --signing-key-file / --signing-key-id, None without them."""
-    from slicemeter.cli import ConfigError
+    from slicemeter.common import ConfigError
 
     if not key_file and not key_id:
         return None

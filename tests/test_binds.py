@@ -8,9 +8,9 @@ import urllib.request
 
 import pytest
 
-from exporter.cli import serve_metrics
-from exporter.collector import ExporterStats
-from ingest.metrics import IngestMetrics
+from slicemeter.exporter.cli import serve_metrics
+from slicemeter.exporter.collector import ExporterStats
+from slicemeter.ingest.metrics import IngestMetrics
 from slicemeter.broker import free_port
 from test_compose import parse_cli
 

@@ -3,11 +3,11 @@ from decimal import Decimal
 
 import pytest
 
-from ingest.chargeback import BASES, IDLE_POLICIES, SHARES, chargeback, compute_bill
-from ingest.chargeback_synth import synthesize_month
-from ingest.prices import DEFAULT_PRICES, load_prices
-from ingest.store import connect
-from cb_rows import ACME, GLOBEX, add_gpu, add_slice, add_tenants
+from slicemeter.chargeback.bill import BASES, IDLE_POLICIES, SHARES, chargeback, compute_bill
+from slicemeter.testkit.synth_month import synthesize_month
+from slicemeter.chargeback.prices import DEFAULT_PRICES, load_prices
+from slicemeter.store import connect
+from slicemeter.testkit.cb_rows import ACME, GLOBEX, add_gpu, add_slice, add_tenants
 
 MONTH = "2026-11"
 

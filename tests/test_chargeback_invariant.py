@@ -10,10 +10,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-import ingest.chargeback as cb
-from cb_rows import A100, ACME, GLOBEX, add_gpu, add_slice, add_tenants
-from ingest.chargeback import compute_bill
-from ingest.store import connect
+import slicemeter.chargeback.bill as cb
+from slicemeter.testkit.cb_rows import A100, ACME, GLOBEX, add_gpu, add_slice, add_tenants
+from slicemeter.chargeback.bill import compute_bill
+from slicemeter.store import connect
 from slicemeter.cli import main
 
 MONTH = "2026-11"
@@ -270,7 +270,7 @@ def test_hour_check_finds_overpaid_and_unbilled_gpu_hours(db):
     """cb_hour_overpaid and cb_hour_unbilled on a hand-broken per-hour table: hour 0 paid above its cost,
     hour 1's slice-hours billed nowhere."""
     from datetime import date
-    from ingest.prices import DEFAULT_PRICES, load_prices
+    from slicemeter.chargeback.prices import DEFAULT_PRICES, load_prices
 
     def fill(con):
         for h in range(2):

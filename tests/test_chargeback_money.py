@@ -3,9 +3,9 @@ from decimal import Decimal
 
 import pytest
 
-from ingest import money
-from ingest.prices import DEFAULT_PRICES, load_prices, parse_prices_text
-from slicemeter.cli import ConfigError
+from slicemeter.chargeback import money
+from slicemeter.chargeback.prices import DEFAULT_PRICES, load_prices, parse_prices_text
+from slicemeter.common import ConfigError
 
 
 def test_largest_remainder_adds_up_to_rounded_total():

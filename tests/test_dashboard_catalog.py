@@ -9,8 +9,9 @@ import duckdb
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from fleet_fixture import build_fleet_db
-from ingest import store, tenants
+from slicemeter.testkit.fleet_fixture import build_fleet_db
+from slicemeter import store
+from slicemeter.ingest import tenants
 
 APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
 STRAY = "https://[2001:db8:99::1]:6443"

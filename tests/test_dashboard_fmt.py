@@ -4,7 +4,7 @@ from decimal import Decimal
 import pandas as pd
 import pytest
 
-from dashboard import fmt, money
+from slicemeter.dashboard import fmt, money
 
 
 def test_month_bounds():

@@ -1,5 +1,5 @@
 """AppTest of every dashboard page: the figures shown equal SQL computed here, independently
-of sql/queries/, on a real DuckDB file (tests/fleet_fixture.py)."""
+of sql/dashboard/, on a real DuckDB file (testkit/fleet_fixture.py)."""
 from __future__ import annotations
 
 import importlib.util
@@ -12,8 +12,8 @@ import pytest
 import yaml
 from streamlit.testing.v1 import AppTest
 
-from dashboard import fmt
-from fleet_fixture import build_fleet_db
+from slicemeter.dashboard import fmt
+from slicemeter.testkit.fleet_fixture import build_fleet_db
 
 APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
 MONTH = "2026-11"
@@ -102,8 +102,8 @@ def test_fleet_headline_is_the_sharing_dividend_and_the_months_cost(fleet_db, ra
     assert metric(at, "Users on the same hardware") == f"{whole / in_use:.1f}x"
     hours = one(raw, f"SELECT count(DISTINCT hour) FROM gpu_hour WHERE {NOV}")
     assert metric(at, "Avoided GPUs") == f"{(whole - in_use) / 3600 / hours:.1f}"
-    from ingest.chargeback import compute_bill
-    from ingest.store import connect
+    from slicemeter.chargeback.bill import compute_bill
+    from slicemeter.store import connect
     con = connect(fleet_db, read_only=True)
     try:
         bill = compute_bill(con, MONTH)
@@ -153,16 +153,16 @@ def test_tenants_gpu_hours_equal_independent_sql(fleet_db, raw, monkeypatch):
 
 
 def test_tenants_costs_come_from_chargeback(fleet_db, monkeypatch):
-    """Costs are ingest.chargeback's (the exports' code); until that branch is merged the page
+    """Costs are slicemeter.chargeback.bill's (the exports' code); until that branch is merged the page
     says so instead of inventing money."""
     at = app(fleet_db, monkeypatch, "tenants")
-    if importlib.util.find_spec("ingest.chargeback") is None:
+    if importlib.util.find_spec("slicemeter.chargeback.bill") is None:
         assert any("chargeback module not installed" in w.body for w in at.warning)
         assert not [m for m in at.metric if m.label.startswith("Total")]
         return
-    from dashboard import money
-    from ingest.chargeback import chargeback
-    from ingest.store import connect
+    from slicemeter.dashboard import money
+    from slicemeter.chargeback.bill import chargeback
+    from slicemeter.store import connect
 
     for basis, idle in (("allocation", "platform"), ("usage", "shared")):
         at.radio(key="basis").set_value(basis)
@@ -208,10 +208,10 @@ def test_waste_figures_equal_independent_sql(fleet_db, raw, monkeypatch):
     assert waste["pod"].iloc[0] == "reserved-gpu"   # the whole GPU held by `sleep`
     total = one(raw, f"SELECT sum(greatest(alloc_dominant_share_s - usage_share_s, 0)) / 3600 FROM slice_hour WHERE {NOV}")
     assert metric(at, "Allocated but unused") == fmt.gpu_hours(total)
-    if importlib.util.find_spec("ingest.chargeback") is not None:   # the money view of the same waste
-        from dashboard import money
-        from ingest.chargeback import chargeback
-        from ingest.store import connect
+    if importlib.util.find_spec("slicemeter.chargeback.bill") is not None:   # the money view of the same waste
+        from slicemeter.dashboard import money
+        from slicemeter.chargeback.bill import chargeback
+        from slicemeter.store import connect
 
         con = connect(fleet_db, read_only=True)
         bill = chargeback(con, MONTH, basis="allocation", idle="platform")
@@ -266,8 +266,8 @@ def test_exports_page_serves_the_cli_files(fleet_db, monkeypatch):
     at = app(fleet_db, monkeypatch, "exports")
     assert not at.get("download_button")          # built on request only
     at.button(key="export_build").click().run()
-    if importlib.util.find_spec("ingest.exports") is None:
-        assert any("ingest.exports module not installed" in w.body for w in at.warning)
+    if importlib.util.find_spec("slicemeter.chargeback.exports") is None:
+        assert any("slicemeter.chargeback.exports module not installed" in w.body for w in at.warning)
         return
     assert not at.error, [e.body for e in at.error]
     labels = [b.proto.label for b in at.get("download_button")]
@@ -277,7 +277,7 @@ def test_exports_page_serves_the_cli_files(fleet_db, monkeypatch):
 
 def test_right_sizing_page(fleet_db, monkeypatch):
     at = app(fleet_db, monkeypatch, "right_sizing")
-    if importlib.util.find_spec("dashboard.pages.right_sizing") is None:
+    if importlib.util.find_spec("slicemeter.dashboard.right_sizing") is None:
         assert any("right_sizing module not installed" in w.body for w in at.warning)
     else:  # recommend's page rendered inside this app, on this month's data
         assert [t.value for t in at.title] == ["Right-sizing"]

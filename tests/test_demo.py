@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet_fixture import build_fleet_db
+from slicemeter.testkit.fleet_fixture import build_fleet_db
 from slicemeter import demo
 from slicemeter.broker import free_port
 
@@ -162,11 +162,11 @@ def fetch_text(url: str) -> str:
 
 def months_in(snapshot: Path) -> dict[str, int]:
     """Month -> days with data, as the dashboard's month picker reads them."""
-    from ingest.store import connect, sql_text
+    from slicemeter.store import connect, sql_text
 
     con = connect(snapshot, read_only=True)
     try:
-        return {m: d for m, d, _ in con.execute(sql_text("queries/dash_months.sql")).fetchall()}
+        return {m: d for m, d, _ in con.execute(sql_text("dashboard/months.sql")).fetchall()}
     finally:
         con.close()
 
@@ -174,13 +174,13 @@ def months_in(snapshot: Path) -> dict[str, int]:
 def short_lived_reservations(snapshot: Path, month: str) -> set[str]:
     """Pods the Waste page lists as short-lived idle reservations in `month` (its own query
     and thresholds: lived under 24 h, idle at least half the time)."""
-    from dashboard import fmt
-    from ingest.store import connect, sql_text
+    from slicemeter.dashboard import fmt
+    from slicemeter.store import connect, sql_text
 
     start, end = fmt.month_bounds(month)
     con = connect(snapshot, read_only=True)
     try:
-        return set(con.execute(sql_text("queries/dash_short_reservations.sql"), {
+        return set(con.execute(sql_text("dashboard/short_reservations.sql"), {
             "start": start, "end": end, "max_life_s": 24 * 3600, "min_idle_share": 0.5}).df()["pod"])
     finally:
         con.close()
@@ -261,7 +261,7 @@ def test_demo_on_the_first_of_a_month(tmp_path):
             text = r.read().decode()
         assert "hami_vgpu_memory_used_bytes" in text
         assert set(re.findall(r'tenant="([^"]*)"', text)) == {"acme"}   # gpu-node-1's Kamaji tenant
-        from simulator.scenario import load_scenario
+        from slicemeter.simulator.scenario import load_scenario
         ingest_port = exporter_port + len(load_scenario(demo.DEFAULT_SCENARIO).nodes)  # after the exporters
         deadline = time.monotonic() + 60
         while not re.search(r'slicemeter_dividend_sharing_factor\{(?=[^}]*scope="fleet")(?=[^}]*month="2026-11")',

@@ -257,7 +257,7 @@ def test_ingest_may_read_tenantcontrolplanes_and_nothing_more():
 
 
 def test_ingest_reads_kamaji_through_its_kubeconfig_with_a_token_only_it_sees(tmp_path):
-    from ingest import kamaji
+    from slicemeter.ingest import kamaji
 
     spec = one("Deployment", "slicemeter-ingest")["spec"]["template"]["spec"]
     assert spec["automountServiceAccountToken"] is False  # not into the dashboard container
@@ -381,7 +381,7 @@ def test_the_policy_check_notices_an_open_port():
 
 
 def test_the_dashboard_is_reached_only_through_the_sign_in_proxy():
-    from dashboard.access import parse_access
+    from slicemeter.dashboard.access import parse_access
 
     spec = one("Deployment", "slicemeter-ingest")["spec"]["template"]["spec"]
     containers = {c["name"]: c for c in spec["containers"]}

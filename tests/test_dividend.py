@@ -9,11 +9,11 @@ from decimal import Decimal
 
 import pytest
 
-from cb_rows import A100, A100_BYTES, ACME, GLOBEX, add_tenants
-from ingest import report
-from ingest.dividend import dividend, in_band
-from ingest.prices import parse_prices_text
-from ingest.store import connect
+from slicemeter.testkit.cb_rows import A100, A100_BYTES, ACME, GLOBEX, add_tenants
+from slicemeter.chargeback import report
+from slicemeter.chargeback.dividend import dividend, in_band
+from slicemeter.chargeback.prices import parse_prices_text
+from slicemeter.store import connect
 
 PRICES = parse_prices_text("""
 currency: USD

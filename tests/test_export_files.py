@@ -10,10 +10,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from cb_rows import ACME, GLOBEX, add_gpu, add_slice, add_tenants
-from ingest.chargeback import compute_bill
-from ingest.chargeback_synth import synthesize_month
-from ingest.store import connect
+from slicemeter.testkit.cb_rows import ACME, GLOBEX, add_gpu, add_slice, add_tenants
+from slicemeter.chargeback.bill import compute_bill
+from slicemeter.testkit.synth_month import synthesize_month
+from slicemeter.store import connect
 from slicemeter.cli import main
 
 REPO = Path(__file__).resolve().parent.parent

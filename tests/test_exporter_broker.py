@@ -8,14 +8,14 @@ import urllib.request
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from exporter.cli import Exporter, serve_metrics
-from exporter.collector import ExporterStats
-from exporter.nvml import NvmlReader
-from exporter.pods import PodCache
-from exporter.publisher import Publisher, Spool, kafka_producer
-from exporter.tick_builder import TickBuilder
-from simulator.node import SimulatedNode
-from simulator.scenario import load_scenario
+from slicemeter.exporter.cli import Exporter, serve_metrics
+from slicemeter.exporter.collector import ExporterStats
+from slicemeter.exporter.nvml import NvmlReader
+from slicemeter.exporter.pods import PodCache
+from slicemeter.exporter.publisher import Publisher, Spool, kafka_producer
+from slicemeter.exporter.tick_builder import TickBuilder
+from slicemeter.simulator.node import SimulatedNode
+from slicemeter.simulator.scenario import load_scenario
 from slicemeter.broker import TansuBroker
 from slicemeter.tick import batch_to_ticks, decode
 

@@ -7,11 +7,11 @@ import random
 import re
 import struct
 
-from exporter.hami import LAYOUT_V0, LAYOUT_V1, Region, RegionError, parse_region
-from exporter.nvml import NvmlReader
-from exporter.pods import PodCache
-from exporter.tick_builder import TickBuilder
-from hami_bytes import MiB, Proc, build_region
+from slicemeter.exporter.hami import LAYOUT_V0, LAYOUT_V1, Region, RegionError, parse_region
+from slicemeter.exporter.nvml import NvmlReader
+from slicemeter.exporter.pods import PodCache
+from slicemeter.exporter.tick_builder import TickBuilder
+from slicemeter.testkit.hami_bytes import MiB, Proc, build_region
 
 GPUS = ["GPU-11111111-2222-3333-4444-555555555555", "GPU-11111111-2222-3333-4444-666666666666"]
 DEV_MEM = {g: 80 * 1024 * MiB for g in GPUS}

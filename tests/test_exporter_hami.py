@@ -6,9 +6,9 @@ import struct
 
 import pytest
 
-from exporter import hami
-from exporter.hami import LAYOUT_V0, LAYOUT_V1, Region, RegionError, discover, parse_region_bytes, read_region_file
-from hami_bytes import MiB, Proc, build_region
+from slicemeter.exporter import hami
+from slicemeter.exporter.hami import LAYOUT_V0, LAYOUT_V1, Region, RegionError, discover, parse_region_bytes, read_region_file
+from slicemeter.testkit.hami_bytes import MiB, Proc, build_region
 
 GPU0 = "GPU-0a1b2c3d-0000-1111-2222-333344445555"
 GPU1 = "GPU-0a1b2c3d-0000-1111-2222-666677778888"
@@ -209,7 +209,7 @@ def test_dir_name_validation():
 
 
 def test_hami_dump_prints_json(tmp_path, capsys):
-    from exporter import hami_dump
+    from slicemeter.exporter import hami_dump
     from slicemeter.cli import main
 
     path = _write_container(tmp_path, f"{UID}_trainer", two_device_region(LAYOUT_V0))

@@ -13,14 +13,14 @@ from decimal import Decimal
 
 import pytest
 
-from exporter.collector import ExporterCollector, ExporterStats
-from exporter.exposition import render
-from hami_bytes import Proc
-from ingest.chargeback import compute_bill
-from ingest.store import connect
-from ingest_helpers import store_ticks
-from simulator.nvml import ProcNow
-from static_node import A100_TOTAL, GiB, StaticNode, builder, gpu, pod, write_cgroup, write_region
+from slicemeter.exporter.collector import ExporterCollector, ExporterStats
+from slicemeter.exporter.exposition import render
+from slicemeter.testkit.hami_bytes import Proc
+from slicemeter.chargeback.bill import compute_bill
+from slicemeter.store import connect
+from slicemeter.testkit.ingest_helpers import store_ticks
+from slicemeter.simulator.nvml import ProcNow
+from slicemeter.testkit.static_node import A100_TOTAL, GiB, StaticNode, builder, gpu, pod, write_cgroup, write_region
 
 GPU0 = "GPU-3f0c1a2b-4d5e-6f70-8192-a3b4c5d6e7f8"
 CLUSTER = "https://acme.example:6443"

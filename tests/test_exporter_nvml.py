@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.collector import ExporterCollector, ExporterStats
-from exporter.exposition import render
-from exporter.nvml import NvmlReader, nvml_code
-from simulator.nvml import MigNow, ProcNow, pynvml
-from static_node import A100, A100_TOTAL, GiB, StaticNode, builder, gpu, pod, write_cgroup
+from slicemeter.exporter.collector import ExporterCollector, ExporterStats
+from slicemeter.exporter.exposition import render
+from slicemeter.exporter.nvml import NvmlReader, nvml_code
+from slicemeter.simulator.nvml import MigNow, ProcNow, pynvml
+from slicemeter.testkit.static_node import A100, A100_TOTAL, GiB, StaticNode, builder, gpu, pod, write_cgroup
 
 UUIDS = ["GPU-3f0c1a2b-4d5e-6f70-8192-a3b4c5d6e7f8", "GPU-9e8d7c6b-5a49-3827-1605-f4e3d2c1b0a9"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.pods import (
+from slicemeter.exporter.pods import (
     AnnotationError,
     Grant,
     PodCache,
@@ -205,7 +205,7 @@ def tls_kubelet():
 
 
 def exporter_args(*argv: str):
-    from exporter import cli
+    from slicemeter.exporter import cli
 
     p = argparse.ArgumentParser()
     cli.configure(p)
@@ -213,7 +213,7 @@ def exporter_args(*argv: str):
 
 
 def test_pods_url_sends_the_token_and_checks_the_kubelet_certificate(tls_kubelet, tmp_path):
-    from exporter.cli import _pod_source
+    from slicemeter.exporter.cli import _pod_source
 
     token = tmp_path / "token"
     token.write_text("tok-1\n")
@@ -234,8 +234,8 @@ def test_pods_url_sends_the_token_and_checks_the_kubelet_certificate(tls_kubelet
 
 
 def test_pods_url_without_a_token_file_sends_no_token(tls_kubelet):
-    from exporter.cli import _pod_source
-    from exporter.pods import SA_DIR
+    from slicemeter.exporter.cli import _pod_source
+    from slicemeter.exporter.pods import SA_DIR
 
     assert not os.path.exists(SA_DIR)  # not in a pod: nothing to send
     cache = PodCache(_pod_source(exporter_args("--pods-url", tls_kubelet, "--kubelet-ca", str(CERT))))
@@ -243,8 +243,8 @@ def test_pods_url_without_a_token_file_sends_no_token(tls_kubelet):
 
 
 def test_pod_source_options_are_checked(tmp_path, capsys):
-    from exporter.cli import _pod_source
-    from slicemeter.cli import ConfigError
+    from slicemeter.exporter.cli import _pod_source
+    from slicemeter.common import ConfigError
 
     with pytest.raises(ConfigError, match="--token-file"):
         _pod_source(exporter_args("--pods-url", "https://127.0.0.1:1/pods", "--token-file", str(tmp_path / "no")))

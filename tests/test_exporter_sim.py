@@ -9,13 +9,13 @@ import urllib.request
 
 import pytest
 
-from exporter.cli import serve_metrics
-from exporter.collector import ExporterCollector, ExporterStats
-from exporter.nvml import NvmlReader
-from exporter.pods import PodCache
-from exporter.tick_builder import TickBuilder
-from simulator.node import SimulatedNode
-from simulator.scenario import load_scenario
+from slicemeter.exporter.cli import serve_metrics
+from slicemeter.exporter.collector import ExporterCollector, ExporterStats
+from slicemeter.exporter.nvml import NvmlReader
+from slicemeter.exporter.pods import PodCache
+from slicemeter.exporter.tick_builder import TickBuilder
+from slicemeter.simulator.node import SimulatedNode
+from slicemeter.simulator.scenario import load_scenario
 
 MiB = 1 << 20
 T0 = 1_795_000_000_000   # a fixed instant: runs are reproducible
@@ -244,7 +244,7 @@ def test_cgroup_attribution_for_pods_without_hami(scenario, tmp_path):
 
 
 def _hami_pids(hami_dir):
-    from exporter.hami import discover, read_region_file
+    from slicemeter.exporter.hami import discover, read_region_file
 
     files, _ = discover(str(hami_dir))
     out = set()
@@ -256,7 +256,7 @@ def _hami_pids(hami_dir):
 
 
 def _exposition(stats) -> str:
-    from exporter.exposition import render
+    from slicemeter.exporter.exposition import render
 
     return render(ExporterCollector(stats).collect()).decode()
 
@@ -327,7 +327,7 @@ def test_exited_process_slot_does_not_keep_memory(scenario, tmp_path):
     sim, tick = make(scenario, "node-v0", tmp_path)
     before = {s.container: s for s in tick(T0).tick.slices}
     nb = before["nb"]
-    from exporter.hami import LAYOUT_V0 as L
+    from slicemeter.exporter.hami import LAYOUT_V0 as L
 
     cache = next((tmp_path / "containers" / f"{nb.pod_uid}_nb").glob("*.cache"))
     with open(cache, "r+b") as f:

@@ -21,11 +21,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.collector import ExporterCollector, ExporterStats
-from exporter.exposition import render
-from static_node import A100, A100_TOTAL, GiB, StaticNode, builder, gpu, pod, write_region
-from hami_bytes import MiB, Proc
-from simulator.nvml import ProcNow
+from slicemeter.exporter.collector import ExporterCollector, ExporterStats
+from slicemeter.exporter.exposition import render
+from slicemeter.testkit.static_node import A100, A100_TOTAL, GiB, StaticNode, builder, gpu, pod, write_region
+from slicemeter.testkit.hami_bytes import MiB, Proc
+from slicemeter.simulator.nvml import ProcNow
 
 NOW = 160                      # TestCollectContainerMetrics: nowSec 160, lastKernel 100 -> 60 s
 UUID = "GPU-12345678-1234-1234-1234-123456789012"   # metrics_container_test.go's testUUID
@@ -222,7 +222,7 @@ def test_an_unknown_mode_is_refused():
 def _exporter_args(tmp_path, *extra):
     import argparse
 
-    from exporter.cli import configure
+    from slicemeter.exporter.cli import configure
 
     scenario = tmp_path / "s.yaml"
     scenario.write_text(SIM_SCENARIO)
@@ -249,18 +249,18 @@ nodes:
 
 @pytest.mark.parametrize("kafka", [[], ["--kafka", ""]])
 def test_without_kafka_the_exporter_serves_metrics_and_publishes_nothing(tmp_path, kafka):
-    from exporter.cli import build_exporter
+    from slicemeter.exporter.cli import build_exporter
 
     exporter, stats = build_exporter(_exporter_args(tmp_path, *kafka))
-    assert exporter.publisher is None and stats.spool_stats is None
+    assert slicemeter.exporter.publisher is None and stats.spool_stats is None
     exporter.tick_once()
     assert not (tmp_path / "spool").exists()
     assert "slicemeter_published_ticks_total 0\n" in render(ExporterCollector(stats).collect()).decode()
 
 
 def test_an_exporter_with_neither_kafka_nor_metrics_is_refused(tmp_path):
-    from exporter.cli import build_exporter
-    from slicemeter.cli import ConfigError
+    from slicemeter.exporter.cli import build_exporter
+    from slicemeter.common import ConfigError
 
     with pytest.raises(ConfigError, match="--kafka HOST:PORT, a /metrics --port"):
         build_exporter(_exporter_args(tmp_path, "--port", "0"))

@@ -1,6 +1,6 @@
 """The exporter against what HAMi-core and HAMi really write, fixtures from their sources.
 
-Region bytes come from tests/hami_bytes.py, which lays out HAMi-core's own struct
+Region bytes come from testkit/hami_bytes.py, which lays out HAMi-core's own struct
 definitions (src/multiprocess/multiprocess_memory_limit.h) per commit. Behaviours cited:
 
 - HAMi-core 8f3a89c67b037d8fdfe6c4cd4d8c4f0cd6504811, src/multiprocess/multiprocess_memory_limit.c:
@@ -30,12 +30,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from exporter.hami import LAYOUT_V0, LAYOUT_V1, Region, RegionError, parse_region, parse_region_bytes
-from exporter.nvml import NvmlReader
-from exporter.pods import AnnotationError, Grant, PodCache, assign_grants, parse_vgpu_allocated
-from exporter.tick_builder import TickBuilder, allocation_share
-from hami_bytes import LAYOUTS, MiB, Proc, build_region, file_size
-from simulator.nvml import FakeNvml, GpuNow, ProcNow
+from slicemeter.exporter.hami import LAYOUT_V0, LAYOUT_V1, Region, RegionError, parse_region, parse_region_bytes
+from slicemeter.exporter.nvml import NvmlReader
+from slicemeter.exporter.pods import AnnotationError, Grant, PodCache, assign_grants, parse_vgpu_allocated
+from slicemeter.exporter.tick_builder import TickBuilder, allocation_share
+from slicemeter.testkit.hami_bytes import LAYOUTS, MiB, Proc, build_region, file_size
+from slicemeter.simulator.nvml import FakeNvml, GpuNow, ProcNow
 
 GPU0 = "GPU-6c0e4f8a-1d2b-4a3c-9e8f-0123456789ab"
 GPU1 = "GPU-6c0e4f8a-1d2b-4a3c-9e8f-ba9876543210"
@@ -350,10 +350,10 @@ def test_one_bad_pod_costs_that_pod():
 def test_ingest_never_reads_sm_limit_100_as_a_core_grant(tmp_path):
     """Ticks that carry sm_limit 1.0 and no core grant (memory-only slices metered by an
     older exporter): the rollup bills the memory share, not the whole GPU."""
-    from ingest import store
-    from ingest.strings import StringIds
-    from ingest.writer import Batch, write_batch
-    from synth_ticks import SynthNode, node_tables
+    from slicemeter import store
+    from slicemeter.ingest.strings import StringIds
+    from slicemeter.ingest.writer import Batch, write_batch
+    from slicemeter.testkit.synth_ticks import SynthNode, node_tables
 
     gpus, slices = node_tables(SynthNode("gpu-node-0", "https://acme:6443", gpus=1, slices_per_gpu=2),
                                1_800_057_600_000 + np.arange(0, 3_600_000, 30_000), 30_000, seed=1)
@@ -386,7 +386,7 @@ def test_a_pod_name_that_cannot_be_encoded_costs_that_pod():
 
 
 def test_a_second_cache_file_shows_as_region_ok_0_on_metrics(tmp_path):
-    from exporter.collector import ExporterCollector, ExporterStats
+    from slicemeter.exporter.collector import ExporterCollector, ExporterStats
 
     res = _builder(tmp_path, [_pod(f"{GPU0},NVIDIA,8192,30:;")], {"main": [region(), region()]}).build(NOW * 1000)
     stats = ExporterStats(tenant="acme")

@@ -1,15 +1,15 @@
 """Slice rows reach raw_slice_rows in whole DuckDB row groups only: batches close where
-their slice rows fill whole row groups (ingest.writer.batch_full), and what is left over
+their slice rows fill whole row groups (slicemeter.ingest.writer.batch_full), and what is left over
 waits in raw_slice_tail (sql/schema/003_raw_slice_tail.sql)."""
 from __future__ import annotations
 
 import numpy as np
 
-from ingest import store
-from ingest.strings import StringIds
-from ingest.consumer import IngestConfig
-from ingest.writer import ROW_GROUP_ROWS, Batch, batch_full, configure_writes, held_slice_rows, write_batch
-from synth_ticks import SynthNode, node_tables
+from slicemeter import store
+from slicemeter.ingest.strings import StringIds
+from slicemeter.ingest.consumer import IngestConfig
+from slicemeter.ingest.writer import ROW_GROUP_ROWS, Batch, batch_full, configure_writes, held_slice_rows, write_batch
+from slicemeter.testkit.synth_ticks import SynthNode, node_tables
 
 
 def test_slice_rows_fill_whole_row_groups():

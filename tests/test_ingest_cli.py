@@ -8,14 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ingest import store
-from ingest.backfill import parse_start, split_by_ticks
-from ingest.consumer import IngestConfig, Ingestor
-from ingest.metrics import IngestMetrics
+from slicemeter import store
+from slicemeter.simulator.backfill import parse_start, split_by_ticks
+from slicemeter.ingest.consumer import IngestConfig, Ingestor
+from slicemeter.ingest.metrics import IngestMetrics
 from slicemeter.broker import free_port
-from slicemeter.cli import ConfigError
-from ingest_helpers import SLICEMETER, rollup_samples
-from synth_ticks import SynthNode, node_tables, recent_midnight_ms
+from slicemeter.common import ConfigError
+from slicemeter.testkit.ingest_helpers import SLICEMETER, rollup_samples
+from slicemeter.testkit.synth_ticks import SynthNode, node_tables, recent_midnight_ms
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -53,11 +53,11 @@ def test_backfill_then_ingest_with_catalog(broker, tmp_path):
                      "--group", "", "--until-idle", "5", "--snapshot", str(snap), "--snapshot-interval", "1")
     assert ing.returncode == 0, ing.stderr
     live = store.connect(db, read_only=True)  # ingest has exited: the live file holds every sample
-    assert live.execute(store.sql_text("queries/sample_checksum.sql")).fetchone()[0] == published
+    assert live.execute(store.sql_text("testkit/sample_checksum.sql")).fetchone()[0] == published
     live.close()
     con = store.connect(snap, read_only=True)  # readers use the snapshot: rollups, no raw samples
     assert rollup_samples(con) == published
-    assert con.execute(store.sql_text("queries/sample_checksum.sql")).fetchone()[0] == 0
+    assert con.execute(store.sql_text("testkit/sample_checksum.sql")).fetchone()[0] == 0
     tenants = {r[0] for r in con.execute("SELECT DISTINCT tenant FROM slice_hour_tenant").fetchall()}
     assert tenants == {"acme", "globex", "initech"}
     assert con.execute("SELECT count(*) FROM gpu_hour WHERE metered_s > 0").fetchone()[0] > 0
@@ -65,8 +65,8 @@ def test_backfill_then_ingest_with_catalog(broker, tmp_path):
 
 @pytest.mark.broker
 def test_metrics_and_snapshot_in_process(broker, tmp_path):
-    from ingest_helpers import create_topic, produce_chunks
-    from synth_ticks import fleet, messages
+    from slicemeter.testkit.ingest_helpers import create_topic, produce_chunks
+    from slicemeter.testkit.synth_ticks import fleet, messages
 
     create_topic(broker.bootstrap, partitions=2)
     _, produced = produce_chunks(broker.bootstrap, messages(fleet(4, ["https://acme:6443"]), recent_midnight_ms(), 60, 30))

@@ -15,11 +15,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from ingest import store
-from ingest.consumer import IngestConfig, Ingestor
-from ingest_helpers import SLICEMETER, create_topic, produce_chunks, produce_raw
+from slicemeter import store
+from slicemeter.ingest.consumer import IngestConfig, Ingestor
+from slicemeter.testkit.ingest_helpers import SLICEMETER, create_topic, produce_chunks, produce_raw
 from slicemeter.tick import encode_tables
-from synth_ticks import SynthNode, fleet, messages, node_tables, recent_midnight_ms
+from slicemeter.testkit.synth_ticks import SynthNode, fleet, messages, node_tables, recent_midnight_ms
 
 REPO = Path(__file__).resolve().parent.parent
 START = recent_midnight_ms()
@@ -38,13 +38,13 @@ def expected_checksum(chunks) -> tuple[int, int]:
     raw_slice = pa.concat_tables([_plain(s) for _, _, s in chunks])  # noqa: F841
     con.execute("CREATE TABLE raw_gpu AS SELECT * FROM raw_gpu")
     con.execute("CREATE TABLE raw_slice AS SELECT * FROM raw_slice")
-    return con.execute(store.sql_text("queries/sample_checksum.sql")).fetchone()
+    return con.execute(store.sql_text("testkit/sample_checksum.sql")).fetchone()
 
 
 def stored_checksum(db: Path) -> tuple[int, int]:
     con = store.connect(db, read_only=True)
     try:
-        return con.execute(store.sql_text("queries/sample_checksum.sql")).fetchone()
+        return con.execute(store.sql_text("testkit/sample_checksum.sql")).fetchone()
     finally:
         con.close()
 
@@ -140,7 +140,7 @@ def test_malformed_and_wrong_version_go_to_dead_letters(broker, tmp_path):
 def test_a_batch_the_store_rejects_is_read_again_message_by_message(broker, tmp_path, monkeypatch):
     """The writer's transaction fails for a whole batch: its messages are read from Kafka
     again, one per transaction; only the one the store rejects again is a dead letter."""
-    from ingest import writer
+    from slicemeter.ingest import writer
 
     create_topic(broker.bootstrap, partitions=1)
     produce_raw(broker.bootstrap, [(f"gpu-node-{i}".encode(), _msg(f"gpu-node-{i}")) for i in range(8)])
@@ -172,7 +172,7 @@ def test_a_batch_the_store_rejects_is_read_again_message_by_message(broker, tmp_
 def test_running_out_of_memory_is_not_a_dead_letter(broker, tmp_path, monkeypatch):
     """DuckDB's memory limit is no verdict on the data: a batch that runs out of memory is
     read again message by message, and a message that still does stops the ingest."""
-    from ingest import writer
+    from slicemeter.ingest import writer
 
     create_topic(broker.bootstrap, partitions=1)
     produce_raw(broker.bootstrap, [(f"gpu-node-{i}".encode(), _msg(f"gpu-node-{i}")) for i in range(3)])

@@ -12,10 +12,11 @@ import jsonschema
 import pytest
 import yaml
 
-from ingest import kamaji, store, tenants
-from ingest.catalog_sync import CatalogSync, Source
-from kube_api import DATA, TOKEN, KubeApi, MetricsServer, tcp_list
-from slicemeter.cli import ConfigError
+from slicemeter.ingest import kamaji, tenants
+from slicemeter import store
+from slicemeter.ingest.catalog_sync import CatalogSync, Source
+from slicemeter.testkit.kube_api import DATA, TOKEN, KubeApi, MetricsServer, tcp_list
+from slicemeter.common import ConfigError
 
 SCHEMA = json.loads((DATA / "kamaji" / "tenantcontrolplane.schema.json").read_text())
 METRICS = (DATA / "kamaji_metrics.txt").read_text()
@@ -300,8 +301,8 @@ def test_a_fleet_on_advertise_addresses_and_ipv6_bills_nothing_unassigned(broker
     fallback, which names the clusters it cannot match with their sample counts."""
     import subprocess
 
-    from ingest_helpers import SLICEMETER, create_topic, produce_chunks
-    from synth_ticks import SynthNode, messages, recent_start_ms
+    from slicemeter.testkit.ingest_helpers import SLICEMETER, create_topic, produce_chunks
+    from slicemeter.testkit.synth_ticks import SynthNode, messages, recent_start_ms
 
     nodes = [SynthNode(node=f"gpu-node-{i}", cluster=c, gpus=2, slices_per_gpu=2, model_index=i)
              for i, c in enumerate(KUBELET_CLUSTERS)]
@@ -356,7 +357,7 @@ def test_two_removed_planes_on_one_address_leave_it_to_the_last_removed(tmp_path
 
 
 def test_a_scenario_with_ipv6_and_aliases_is_also_the_ingest_catalog(tmp_path):
-    from simulator.scenario import parse_scenario
+    from slicemeter.simulator.scenario import parse_scenario
 
     text = """
 tenants:

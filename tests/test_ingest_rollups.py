@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ingest import store
-from ingest.strings import StringIds
-from ingest.writer import Batch, apply_retention, write_batch
-from synth_ticks import SynthNode, node_tables
+from slicemeter import store
+from slicemeter.ingest.strings import StringIds
+from slicemeter.ingest.writer import Batch, apply_retention, write_batch
+from slicemeter.testkit.synth_ticks import SynthNode, node_tables
 
 DAY_START = 1_800_057_600_000  # a UTC midnight
 INTERVAL = 30_000
@@ -80,7 +80,7 @@ def test_slice_hour_equals_from_scratch(day_db):
     con, chunks = day_db
     keys = ["hour", "gpu_uuid", "pod_uid", "container"]
     got = _frame(con, "SELECT * FROM slice_hour", keys)
-    want = _frame(con, store.sql_text("queries/slice_hour_from_raw.sql"), keys)
+    want = _frame(con, store.sql_text("testkit/slice_hour_from_raw.sql"), keys)
     assert len(got) == len(want) > 0
     assert got["sample_count"].sum() == sum(s.num_rows for _, s in chunks)
     pd.testing.assert_frame_equal(got[want.columns], want, check_dtype=False, rtol=1e-9)
@@ -90,7 +90,7 @@ def test_gpu_hour_equals_from_scratch_and_energy_from_counter(day_db):
     con, chunks = day_db
     keys = ["hour", "gpu_uuid"]
     got = _frame(con, "SELECT * FROM gpu_hour", keys)
-    want = _frame(con, store.sql_text("queries/gpu_hour_from_raw.sql"), keys)
+    want = _frame(con, store.sql_text("testkit/gpu_hour_from_raw.sql"), keys)
     assert len(got) == len(want) > 0
     pd.testing.assert_frame_equal(got[want.columns], want, check_dtype=False, rtol=1e-9)
     # synth counters rise 150 W x time: a full hour is 3600 s x 150 W (delta + first interval)

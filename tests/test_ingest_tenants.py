@@ -6,9 +6,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ingest import store, tenants
-from kube_api import MetricsServer
-from slicemeter.cli import ConfigError
+from slicemeter import store
+from slicemeter.ingest import tenants
+from slicemeter.testkit.kube_api import MetricsServer
+from slicemeter.common import ConfigError
 
 DATA = Path(__file__).parent / "data"
 

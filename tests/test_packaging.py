@@ -6,7 +6,7 @@ import glob
 import tomllib
 from pathlib import Path
 
-from ingest import store
+from slicemeter import store
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -24,7 +24,7 @@ def test_every_sql_file_is_package_data():
 
 
 def test_store_reads_the_sql_package():
-    import sql
+    from slicemeter import sql
 
     assert store.SQL_DIR == Path(sql.__file__).parent
     assert store.sql_text("schema/001_contract.sql") == (REPO / "sql/schema/001_contract.sql").read_text()

@@ -345,9 +345,9 @@ def test_ingest_stored_every_row_the_exporters_published(prom, pipeline):
 
 def test_recommend_figures_are_the_snapshot_plan(prom, pipeline):
     """The exporters tick once, so the snapshot's plan for this month stays the one served."""
-    from ingest.prices import DEFAULT_PRICES, load_prices
-    from ingest.recommend import build_plan
-    from ingest.store import connect
+    from slicemeter.chargeback.prices import DEFAULT_PRICES, load_prices
+    from slicemeter.rightsizing.plan import build_plan
+    from slicemeter.store import connect
 
     con = connect(pipeline["snapshot"], read_only=True)
     try:

@@ -1,5 +1,5 @@
 """The reader file ingest keeps for the dashboard, exports and right-sizing
-(ingest/snapshot.py): the tables readers read, no raw samples, a consistent state pinned
+(store/reader_file.py): the tables readers read, no raw samples, a consistent state pinned
 between two ingest transactions, refreshed beside ingest."""
 from __future__ import annotations
 
@@ -9,17 +9,17 @@ from datetime import datetime
 import numpy as np
 import pytest
 
-from ingest import store
-from ingest.chargeback import compute_bill
-from ingest.close import close_month
-from ingest.exports import write_exports
-from ingest.prices import DEFAULT_PRICES, load_prices
-from ingest.snapshot import ReaderFile
-from ingest.strings import StringIds
-from ingest.writer import Batch, write_batch
-from ingest_helpers import rollup_samples
-from recommend_rows import add_tenant
-from synth_ticks import SynthNode, node_tables
+from slicemeter import store
+from slicemeter.chargeback.bill import compute_bill
+from slicemeter.chargeback.close import close_month
+from slicemeter.chargeback.exports import write_exports
+from slicemeter.chargeback.prices import DEFAULT_PRICES, load_prices
+from slicemeter.store.reader_file import ReaderFile
+from slicemeter.ingest.strings import StringIds
+from slicemeter.ingest.writer import Batch, write_batch
+from slicemeter.testkit.ingest_helpers import rollup_samples
+from slicemeter.testkit.recommend_rows import add_tenant
+from slicemeter.testkit.synth_ticks import SynthNode, node_tables
 
 JAN = 1_798_761_600_000      # 2027-01-01 00:00 UTC
 FEB = 1_801_440_000_000      # 2027-02-01 00:00 UTC
@@ -76,8 +76,8 @@ def test_readers_see_what_the_live_store_shows_without_raw_samples(live, tmp_pat
         assert _rows(reader, relation) == _rows(live, relation), relation
     assert reader.execute("SELECT count(*) FROM frozen_slice_hour").fetchone()[0] > 0
     # the rollups count every stored sample; the samples themselves stay in the live file
-    assert rollup_samples(reader) == live.execute(store.sql_text("queries/sample_checksum.sql")).fetchone()[0] > 0
-    assert reader.execute(store.sql_text("queries/sample_checksum.sql")).fetchone() == (0, 0)
+    assert rollup_samples(reader) == live.execute(store.sql_text("testkit/sample_checksum.sql")).fetchone()[0] > 0
+    assert reader.execute(store.sql_text("testkit/sample_checksum.sql")).fetchone() == (0, 0)
     # the export of the open month (with January's corrections) is byte for byte the same
     assert _exports(reader, tmp_path / "from-reader") == _exports(live, tmp_path / "from-live")
 

@@ -1,4 +1,4 @@
-"""dashboard/pages/right_sizing.py render(con, month) under Streamlit's AppTest, on a real
+"""dashboard/right_sizing.py render(con, month) under Streamlit's AppTest, on a real
 DuckDB file. The page module is loaded by path: the dashboard package is another branch's."""
 from __future__ import annotations
 
@@ -7,16 +7,16 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from ingest.store import connect
-from recommend_rows import build_fleet
+from slicemeter.store import connect
+from slicemeter.testkit.recommend_rows import build_fleet
 
-PAGE = Path(__file__).resolve().parent.parent / "dashboard" / "pages" / "right_sizing.py"
+PAGE = Path(__file__).resolve().parent.parent / "dashboard" / "views" / "right_sizing.py"
 
 
 def app(db_path: str, page_path: str, month: str) -> None:
     import importlib.util
 
-    from ingest.store import connect
+    from slicemeter.store import connect
 
     spec = importlib.util.spec_from_file_location("right_sizing_page", page_path)
     page = importlib.util.module_from_spec(spec)

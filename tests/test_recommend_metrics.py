@@ -11,15 +11,15 @@ from datetime import datetime, timezone
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ingest.metrics import IngestMetrics
-from ingest.prices import DEFAULT_PRICES, load_prices
-from ingest.recommend import build_plan
-from ingest.recommend_metrics import RecommendRefresher
-from ingest.store import connect
-from recommend_rows import build_fleet
+from slicemeter.ingest.metrics import IngestMetrics
+from slicemeter.chargeback.prices import DEFAULT_PRICES, load_prices
+from slicemeter.rightsizing.plan import build_plan
+from slicemeter.rightsizing.refresher import RecommendRefresher
+from slicemeter.store import connect
+from slicemeter.testkit.recommend_rows import build_fleet
 from slicemeter.cli import main
 
-NOV = datetime(2026, 11, 20, 12, tzinfo=timezone.utc)  # recommend_rows' fleet is in 2026-11
+NOV = datetime(2026, 11, 20, 12, tzinfo=timezone.utc)  # slicemeter.testkit.recommend_rows' fleet is in 2026-11
 
 
 def scrape(port: int) -> dict[str, list[tuple[dict, float]]]:
@@ -108,7 +108,7 @@ def test_recommend_option_config_errors(tmp_path, capsys, extra, key):
 def test_dividend_figures_are_served_beside_the_plan(tmp_path, served):
     """The current month's sharing dividend, fleet and per tenant, equal to `slicemeter
     report`'s figures of the same snapshot."""
-    from ingest.dividend import dividend
+    from slicemeter.chargeback.dividend import dividend
 
     metrics, port = served
     snapshot = tmp_path / "snapshot.duckdb"

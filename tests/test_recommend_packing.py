@@ -1,10 +1,10 @@
-"""The consolidation planner on instances with a known optimum (ingest.packing, pure)."""
+"""The consolidation planner on instances with a known optimum (slicemeter.rightsizing.packing, pure)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from ingest import packing
+from slicemeter.rightsizing import packing
 
 
 def perfect_bins(k: int, pieces: int, seed: int) -> np.ndarray:

@@ -8,9 +8,9 @@ from decimal import Decimal
 
 import pytest
 
-from ingest.recommend import build_plan, headline_metrics
-from ingest.store import connect
-from recommend_rows import A100, PRICES, SLICES, add_gpu_hours, add_slice_hour, build_fleet
+from slicemeter.rightsizing.plan import build_plan, headline_metrics
+from slicemeter.store import connect
+from slicemeter.testkit.recommend_rows import A100, PRICES, SLICES, add_gpu_hours, add_slice_hour, build_fleet
 from slicemeter.cli import main
 
 @pytest.fixture(scope="module")
@@ -243,7 +243,7 @@ def test_jobs_that_ran_one_after_another_are_not_added_up(tmp_path):
 
 
 def test_recurring_p95_counts_idle_hours_as_zero(tmp_path):
-    """recommend_ephemeral.sql against numpy: per GPU, nearest-rank p95 over all the GPU's
+    """sql/rightsizing/ephemeral.sql against numpy: per GPU, nearest-rank p95 over all the GPU's
     metered hours of the ended slices' summed need, idle hours counting as 0."""
     import numpy as np
 

@@ -1,5 +1,5 @@
-"""Percentiles, recommendations and flags of ingest.recommend against SQL written here,
-independently of sql/queries/recommend_slices.sql (nearest rank by row_number, flags as
+"""Percentiles, recommendations and flags of slicemeter.rightsizing.plan against SQL written here,
+independently of sql/rightsizing/slices.sql (nearest rank by row_number, flags as
 plain comparisons), on a real DuckDB file."""
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from datetime import timedelta
 
 import pytest
 
-from ingest.recommend import Thresholds, build_plan, month_window
-from ingest.store import connect
-from recommend_rows import A100, GIB, add_gpu_hours, add_slice_hour, add_tenant, hour
+from slicemeter.rightsizing.plan import Thresholds, build_plan, month_window
+from slicemeter.store import connect
+from slicemeter.testkit.recommend_rows import A100, GIB, add_gpu_hours, add_slice_hour, add_tenant, hour
 
 CLUSTER = "https://acme.example:6443"
 

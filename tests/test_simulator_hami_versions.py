@@ -1,6 +1,6 @@
 """The simulator writes what HAMi-core and HAMi write, by version; the exporter reads it.
 
-Region bytes are checked at the offsets of HAMi-core's own structs (tests/hami_bytes.py,
+Region bytes are checked at the offsets of HAMi-core's own structs (testkit/hami_bytes.py,
 commits cited there), annotations against HAMi's EncodePodSingleDevice / Resourcereqs
 (pkg/device/devices.go at v2.8.3 8f039ad2... and v2.10.0 4707fb02...).
 """
@@ -10,13 +10,13 @@ import struct
 
 import pytest
 
-from exporter.nvml import NvmlReader
-from exporter.pods import PodCache
-from exporter.tick_builder import TickBuilder, allocation_share
-from hami_bytes import LAYOUTS, file_size
-from simulator.node import SimulatedNode
-from simulator.scenario import MIB, ScenarioError, parse_scenario
-from simulator.timetravel import generate
+from slicemeter.exporter.nvml import NvmlReader
+from slicemeter.exporter.pods import PodCache
+from slicemeter.exporter.tick_builder import TickBuilder, allocation_share
+from slicemeter.testkit.hami_bytes import LAYOUTS, file_size
+from slicemeter.simulator.node import SimulatedNode
+from slicemeter.simulator.scenario import MIB, ScenarioError, parse_scenario
+from slicemeter.simulator.timetravel import generate
 
 T0 = 1_795_000_000_000
 

@@ -6,8 +6,8 @@ import datetime as dt
 
 import pytest
 
-from simulator.scenario import ScenarioError, parse_scenario
-from simulator.timetravel import generate
+from slicemeter.simulator.scenario import ScenarioError, parse_scenario
+from slicemeter.simulator.timetravel import generate
 
 MON = int(dt.datetime(2026, 11, 2, tzinfo=dt.timezone.utc).timestamp() * 1000)   # a Monday
 HOUR = 3_600_000

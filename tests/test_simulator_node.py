@@ -6,11 +6,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hami_reader import read_region
-from simulator import workload as wl
-from simulator.node import SimulatedNode
-from simulator.nvml import pynvml   # the real pynvml (its deprecation warning silenced there)
-from simulator.scenario import MIB, load_scenario, parse_scenario
+from slicemeter.testkit.hami_reader import read_region
+from slicemeter.simulator import workload as wl
+from slicemeter.simulator.node import SimulatedNode
+from slicemeter.simulator.nvml import pynvml   # the real pynvml (its deprecation warning silenced there)
+from slicemeter.simulator.scenario import MIB, load_scenario, parse_scenario
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "examples/demo.yaml"

@@ -1,4 +1,4 @@
-"""HAMi region files, byte by byte at the documented offsets (tests/hami_reader.py)."""
+"""HAMi region files, byte by byte at the documented offsets (testkit/hami_reader.py)."""
 from __future__ import annotations
 
 import json
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from hami_reader import V0_FILE_SIZE, V1_FILE_SIZE, read_region
-from simulator.hami_region import V0, V1, ProcSlot, RegionState, RegionWriter
-from simulator.scenario import MIB, load_scenario
+from slicemeter.testkit.hami_reader import V0_FILE_SIZE, V1_FILE_SIZE, read_region
+from slicemeter.simulator.hami_region import V0, V1, ProcSlot, RegionState, RegionWriter
+from slicemeter.simulator.scenario import MIB, load_scenario
 
 REPO = Path(__file__).resolve().parent.parent
 GIB = 1 << 30

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.scenario import ScenarioError, load_scenario, parse_scenario
+from slicemeter.simulator.scenario import ScenarioError, load_scenario, parse_scenario
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -8,10 +8,10 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from hami_reader import read_region
-from simulator.node import SimulatedNode
-from simulator.scenario import MIB, load_scenario, parse_scenario
-from simulator.timetravel import generate
+from slicemeter.testkit.hami_reader import read_region
+from slicemeter.simulator.node import SimulatedNode
+from slicemeter.simulator.scenario import MIB, load_scenario, parse_scenario
+from slicemeter.simulator.timetravel import generate
 from slicemeter.tick import GPU_SCHEMA, SLICE_SCHEMA, decode, encode_tables
 
 REPO = Path(__file__).resolve().parent.parent

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from exporter.publisher import Publisher, Spool, kafka_producer
-from ingest.bindings_cli import move_binding
-from ingest.consumer import IngestConfig, Ingestor
-from ingest_helpers import SLICEMETER, TOPIC, create_topic
+from slicemeter.exporter.publisher import Publisher, Spool, kafka_producer
+from slicemeter.ingest.bindings_cli import move_binding
+from slicemeter.ingest.consumer import IngestConfig, Ingestor
+from slicemeter.testkit.ingest_helpers import SLICEMETER, TOPIC, create_topic
 from slicemeter import signing
 from slicemeter.broker import TansuBroker
 from slicemeter.tick import GpuReading, Limits, SliceReading, Tick, decode, encode_ticks, implausible
-from synth_ticks import recent_midnight_ms
+from slicemeter.testkit.synth_ticks import recent_midnight_ms
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.broker
@@ -161,7 +161,7 @@ def signed(key_id: str, key: bytes, t: Tick) -> tuple[bytes, bytes, list]:
 
 
 def test_forged_cluster_and_stolen_gpu_are_dead_letters_until_an_operator_moves_it(broker, tmp_path):
-    from ingest.trust import load_publishers
+    from slicemeter.ingest.trust import load_publishers
 
     config, acme, beta = _keys(tmp_path)
     publishers = load_publishers(config)
@@ -189,7 +189,7 @@ def test_forged_cluster_and_stolen_gpu_are_dead_letters_until_an_operator_moves_
     ing.con.close()
 
     # the GPU really moved to node-b: the operator moves its binding, and beta's Ticks for it count
-    from ingest.store import connect
+    from slicemeter.store import connect
     con = connect(db)
     assert move_binding(con, "gpu", "GPU-a0", BETA) == ACME
     con.close()
@@ -308,7 +308,7 @@ def _run_exporter(tmp_path: Path, bootstrap: str, key_file: Path, name: str, tic
 
 
 def test_signed_end_to_end_and_a_wrong_key_refused(broker, tmp_path):
-    from ingest.trust import load_publishers
+    from slicemeter.ingest.trust import load_publishers
 
     config, _, _ = _keys(tmp_path)
     wrong = tmp_path / "wrong.key"

@@ -3,7 +3,7 @@ from datetime import datetime, timezone
 
 import streamlit as st
 
-from dashboard import common, data
+from slicemeter.dashboard import common, data
 
 common.header("Exports", "Download the month's invoice and FOCUS 1.2 cost and usage files")
 c1, c2 = st.columns(2)

@@ -3,13 +3,13 @@ utilization and its trend; sharing."""
 import altair as alt
 import streamlit as st
 
-from dashboard import common, data, fmt
+from slicemeter.dashboard import common, data, fmt
 
 common.header("Fleet", "Physical GPU capacity: used by kernels, reserved but idle, unallocated")
 b = common.bounds()
-summary = data.query("dash_fleet_summary", **b).iloc[0]
-daily = data.query("dash_fleet_daily", **b)
-hourly = data.query("dash_fleet_hourly", **b)
+summary = data.query("fleet_summary", **b).iloc[0]
+daily = data.query("fleet_daily", **b)
+hourly = data.query("fleet_hourly", **b)
 if common.no_rows(hourly, "metered GPU-hours"):
     st.stop()
 
@@ -100,7 +100,7 @@ with right:
     st.caption("The gap is the GPUs slicing avoided: each container on a whole GPU would need the orange line.")
 
 st.subheader("By tenant")
-by_tenant = data.query("dash_fleet_by_tenant", **b)
+by_tenant = data.query("fleet_by_tenant", **b)
 # st.table (HTML, not canvas): small, and readable by screen readers and browser tests
 st.table(by_tenant.assign(
     capacity_gpu_h=by_tenant["capacity_gpu_h"].map(lambda v: fmt.gpu_hours(v, 0)),

@@ -2,11 +2,11 @@
 import altair as alt
 import streamlit as st
 
-from dashboard import common, data, fmt
+from slicemeter.dashboard import common, data, fmt
 
 common.header("GPUs", "Each physical GPU over time; pick one (or click its row in the heatmap) to see its slices")
 b = common.bounds()
-gpus = data.query("dash_gpu_list", **b)
+gpus = data.query("gpu_list", **b)
 if common.no_rows(gpus, "GPUs"):
     st.stop()
 
@@ -14,7 +14,7 @@ c1, c2 = st.columns(2)
 measure = c1.radio("Show", ["utilization", "allocation"], horizontal=True, key="gpu_measure",
                    format_func={"allocation": "allocated share", "utilization": "SM utilization"}.get)
 bucket = c2.radio("Resolution", ["hour", "day"], horizontal=True, key="gpu_bucket", index=0 if len(gpus) <= 24 else 1)
-heat = data.query("dash_gpu_heatmap", bucket=bucket, **b)
+heat = data.query("gpu_heatmap", bucket=bucket, **b)
 
 pick = alt.selection_point(fields=["gpu"], name="pick")
 event = st.altair_chart(
@@ -52,7 +52,7 @@ m1, m2, m3 = st.columns(3)
 m1.metric("Allocated", fmt.pct(row.allocation))
 m2.metric("SM utilization", fmt.pct(row.utilization))
 m3.metric("Slices at most", int(row.max_slices))
-slices = data.query("dash_gpu_slices", gpu=row.gpu_uuid, **b)
+slices = data.query("gpu_slices", gpu=row.gpu_uuid, **b)
 st.dataframe(common.as_pct(slices, "alloc_cores", "used_of_allocated", "sm_util_max"), hide_index=True, width="stretch",
              column_config={"alloc_memory_gib": st.column_config.NumberColumn("memory granted", format="%.1f GiB"),
                             "alloc_cores": common.pct_col("cores granted"),
@@ -61,7 +61,7 @@ st.dataframe(common.as_pct(slices, "alloc_cores", "used_of_allocated", "sm_util_
                             "used_of_allocated": common.pct_col("used / allocated"),
                             "sm_util_max": common.pct_col("peak SM"),
                             "memory_used_max_gib": st.column_config.NumberColumn("peak memory", format="%.1f GiB")})
-hourly = data.query("dash_gpu_slice_hourly", gpu=row.gpu_uuid, **b)
+hourly = data.query("gpu_slice_hourly", gpu=row.gpu_uuid, **b)
 if not hourly.empty:
     long = hourly.melt(id_vars=["hour", "slice"], value_vars=["allocation", "usage"], var_name="measure", value_name="share")
     common.chart(alt.Chart(long).mark_line(interpolate="step-after").encode(

@@ -1,14 +1,14 @@
-"""Right-sizing: the recommend branch's page (dashboard/pages/right_sizing.py, render(con, month))."""
+"""Right-sizing: the recommend branch's page (dashboard/right_sizing.py, render(con, month))."""
 import importlib
 
 import streamlit as st
 
-from dashboard import common, data
+from slicemeter.dashboard import common, data
 
 try:
-    right_sizing = importlib.import_module("dashboard.pages.right_sizing")
+    right_sizing = importlib.import_module("slicemeter.dashboard.right_sizing")
 except ModuleNotFoundError as exc:
-    if exc.name not in ("dashboard.pages.right_sizing", "ingest.recommend"):
+    if exc.name not in ("slicemeter.dashboard.right_sizing", "slicemeter.rightsizing.plan"):
         raise
     common.header("Right-sizing", "Per-slice recommendations and a consolidation plan")
     st.warning(f"Right-sizing unavailable: {exc.name} module not installed.")

@@ -4,11 +4,11 @@ from decimal import Decimal
 import altair as alt
 import streamlit as st
 
-from dashboard import catalog, common, data, fmt, money
+from slicemeter.dashboard import catalog, common, data, fmt, money
 
 common.header("Tenants", "GPU-hours and cost by tenant (Kamaji control plane) and namespace")
 b = common.bounds()
-usage = data.query("dash_tenant_usage", **b)
+usage = data.query("tenant_usage", **b)
 if common.no_rows(usage, "slices"):
     catalog.panel(b)
     st.stop()
@@ -71,7 +71,7 @@ st.dataframe(per_tenant, hide_index=True, width="stretch",
                             "used_gpu_h": common.gpu_h_col("used")})
 
 st.subheader("Trend")
-daily = data.query("dash_tenant_daily", **b)
+daily = data.query("tenant_daily", **b)
 common.chart(alt.Chart(daily).mark_area(opacity=0.85).encode(
     x=alt.X("day:T", title=None),
     y=alt.Y("allocated_gpu_h:Q", stack="zero", title="allocated GPU-hours per day"),

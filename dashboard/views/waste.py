@@ -4,8 +4,8 @@ from decimal import Decimal
 import altair as alt
 import streamlit as st
 
-from dashboard import common, data, fmt, money
-from slicemeter.cli import ConfigError
+from slicemeter.dashboard import common, data, fmt, money
+from slicemeter.common import ConfigError
 
 
 def reservation_cost(catalog, row) -> Decimal | None:
@@ -23,9 +23,9 @@ b = common.bounds()
 
 st.subheader("Slices paying for the most unused capacity")
 top = st.slider("How many slices", 5, 50, 10, key="waste_top")
-waste = data.query("dash_waste_slices", limit=top, **b)
+waste = data.query("waste_slices", limit=top, **b)
 if not common.no_rows(waste, "slices"):
-    total = data.query("dash_waste_slices", limit=1_000_000, **b)["unused_gpu_h"].sum()
+    total = data.query("waste_slices", limit=1_000_000, **b)["unused_gpu_h"].sum()
     w1, w2 = st.columns(2)
     w1.metric("Allocated but unused, all slices", fmt.gpu_hours(total))
     try:  # the money value of that waste, as chargeback prices it (allocation basis)
@@ -50,7 +50,7 @@ if not common.no_rows(waste, "slices"):
 
 st.subheader("Idle reservations")
 min_idle_h = st.slider("No kernel for at least (hours)", 1, 72, 4, key="idle_hours")
-idle = data.query("dash_idle_reservations", min_idle_s=min_idle_h * 3600, **b)
+idle = data.query("idle_reservations", min_idle_s=min_idle_h * 3600, **b)
 if idle.empty:
     st.success(f"No reservation has been idle for {min_idle_h} h or more at the latest metered hour.")
 else:
@@ -64,7 +64,7 @@ else:
 
 st.subheader("Short-lived idle reservations")
 MAX_LIFE_H, MIN_IDLE_SHARE = 24, 0.5
-short = data.query("dash_short_reservations", max_life_s=MAX_LIFE_H * 3600, min_idle_share=MIN_IDLE_SHARE, **b)
+short = data.query("short_reservations", max_life_s=MAX_LIFE_H * 3600, min_idle_share=MIN_IDLE_SHARE, **b)
 if short.empty:
     st.success(f"No pod that lived under {MAX_LIFE_H} h held a slice mostly idle in {common.month()}.")
 else:
@@ -88,7 +88,7 @@ else:
 
 st.subheader("Energy and emissions by tenant")
 carbon = st.number_input("Grid carbon intensity (gCO2e/kWh)", 0.0, 2000.0, data.carbon_intensity(), 10.0, key="carbon")
-energy = data.query("dash_energy_by_tenant", carbon_g_per_kwh=carbon, **b)
+energy = data.query("energy_by_tenant", carbon_g_per_kwh=carbon, **b)
 if not common.no_rows(energy, "energy readings"):
     e1, e2 = st.columns(2)
     e1.metric("Energy", f"{energy['energy_kwh'].sum():,.1f} kWh")

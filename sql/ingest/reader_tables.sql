@@ -1,4 +1,4 @@
--- The store's tables and whether the reader file (ingest/snapshot.py) gets their rows.
+-- The store's tables and whether the reader file (store/reader_file.py) gets their rows.
 -- Readers (dashboard, exports, right-sizing) read the hour rollups, the catalogs, the closed
 -- and frozen months, the GPU inventory and the strings it names, offsets and dead letters.
 -- The tables that grow with the raw retention or the minute history stay empty there:

@@ -1,5 +1,5 @@
 -- Ingest semantics shared by the batch rollup (sql/ingest/apply_batch.sql) and the
--- from-scratch rebuild (sql/queries/*_from_raw.sql), plus reader views over the rollups.
+-- from-scratch rebuild (sql/testkit/*_from_raw.sql), plus reader views over the rollups.
 
 -- HAMi's memory figure is written from inside the tenant's container; NVML's is the
 -- driver's. They legitimately differ by a little (CUDA context bookkeeping), so only a gap

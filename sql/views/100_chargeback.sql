@@ -7,7 +7,7 @@
 -- Money is exact integer arithmetic: a share is floored to integer micro-GPU-seconds
 -- (so the shares on a GPU-hour can never add above its metered seconds) and a charge is
 -- price_micro x micro-seconds as HUGEINT ("raw units"; 1 currency unit per GPU-hour =
--- 3.6e15 raw). Python turns raw sums into cents (ingest/money.py).
+-- 3.6e15 raw). Python turns raw sums into cents (chargeback/money.py).
 
 -- Working tables the caller fills per computation (TEMP: per connection, also on
 -- read-only connections). Declared here because macros bind their tables when created.

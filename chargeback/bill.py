@@ -1,0 +1,441 @@
+"""Chargeback: a month's GPU cost split into tenant charges, idle and corrections.
+
+Definitions (docs/chargeback.md): per GPU-hour,
+each slice pays price x its share-hours on the chosen basis, shares scaled so that a
+GPU-hour is never billed above its metered time; what nobody paid for is idle, kept on a
+platform line or shared to tenants in proportion to their charges. The SQL macros in
+sql/views/100_chargeback.sql produce exact integer raw amounts (chargeback/money.py); this
+module applies the idle policy, closed-month corrections and the one cent rounding pass,
+and checks the invariant (InvariantError) before any caller can write a file.
+
+`chargeback(con, month, ...)` is the API the exports and the dashboard use.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import date
+from decimal import ROUND_HALF_UP, Decimal
+
+import pandas as pd
+import pyarrow as pa
+
+from slicemeter.chargeback import money
+from slicemeter.chargeback.prices import DEFAULT_PRICES, PriceCatalog, load_prices, parse_prices_text
+from slicemeter.common import ConfigError
+
+BASES = ("allocation", "usage", "max")
+IDLE_POLICIES = ("platform", "shared")
+SHARES = ("dominant", "memory", "cores")
+PLATFORM_TENANT = "platform"
+IDLE_NAMESPACE = "(idle)"        # not a valid Kubernetes namespace, so never a real one
+_MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
+
+# Raw line fields that are summed and differenced (all exact ints).
+_SUMS = ("cost_raw", "charge_raw", "waste_raw", "alloc_u", "used_u", "billed_u", "idle_u", "energy_mj")
+# A line's identity inside a month.
+_KEY = ("kind", "tenant", "namespace", "pod", "pod_uid", "container", "cluster", "node", "gpu_uuid", "model")
+
+
+def parse_month(month: str) -> tuple[date, date]:
+    """'2026-11' -> (2026-11-01, 2026-12-01); ConfigError naming --month otherwise."""
+    m = _MONTH.match(str(month))
+    if not m:
+        raise ConfigError(f"--month: expected YYYY-MM, got {month!r}")
+    y, mo = int(m.group(1)), int(m.group(2))
+    return date(y, mo, 1), date(y + (mo == 12), mo % 12 + 1, 1)
+
+
+def month_str(d: date) -> str:
+    return f"{d.year:04d}-{d.month:02d}"
+
+
+def check_options(basis: str, idle: str, share: str) -> None:
+    if basis not in BASES:
+        raise ConfigError(f"--basis: expected one of {', '.join(BASES)}, got {basis!r}")
+    if idle not in IDLE_POLICIES:
+        raise ConfigError(f"--idle: expected one of {', '.join(IDLE_POLICIES)}, got {idle!r}")
+    if share not in SHARES:
+        raise ConfigError(f"--share: expected one of {', '.join(SHARES)}, got {share!r}")
+
+
+# ---------------------------------------------------------------- pure money steps
+
+def apply_idle(slice_lines: list[dict], gpu_lines: list[dict], idle: str) -> list[dict]:
+    """Raw month lines from slice and GPU aggregates under an idle policy (pure).
+    platform: each GPU's idle is a platform line. shared: the month's idle is split over
+    the slice lines in proportion to their charges (exactly, by largest remainder); with
+    no charges at all it stays on the platform lines."""
+    lines = [dict(s, kind="usage", cost_raw=s["charge_raw"], idle_u=0) for s in slice_lines]
+    idle_total = sum(g["idle_raw"] for g in gpu_lines)
+    parts = []
+    if idle == "shared" and idle_total:
+        parts = money.split_proportional(idle_total, [ln["charge_raw"] for ln in lines])
+        for ln, part in zip(lines, parts):
+            ln["cost_raw"] += part
+    for g in gpu_lines:
+        lines.append({
+            "kind": "idle", "tenant": PLATFORM_TENANT, "namespace": IDLE_NAMESPACE, "pod": "",
+            "pod_uid": "", "container": "", "cluster": g["cluster"], "node": g["node"],
+            "gpu_uuid": g["gpu_uuid"], "model": g["model"], "price_micro": g["price_micro"],
+            "cost_raw": 0 if parts else g["idle_raw"], "charge_raw": 0, "waste_raw": 0,
+            "alloc_u": 0, "used_u": 0, "billed_u": 0, "idle_u": g["idle_u"],
+            "energy_mj": g["idle_energy_mj"],
+        })
+    return lines
+
+
+def diff_lines(new: list[dict], old: list[dict]) -> list[dict]:
+    """Correction lines: new - old per line identity, non-zero ones only (pure)."""
+    index: dict[tuple, dict] = {}
+    for ln in old:
+        k = tuple(ln[c] for c in _KEY)
+        index[k] = {c: -ln[c] for c in _SUMS} | {c: ln[c] for c in _KEY} | {"price_micro": ln["price_micro"]}
+    for ln in new:
+        k = tuple(ln[c] for c in _KEY)
+        cur = index.setdefault(k, {c: 0 for c in _SUMS} | {c: ln[c] for c in _KEY} | {"price_micro": ln["price_micro"]})
+        for c in _SUMS:
+            cur[c] += ln[c]
+        cur["price_micro"] = ln["price_micro"]
+    out = [v for v in index.values() if any(v[c] for c in _SUMS)]
+    return sorted(out, key=lambda v: tuple(v[c] for c in _KEY))
+
+
+# ---------------------------------------------------------------- database steps
+
+class InvariantError(Exception):
+    """The bill does not add up (the invariant of docs/chargeback.md): an engine defect,
+    never a reason to write files. The message names the GPUs and hours."""
+
+
+def _hours_text(hours) -> str:
+    hs = sorted(hours)
+    shown = ", ".join(h.strftime("%Y-%m-%dT%H:00") for h in hs[:6])
+    return shown + (f" and {len(hs) - 6} more hours" if len(hs) > 6 else "")
+
+
+def _register_prices(con, catalog: PriceCatalog) -> None:
+    combos = con.execute("SELECT DISTINCT cluster, node, model FROM cb_hour_t ORDER BY ALL").fetchall()
+    rows = []
+    for c, n, m in combos:
+        if m is None:
+            hours = [r[0] for r in con.execute(
+                "SELECT hour FROM cb_hour_t WHERE cluster = ? AND node = ? AND model IS NULL ORDER BY hour", [c, n])]
+            gpus = sorted({r[0] for r in con.execute(
+                "SELECT gpu_uuid FROM cb_hour_t WHERE cluster = ? AND node = ? AND model IS NULL", [c, n])})
+            raise ConfigError(f"GPU model unknown for {', '.join(gpus)} on node {n!r} (hours {_hours_text(hours)}): "
+                              "no sample ever named it, so no price applies")
+        rows.append((c, n, m, money.price_to_micro(catalog.price(m, n, c))))
+    table = pa.table({
+        "cluster": pa.array([r[0] for r in rows], pa.string()),
+        "node": pa.array([r[1] for r in rows], pa.string()),
+        "model": pa.array([r[2] for r in rows], pa.string()),
+        "price_micro": pa.array([r[3] for r in rows], pa.int64()),
+    })
+    con.register("cb_price_arrow", table)
+    con.execute("DELETE FROM cb_price")
+    con.execute("INSERT INTO cb_price BY NAME SELECT * FROM cb_price_arrow")
+    con.unregister("cb_price_arrow")
+
+
+def _fetch_dicts(cur) -> list[dict]:
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, row)) for row in cur.fetchall()]
+
+
+def _ints(rows: list[dict], cols: tuple[str, ...]) -> list[dict]:
+    for r in rows:
+        for c in cols:
+            r[c] = int(r[c])
+    return rows
+
+
+_PLACEMENT = ("cluster", "node", "gpu_uuid", "model")
+
+
+def check_gpu_lines(slice_lines: list[dict], gpu_lines: list[dict]) -> None:
+    """Per GPU placement: the slices' detail lines + the idle summed from GPU-hours ==
+    price x metered time, in exact raw units (pure). Raises InvariantError naming them."""
+    charged: dict[tuple, int] = {}
+    for s in slice_lines:
+        k = tuple(s[c] for c in _PLACEMENT)
+        charged[k] = charged.get(k, 0) + s["charge_raw"]
+    bad = []
+    known = set()
+    for g in gpu_lines:
+        k = tuple(g[c] for c in _PLACEMENT)
+        known.add(k)
+        if charged.get(k, 0) + g["idle_raw"] != g["cost_raw"] or g["idle_raw"] < 0:
+            bad.append(f"{g['gpu_uuid']} on {g['cluster']} / {g['node']} "
+                       f"(hours {g['first_hour']:%Y-%m-%dT%H:00} to {g['last_hour']:%Y-%m-%dT%H:00}): "
+                       f"charges {charged.get(k, 0)} + idle {g['idle_raw']} != cost {g['cost_raw']} raw")
+    bad += [f"{k[2]} on {k[0]} / {k[1]}: charges {v} raw on no metered GPU-hour"
+            for k, v in sorted(charged.items()) if k not in known and v]
+    if bad:
+        raise InvariantError("charges + idle != price x metered time for " + "; ".join(bad))
+
+
+def check_gpu_hours(violations: list[tuple]) -> None:
+    """(gpu_uuid, hour, problem) rows from cb_hour_overpaid or cb_hour_unbilled -> InvariantError (pure)."""
+    if not violations:
+        return
+    by_gpu: dict[str, list] = {}
+    for gpu, hour, problem in violations:
+        by_gpu.setdefault(gpu, []).append((hour, problem))
+    parts = [f"{gpu} at {_hours_text([h for h, _ in rows])} ({rows[0][1]})" for gpu, rows in sorted(by_gpu.items())]
+    raise InvariantError("GPU-hours that do not add up: " + "; ".join(parts))
+
+
+def _slice_lines(con) -> list[dict]:
+    """The month's slice lines from cb_detail_t, in a fixed order."""
+    return _ints(_fetch_dicts(con.execute(
+        "SELECT * EXCLUDE (slice_hours) FROM cb_detail_t "
+        "ORDER BY tenant, namespace, pod, pod_uid, container, cluster, node, gpu_uuid, model")),
+        ("alloc_u", "used_u", "billed_u", "charge_raw", "waste_raw", "energy_mj"))
+
+
+def month_lines(con, month_start: date, src_asof: date | None, catalog: PriceCatalog,
+                basis: str, idle: str, share: str) -> tuple[list[dict], list[dict]]:
+    """Raw lines of one month's data (live rollups, or a frozen copy when src_asof is set),
+    and the per-placement GPU aggregates, checked against each other before returning.
+    Leaves the month's GPU-hours in cb_hour_t (for the unmetered report)."""
+    m_end = parse_month(month_str(month_start))[1]
+    args = [month_start, m_end, src_asof]
+    con.execute("DELETE FROM cb_hour_t")
+    con.execute("INSERT INTO cb_hour_t BY NAME SELECT * FROM cb_hours(?, ?, ?)", args)
+    _register_prices(con, catalog)
+    con.execute("DELETE FROM cb_gpu_t")
+    con.execute("INSERT INTO cb_gpu_t BY NAME SELECT * FROM cb_gpu_calc()")
+    con.execute("DELETE FROM cb_calc_t")
+    con.execute("INSERT INTO cb_calc_t BY NAME SELECT k, pid, tenant, namespace, pod, pod_uid, container, price_micro,"
+                " a_u, u_u, b_u, waste_u, energy_mj_slice FROM cb_calc(?, ?, ?, ?, ?)", args + [share, basis])
+    con.execute("DELETE FROM cb_detail_t")
+    con.execute("INSERT INTO cb_detail_t BY NAME SELECT * FROM cb_detail()")
+    con.execute("DELETE FROM cb_hour_charge_t")
+    con.execute("INSERT INTO cb_hour_charge_t BY NAME SELECT * FROM cb_hour_charge()")
+    con.execute("DELETE FROM cb_calc_t")
+    check_gpu_hours(con.execute("SELECT * FROM cb_hour_overpaid()").fetchall())
+    stored = con.execute("SELECT count(*) FROM cb_slice_src(?, ?, ?)", args).fetchone()[0]
+    billed = con.execute("SELECT coalesce(sum(slice_rows), 0) FROM cb_hour_charge_t").fetchone()[0]
+    if stored != billed:
+        check_gpu_hours(con.execute("SELECT * FROM cb_hour_unbilled(?, ?, ?)", args).fetchall())
+        raise InvariantError(f"{stored} slice-hours stored, {billed} billed")
+    slices = _slice_lines(con)
+    gpus = _ints(_fetch_dicts(con.execute("SELECT * FROM cb_gpu_agg()")),
+                 ("metered_u", "cost_raw", "charged_raw", "idle_raw", "idle_u", "energy_mj", "idle_energy_mj"))
+    con.execute("DELETE FROM cb_detail_t")
+    con.execute("DELETE FROM cb_hour_charge_t")
+    check_gpu_lines(slices, gpus)
+    for s in slices:
+        s["idle_u"] = 0
+    return apply_idle(slices, gpus, idle), gpus
+
+
+def closed_months(con) -> dict[date, str]:
+    """Closed month -> the price catalog text it was closed with."""
+    return {r[0]: r[1] for r in con.execute("SELECT month, prices_yaml FROM closed_months ORDER BY month").fetchall()}
+
+
+def next_open_month(after: date, closed: set[date]) -> date:
+    d = parse_month(month_str(after))[1]
+    while d in closed:
+        d = parse_month(month_str(d))[1]
+    return d
+
+
+def _latest_asof_before(con, data_month: date, before: date) -> date | None:
+    row = con.execute(
+        "SELECT max(as_of) FROM frozen_gpu_hour WHERE data_month = ? AND as_of < ?", [data_month, before]
+    ).fetchone()
+    return row[0] if row else None
+
+
+def _has_frozen(con, data_month: date, as_of: date) -> bool:
+    row = con.execute(
+        "SELECT count(*) FROM frozen_gpu_hour WHERE data_month = ? AND as_of = ?", [data_month, as_of]
+    ).fetchone()
+    return bool(row[0])
+
+
+@dataclass
+class Bill:
+    """A month's bill: detail lines (per slice and placement / per GPU idle), the invoice
+    (per tenant, namespace, model: sums of the detail lines), unmetered GPU time (per GPU,
+    and per GPU-hour with the reason), totals. Money columns are Decimal."""
+    month: str
+    currency: str
+    basis: str
+    idle: str
+    share: str
+    detail: pd.DataFrame
+    invoice: pd.DataFrame
+    unmetered: pd.DataFrame
+    gpu_cost: Decimal            # Σ price x metered hours of the month's own GPU-hours
+    total: Decimal               # Σ detail = Σ invoice (gpu_cost + corrections)
+    closed: bool
+    catalog: PriceCatalog = field(repr=False, default=None)
+    unmetered_hours: pd.DataFrame = field(repr=False, default=None)
+
+
+def _kwh(mj: int) -> Decimal:
+    return (Decimal(mj) / Decimal(3_600_000_000)).quantize(Decimal("0.000001"), rounding=ROUND_HALF_UP)
+
+
+_DETAIL_ORDER = ["charge_class", "charge_period", "kind", "tenant", "namespace", "model", "cluster", "node",
+                 "gpu_uuid", "pod", "pod_uid", "container"]
+INVOICE_GROUP = ["charge_class", "charge_period", "kind", "tenant", "namespace", "model"]
+_MONEY = ("charge", "idle_share", "cost", "waste")
+
+
+def round_lines(lines: list[dict]) -> list[dict]:
+    """The one rounding pass (pure): raw lines in the detail's fixed order get cents.
+    Per charge class and period the total is rounded half-up; it is shared out to the
+    tenants (each tenant's invoice) by largest remainder, and each tenant's amount to its
+    lines the same way; waste likewise. A line's idle_share is its shared idle rounded
+    and kept within [0, cost] (sign of cost on corrections); charge = cost - idle_share."""
+    lines = sorted(lines, key=lambda ln: tuple(ln[c] for c in _DETAIL_ORDER))
+    paths = [(ln["charge_class"], ln["charge_period"], ln["tenant"]) for ln in lines]
+    # top level: each charge class and period rounded on its own, so the Regular lines
+    # add up to the month's rounded GPU cost
+    pools: dict[tuple, list[int]] = {}
+    for i, p in enumerate(paths):
+        pools.setdefault(p[:2], []).append(i)
+    cost, waste = [0] * len(lines), [0] * len(lines)
+    for idx in pools.values():
+        sub = [paths[i][2:] for i in idx]
+        for col, out in (("cost_raw", cost), ("waste_raw", waste)):
+            for i, v in zip(idx, money.nested_largest_remainder([lines[i][col] for i in idx], sub,
+                                                                 money.RAW_PER_CENT)):
+                out[i] = v
+    rounded = []
+    for ln, c, w in zip(lines, cost, waste):
+        shared_raw = ln["cost_raw"] - ln["charge_raw"] if ln["kind"] == "usage" else 0
+        charge, idle_share = money.split_rounded(c, shared_raw, money.RAW_PER_CENT)
+        rounded.append(dict(ln, charge=Decimal(charge) * money.CENT, idle_share=Decimal(idle_share) * money.CENT,
+                            cost=Decimal(c) * money.CENT, waste=Decimal(w) * money.CENT))
+    return rounded
+
+
+def _frame(rows: list[dict], keys: list[str], catalog: PriceCatalog, with_price: bool) -> pd.DataFrame:
+    out = []
+    for ln in rows:
+        kwh = _kwh(ln["energy_mj"])
+        row = {k: ln[k] for k in keys}
+        if with_price:
+            row["gpu_hour_price"] = Decimal(ln["price_micro"]) / money.PRICE_SCALE
+        row.update({
+            "gpu_hours_allocated": money.micro_share_to_hours(ln["alloc_u"]),
+            "gpu_hours_used": money.micro_share_to_hours(ln["used_u"]),
+            "gpu_hours_billed": money.micro_share_to_hours(ln["billed_u"]),
+            "gpu_hours_idle": money.micro_share_to_hours(ln["idle_u"]),
+            **{m: ln[m] for m in _MONEY},
+            "kwh": kwh,
+            "energy_cost": (kwh * catalog.price_per_kwh).quantize(money.CENT, rounding=ROUND_HALF_UP),
+            "gco2e": (kwh * catalog.carbon_g_per_kwh).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP),
+            "currency": catalog.currency,
+            "cost_raw": ln["cost_raw"],
+        })
+        out.append(row)
+    cols = keys + (["gpu_hour_price"] if with_price else []) + [
+        "gpu_hours_allocated", "gpu_hours_used", "gpu_hours_billed", "gpu_hours_idle", *_MONEY,
+        "kwh", "energy_cost", "gco2e", "currency", "cost_raw"]
+    return pd.DataFrame(out, columns=cols)
+
+
+def _invoice_rows(rounded: list[dict]) -> list[dict]:
+    """Invoice lines: sums of the rounded detail lines per INVOICE_GROUP (pure)."""
+    acc: dict[tuple, dict] = {}
+    for ln in rounded:
+        k = tuple(ln[c] for c in INVOICE_GROUP)
+        cur = acc.setdefault(k, {c: ln[c] for c in INVOICE_GROUP} | {c: 0 for c in _SUMS}
+                             | {m: Decimal("0.00") for m in _MONEY})
+        for c in _SUMS + _MONEY:
+            cur[c] += ln[c]
+    return list(acc.values())
+
+
+def check_rounded(rounded: list[dict], gpu_cost_raw: int) -> None:
+    """After rounding (pure): the Regular lines add up to the rounded GPU cost (and their raw
+    amounts to the exact cost); every line has cost = charge + idle_share with neither of
+    the opposite sign to cost. InvariantError naming the lines otherwise."""
+    regular = [ln for ln in rounded if ln["charge_class"] == "Regular"]
+    raw = sum(ln["cost_raw"] for ln in regular)
+    if raw != gpu_cost_raw:
+        raise InvariantError(f"the month's lines hold {raw} raw units, its GPU-hours cost {gpu_cost_raw}")
+    cents = sum(ln["cost"] for ln in regular)
+    want = Decimal(money.round_half_up_div(gpu_cost_raw, money.RAW_PER_CENT)) * money.CENT
+    if cents != want:
+        raise InvariantError(f"the month's rounded lines add up to {cents}, its rounded GPU cost is {want}")
+    bad = [ln for ln in rounded
+           if ln["charge"] + ln["idle_share"] != ln["cost"]
+           or (ln["cost"] >= 0 and (ln["charge"] < 0 or ln["idle_share"] < 0))
+           or (ln["cost"] < 0 and (ln["charge"] > 0 or ln["idle_share"] > 0))]
+    if bad:
+        raise InvariantError("lines whose charge and idle_share do not make up their cost: " + "; ".join(
+            f"{ln['tenant']} {ln['pod']} on {ln['gpu_uuid']}: {ln['charge']} + {ln['idle_share']} != {ln['cost']}"
+            for ln in bad[:5]))
+
+
+def compute_bill(con, month: str, basis: str = "allocation", idle: str = "platform",
+                 share: str = "dominant", prices: PriceCatalog | str | None = None,
+                 tenant: str | None = None) -> Bill:
+    """The whole bill of an invoice month: its own data (Regular lines) plus corrections
+    for closed months whose next open month it is. A closed month is computed from its
+    frozen copy with the catalog it was closed with, so it never changes. Raises
+    InvariantError (and nothing is to be written) when the money does not add up."""
+    check_options(basis, idle, share)
+    m_start, m_end = parse_month(month)
+    closed = closed_months(con)
+    if m_start in closed:
+        catalog = parse_prices_text(closed[m_start], f"closed month {month} prices")
+        src = m_start
+    else:
+        catalog = prices if isinstance(prices, PriceCatalog) else load_prices(prices or DEFAULT_PRICES)
+        src = None
+    lines, gpus = month_lines(con, m_start, src, catalog, basis, idle, share)
+    for ln in lines:
+        ln["charge_class"], ln["charge_period"] = "Regular", month
+    gpu_cost_raw = sum(g["cost_raw"] for g in gpus)
+    unmet = con.execute("SELECT * FROM cb_unmetered(?, ?)", [m_start, m_end]).df()
+    unmet_hours = con.execute("SELECT * FROM cb_unmetered_hours(?, ?)", [m_start, m_end]).df()
+
+    # corrections: closed months C < M whose late data this invoice carries
+    for c_month in sorted(closed):
+        if c_month >= m_start:
+            continue
+        if m_start in closed:
+            if not _has_frozen(con, c_month, m_start):
+                continue
+            new_src = m_start
+        else:
+            if next_open_month(c_month, set(closed)) != m_start:
+                continue
+            new_src = None
+        old_src = _latest_asof_before(con, c_month, m_start)
+        c_catalog = parse_prices_text(closed[c_month], f"closed month {month_str(c_month)} prices")
+        new, _ = month_lines(con, c_month, new_src, c_catalog, basis, idle, share)
+        old, _ = month_lines(con, c_month, old_src, c_catalog, basis, idle, share)
+        for ln in diff_lines(new, old):
+            ln["charge_class"], ln["charge_period"] = "Correction", month_str(c_month)
+            lines.append(ln)
+
+    rounded = round_lines(lines)
+    check_rounded(rounded, gpu_cost_raw)
+    invoice_rows = _invoice_rows(rounded)
+    total = sum((ln["cost"] for ln in rounded), Decimal("0.00"))
+    if tenant is not None:
+        rounded = [ln for ln in rounded if ln["tenant"] == tenant]
+        invoice_rows = [ln for ln in invoice_rows if ln["tenant"] == tenant]
+    return Bill(month, catalog.currency, basis, idle, share,
+                _frame(rounded, _DETAIL_ORDER, catalog, True), _frame(invoice_rows, INVOICE_GROUP, catalog, False),
+                unmet, Decimal(money.round_half_up_div(gpu_cost_raw, money.RAW_PER_CENT)) * money.CENT,
+                total, m_start in closed, catalog, unmet_hours)
+
+
+def chargeback(con, month: str, basis: str = "allocation", idle: str = "platform",
+               share: str = "dominant", tenant: str | None = None,
+               prices: PriceCatalog | str | None = None) -> pd.DataFrame:
+    """One row per (charge class, period, line kind, tenant, namespace, GPU model) with
+    Decimal money columns (charge, idle_share, cost, waste, energy_cost) and GPU-hours,
+    kWh and gCO2e. The platform's idle is tenant 'platform', namespace '(idle)'."""
+    return compute_bill(con, month, basis, idle, share, prices, tenant).invoice

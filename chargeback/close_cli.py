@@ -1,0 +1,32 @@
+"""`slicemeter close`: freeze a month; later data for it becomes Correction rows."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from slicemeter.chargeback.close import close_month
+from slicemeter.chargeback.bill import parse_month
+from slicemeter.chargeback.prices import DEFAULT_PRICES, load_prices
+from slicemeter.store import connect
+from slicemeter.common import ConfigError
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", required=True, help="the DuckDB file ingest writes (not a snapshot)")
+    p.add_argument("--month", required=True, help="month to close, YYYY-MM (UTC)")
+    p.add_argument("--prices", default=str(DEFAULT_PRICES),
+                   help="price catalog the month is closed with (default examples/prices.yaml)")
+
+
+def run(args: argparse.Namespace) -> int:
+    parse_month(args.month)
+    catalog = load_prices(args.prices)
+    if not Path(args.db).exists():
+        raise ConfigError(f"--db: no such database file: {args.db}")
+    con = connect(args.db)
+    try:
+        carried = close_month(con, args.month, catalog)
+    finally:
+        con.close()
+    print(f"closed {args.month}" + (f"; froze corrections for {', '.join(carried)}" if carried else ""))
+    return 0

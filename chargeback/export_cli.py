@@ -1,0 +1,61 @@
+"""`slicemeter export`: a month's invoice CSV, Parquet detail and FOCUS 1.2 files."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import duckdb
+
+from slicemeter.chargeback.bill import BASES, IDLE_POLICIES, SHARES, InvariantError, check_options, compute_bill, parse_month
+from slicemeter.chargeback.exports import check_tenant, write_exports
+from slicemeter.chargeback.prices import DEFAULT_PRICES, load_prices
+from slicemeter.store import connect
+from slicemeter.common import ConfigError
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", required=True, help="DuckDB file (a snapshot is fine)")
+    p.add_argument("--month", required=True, help="invoice month, YYYY-MM (UTC)")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--basis", default="allocation", help=f"{' | '.join(BASES)} (default allocation)")
+    p.add_argument("--idle", default="platform", help=f"{' | '.join(IDLE_POLICIES)} (default platform)")
+    p.add_argument("--share", default="dominant", help=f"{' | '.join(SHARES)} (default dominant)")
+    p.add_argument("--tenant", default=None, help="only this tenant's rows")
+    p.add_argument("--prices", default=str(DEFAULT_PRICES), help="price catalog YAML (default examples/prices.yaml)")
+
+
+def _open(db: str):
+    """Read-only (a snapshot, or a file ingest is writing); read-write only for a file that
+    predates chargeback's migrations. The export itself writes only TEMP tables."""
+    try:
+        con = connect(db, read_only=True)
+    except duckdb.CatalogException:
+        return connect(db)
+    if con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'closed_months'").fetchone()[0]:
+        return con
+    con.close()
+    return connect(db)
+
+
+def run(args: argparse.Namespace) -> int:
+    parse_month(args.month)
+    check_options(args.basis, args.idle, args.share)
+    check_tenant(args.tenant)
+    catalog = load_prices(args.prices)
+    if not Path(args.db).exists():
+        raise ConfigError(f"--db: no such database file: {args.db}")
+    con = _open(args.db)
+    try:
+        bill = compute_bill(con, args.month, args.basis, args.idle, args.share, catalog, args.tenant)
+        paths = write_exports(con, bill, args.out, args.tenant)
+    except InvariantError as exc:
+        print(f"slicemeter export: the bill does not add up, no files written: {exc}", file=sys.stderr)
+        return 3
+    finally:
+        con.close()
+    state = "closed" if bill.closed else "open"
+    print(f"{args.month} ({state}): total {bill.total} {bill.currency}, GPU cost {bill.gpu_cost}", file=sys.stderr)
+    for p in paths:
+        print(p)
+    return 0

@@ -1,0 +1,256 @@
+"""Monthly export files: invoice CSV, Parquet detail, FOCUS 1.2 CostAndUsage (CSV, Parquet).
+
+Everything here is a function of the Bill (slicemeter.chargeback.bill) and so of the database and
+the options: rows in a fixed order, no "now" anywhere in the content, Decimal money written
+as plain text (CSV) or decimal128 (Parquet), and fixed Parquet writer settings, so the same
+database and options give byte-identical files. Column mapping: docs/chargeback.md.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from slicemeter.chargeback.bill import IDLE_NAMESPACE, Bill, parse_month
+from slicemeter.chargeback.csv_cells import neutralise_csv_cell
+from slicemeter.common import ConfigError
+
+_TENANT = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+PROVIDER = "slicemeter"
+TAG_PREFIX = "slicemeter/"   # provider-defined tag keys (FOCUS Tags-C-012-M)
+
+INVOICE_COLUMNS = [
+    ("charge_class", "charge_class"), ("charge_period", "charge_period"), ("line", "kind"),
+    ("tenant", "tenant"), ("namespace", "namespace"), ("gpu_model", "model"),
+    ("gpu_hours_allocated", "gpu_hours_allocated"), ("gpu_hours_used", "gpu_hours_used"),
+    ("gpu_hours_billed", "gpu_hours_billed"), ("gpu_hours_idle", "gpu_hours_idle"),
+    ("charge", "charge"), ("idle_share", "idle_share"), ("cost", "cost"), ("waste", "waste"),
+    ("kwh", "kwh"), ("energy_cost", "energy_cost"), ("gco2e", "gco2e"), ("currency", "currency"),
+]
+
+
+def check_tenant(tenant: str | None) -> str | None:
+    """--tenant goes into file names: only a DNS label (the tenant id format) is accepted."""
+    if tenant is not None and not _TENANT.match(tenant):
+        raise ConfigError(f"--tenant: not a tenant id (lowercase DNS label): {tenant!r}")
+    return tenant
+
+
+def _text(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, Decimal):
+        return format(v, "f")
+    return str(v)
+
+
+def _csv_bytes(header: list[str], rows: list[list]) -> bytes:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+    for r in rows:
+        w.writerow([neutralise_csv_cell(_text(v)) for v in r])
+    return buf.getvalue().encode()
+
+
+def invoice_csv(bill: Bill) -> bytes:
+    inv = bill.invoice
+    rows = [[rec[src] for _, src in INVOICE_COLUMNS] for rec in inv.to_dict("records")]
+    return _csv_bytes([name for name, _ in INVOICE_COLUMNS], rows)
+
+
+def _decimal_array(values, scale: int) -> pa.Array:
+    return pa.array([Decimal(v) for v in values], pa.decimal128(18, scale))
+
+
+def _write_parquet(table: pa.Table, path: Path) -> None:
+    # Fixed settings: no pandas metadata, one row group, zstd, statistics on. The writer's
+    # created_by string is the only environment-dependent byte (the pyarrow version).
+    pq.write_table(table.replace_schema_metadata(None), path, compression="zstd", compression_level=3,
+                   row_group_size=max(1, table.num_rows), use_dictionary=True, write_statistics=True)
+
+
+DETAIL_MONEY = {"gpu_hour_price": 6, "charge": 2, "idle_share": 2, "cost": 2, "waste": 2, "energy_cost": 2}
+DETAIL_DEC = {"gpu_hours_allocated": 4, "gpu_hours_used": 4, "gpu_hours_billed": 4, "gpu_hours_idle": 4,
+              "kwh": 6, "gco2e": 1}
+
+
+def detail_table(bill: Bill) -> pa.Table:
+    d = bill.detail
+    cols = {}
+    for name in d.columns:
+        if name == "cost_raw":
+            continue
+        if name in DETAIL_MONEY:
+            cols[name] = _decimal_array(d[name], DETAIL_MONEY[name])
+        elif name in DETAIL_DEC:
+            cols[name] = _decimal_array(d[name], DETAIL_DEC[name])
+        else:
+            cols[name] = pa.array([None if v is None else str(v) for v in d[name]], pa.string())
+    return pa.table(cols)
+
+
+# ------------------------------------------------------------------ FOCUS 1.2
+
+FOCUS_COLUMNS = [
+    "BilledCost", "BillingAccountId", "BillingAccountName", "BillingCurrency", "BillingPeriodEnd",
+    "BillingPeriodStart", "ChargeCategory", "ChargeClass", "ChargeDescription", "ChargeFrequency",
+    "ChargePeriodEnd", "ChargePeriodStart", "CommitmentDiscountStatus", "ConsumedQuantity", "ConsumedUnit",
+    "ContractedCost", "ContractedUnitPrice", "EffectiveCost", "InvoiceId", "InvoiceIssuerName", "ListCost",
+    "ListUnitPrice", "PricingQuantity", "PricingUnit",
+    "ProviderName", "PublisherName", "ResourceId", "ResourceName", "ResourceType", "ServiceCategory",
+    "ServiceName", "ServiceSubcategory", "SkuId", "SkuMeter", "SkuPriceDetails", "SkuPriceId",
+    "SubAccountId", "SubAccountName", "Tags",
+    # provider-defined (custom) columns after all FOCUS columns: the Kubernetes and GPU
+    # dimensions as plain columns, so they group and filter without parsing Tags
+    "x_Cluster", "x_Namespace", "x_Pod", "x_Container", "x_Node", "x_GpuUuid", "x_GpuModel",
+]
+_FOCUS_MONEY = {"BilledCost", "ContractedCost", "EffectiveCost", "ListCost"}
+_FOCUS_PRICE = {"ContractedUnitPrice", "ListUnitPrice"}
+_FOCUS_QTY = {"ConsumedQuantity"}
+# PricingQuantity = cost / unit price: 12 decimals keep ListUnitPrice x PricingQuantity
+# within 1e-9 of ListCost for any catalog price below 2000 per GPU-hour
+PRICING_QUANTITY_PLACES = 12
+_PRICING_QTY = Decimal(1).scaleb(-PRICING_QUANTITY_PLACES)
+_FOCUS_TIME = {"BillingPeriodEnd", "BillingPeriodStart", "ChargePeriodEnd", "ChargePeriodStart"}
+
+
+def _iso(d) -> str:
+    return f"{d.isoformat()}T00:00:00Z"
+
+
+def pricing_quantity(cost: Decimal, unit_price: Decimal, hours: Decimal) -> Decimal:
+    """GPU-hours at the unit price that make up the row's cost (the shared idle policy
+    adds idle hours to a tenant's); a free GPU's rows keep their GPU-hours."""
+    if unit_price == 0:
+        return hours
+    return (cost / unit_price).quantize(_PRICING_QTY, rounding=ROUND_HALF_UP)
+
+
+def focus_rows(bill: Bill, names: dict[str, str]) -> list[dict]:
+    """One FOCUS row per detail line. names: tenant -> display name (BillingAccountName)."""
+    b_start, b_end = parse_month(bill.month)
+    out = []
+    for r in bill.detail.to_dict("records"):
+        c_start, c_end = parse_month(r["charge_period"])
+        idle = r["kind"] == "idle"
+        if idle:
+            qty = r["gpu_hours_idle"]
+            desc = f"Idle (unallocated) capacity of GPU {r['gpu_uuid']} ({r['model']})"
+            res_id = f"{r['cluster']}/{r['node']}/{r['gpu_uuid']}"
+            res_name, res_type = r["gpu_uuid"], "GPU"
+        else:
+            qty = r["gpu_hours_billed"]
+            desc = f"Fractional GPU ({bill.basis} basis) of {r['model']} for {r['namespace']}/{r['pod']}/{r['container']}"
+            res_id = f"{r['cluster']}/{r['namespace']}/{r['pod_uid']}/{r['container']}/{r['gpu_uuid']}"
+            res_name, res_type = f"{r['namespace']}/{r['pod']}/{r['container']}", "GPU slice"
+        tags = {
+            f"{TAG_PREFIX}gpu-model": r["model"], f"{TAG_PREFIX}node": r["node"],
+            f"{TAG_PREFIX}gpu-uuid": r["gpu_uuid"], f"{TAG_PREFIX}basis": bill.basis,
+            f"{TAG_PREFIX}idle-policy": bill.idle, f"{TAG_PREFIX}gpu-hours-allocated": _text(r["gpu_hours_allocated"]),
+            f"{TAG_PREFIX}gpu-hours-used": _text(r["gpu_hours_used"]), f"{TAG_PREFIX}waste": _text(r["waste"]),
+            f"{TAG_PREFIX}idle-share": _text(r["idle_share"]), f"{TAG_PREFIX}kwh": _text(r["kwh"]),
+            f"{TAG_PREFIX}gco2e": _text(r["gco2e"]),
+        }
+        sku = "gpu-hour:" + re.sub(r"[^A-Za-z0-9]+", "-", r["model"] or "unknown").strip("-").lower()
+        price = _text(r["gpu_hour_price"])
+        unit_price = Decimal(r["gpu_hour_price"])
+        out.append({
+            "CommitmentDiscountStatus": None,
+            "SkuId": sku, "SkuMeter": "GPU-Hours", "SkuPriceId": f"{sku}@{price}",
+            "SkuPriceDetails": json.dumps({"GpuModel": r["model"], "PricePerGpuHour": price, "Currency": bill.currency},
+                                          sort_keys=True, separators=(",", ":")),
+            "BilledCost": r["cost"], "ContractedCost": r["cost"], "EffectiveCost": r["cost"], "ListCost": r["cost"],
+            "BillingAccountId": r["tenant"], "BillingAccountName": names.get(r["tenant"], r["tenant"]),
+            "BillingCurrency": bill.currency,
+            "BillingPeriodStart": _iso(b_start), "BillingPeriodEnd": _iso(b_end),
+            "ChargePeriodStart": _iso(c_start), "ChargePeriodEnd": _iso(c_end),
+            "ChargeCategory": "Usage",
+            "ChargeClass": "Correction" if r["charge_class"] == "Correction" else None,
+            "ChargeDescription": desc, "ChargeFrequency": "Usage-Based",
+            "ConsumedQuantity": qty, "ConsumedUnit": "GPU-Hours",
+            "PricingQuantity": pricing_quantity(r["cost"], unit_price, qty), "PricingUnit": "GPU-Hours",
+            "ListUnitPrice": unit_price, "ContractedUnitPrice": unit_price,
+            "InvoiceId": f"{r['tenant']}-{bill.month}", "InvoiceIssuerName": PROVIDER,
+            "ProviderName": PROVIDER, "PublisherName": PROVIDER,
+            "ResourceId": res_id, "ResourceName": res_name, "ResourceType": res_type,
+            "ServiceCategory": "Compute", "ServiceSubcategory": "Containers", "ServiceName": "Fractional GPU",
+            "SubAccountId": f"{r['tenant']}/{r['namespace']}" if r["namespace"] != IDLE_NAMESPACE else f"{r['tenant']}/idle",
+            "SubAccountName": r["namespace"] if r["namespace"] != IDLE_NAMESPACE else "idle",
+            "Tags": json.dumps(tags, sort_keys=True, separators=(",", ":")),
+            "x_Cluster": r["cluster"], "x_Node": r["node"], "x_GpuUuid": r["gpu_uuid"], "x_GpuModel": r["model"],
+            "x_Namespace": None if idle else r["namespace"], "x_Pod": None if idle else r["pod"],
+            "x_Container": None if idle else r["container"],
+        })
+    return out
+
+
+def focus_csv(rows: list[dict]) -> bytes:
+    return _csv_bytes(FOCUS_COLUMNS, [[r[c] for c in FOCUS_COLUMNS] for r in rows])
+
+
+def focus_table(rows: list[dict]) -> pa.Table:
+    cols = {}
+    for c in FOCUS_COLUMNS:
+        vals = [r[c] for r in rows]
+        if c in _FOCUS_MONEY:
+            cols[c] = _decimal_array(vals, 2)
+        elif c in _FOCUS_QTY:
+            cols[c] = _decimal_array(vals, 4)
+        elif c in _FOCUS_PRICE:
+            cols[c] = _decimal_array(vals, 6)
+        elif c == "PricingQuantity":
+            cols[c] = pa.array([Decimal(v) for v in vals], pa.decimal128(24, PRICING_QUANTITY_PLACES))
+        elif c in _FOCUS_TIME:
+            cols[c] = pa.array(vals, pa.string()).cast(pa.timestamp("s", tz="UTC")) if vals else pa.array([], pa.timestamp("s", tz="UTC"))
+        else:
+            cols[c] = pa.array(vals, pa.string())
+    return pa.table(cols)
+
+
+UNMETERED_COLUMNS = ["hour", "cluster", "node", "gpu_uuid", "gpu_model", "metered_s", "nvml_metered_s",
+                     "unmetered_s", "reason"]
+
+
+def unmetered_csv(bill: Bill) -> bytes:
+    """Per GPU and hour not fully metered by NVML: seconds seen (by any sample), seconds
+    NVML saw, seconds nothing saw, and why (docs/chargeback.md)."""
+    rows = [[f"{r['hour']:%Y-%m-%dT%H:00:00Z}", r["cluster"], r["node"], r["gpu_uuid"], r["model"],
+             f"{r['metered_s']:.3f}", f"{r['gpu_metered_s']:.3f}", f"{r['unmetered_s']:.3f}", r["reason"]]
+            for r in bill.unmetered_hours.to_dict("records")]
+    return _csv_bytes(UNMETERED_COLUMNS, rows)
+
+
+def tenant_names(con) -> dict[str, str]:
+    return {t: (n or t) for t, n in con.execute("SELECT tenant, display_name FROM tenants ORDER BY tenant").fetchall()}
+
+
+def write_exports(con, bill: Bill, out_dir: str | Path, tenant: str | None = None) -> list[Path]:
+    """Write the month's files into out_dir; returns their paths (sorted)."""
+    check_tenant(tenant)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    suffix = f"{bill.month}" + (f"-{tenant}" if tenant else "")
+    paths = {
+        "invoice": out / f"invoice-{suffix}.csv",
+        "detail": out / f"detail-{suffix}.parquet",
+        "focus_csv": out / f"focus-{suffix}.csv",
+        "focus_parquet": out / f"focus-{suffix}.parquet",
+        "unmetered": out / f"unmetered-{suffix}.csv",
+    }
+    paths["invoice"].write_bytes(invoice_csv(bill))
+    _write_parquet(detail_table(bill), paths["detail"])
+    rows = focus_rows(bill, tenant_names(con))
+    paths["focus_csv"].write_bytes(focus_csv(rows))
+    _write_parquet(focus_table(rows), paths["focus_parquet"])
+    if tenant is None:
+        paths["unmetered"].write_bytes(unmetered_csv(bill))
+    else:
+        del paths["unmetered"]   # GPU coverage is the platform's, not a tenant's
+    return sorted(paths.values())

@@ -1,0 +1,81 @@
+"""`slicemeter ingest --recommend-interval S`: the right-sizing plan's headline figures as
+ingest metrics (docs/metrics.md, "Ingest").
+
+A background thread rebuilds the plan for the current UTC month every S seconds and hands
+slicemeter.rightsizing.plan.headline_metrics(plan) to the metrics collector. It reads the snapshot,
+as every other reader does, never the live file: the writer's transactions are not
+disturbed and the plan sees one consistent copy. A failed plan keeps the previous figures
+and is logged; the thread never stops ingest.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import datetime
+from pathlib import Path
+from typing import Callable
+
+from slicemeter.ingest.metrics import Headline, RecommendHeadline
+from slicemeter import clock
+
+log = logging.getLogger("slicemeter.ingest.recommend")
+
+RETRY_S = 5.0  # how soon to look again while the snapshot is absent or has no rollups yet
+
+
+def utc_now() -> datetime:
+    return clock.now()
+
+
+class RecommendRefresher:
+    def __init__(self, snapshot: Path, interval_s: float, headline: RecommendHeadline, prices=None,
+                 headroom: float = 0.2, now: Callable[[], datetime] = utc_now, dividend: Headline | None = None):
+        self.snapshot = Path(snapshot)
+        self.interval_s = interval_s
+        self.headline = headline
+        self.prices = prices
+        self.headroom = headroom
+        self.now = now
+        self.dividend = dividend
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="recommend-metrics", daemon=True)
+
+    def refresh(self) -> bool:
+        """Plan the current month from the snapshot; False if there is no snapshot yet."""
+        from slicemeter.rightsizing.plan import build_plan, headline_metrics
+        from slicemeter.store import connect
+
+        if not self.snapshot.is_file():
+            return False
+        month = self.now().strftime("%Y-%m")
+        con = connect(self.snapshot, read_only=True)
+        try:
+            self.headline.update(headline_metrics(build_plan(con, month, self.headroom, self.prices)))
+            if self.dividend is not None:
+                from slicemeter.chargeback.dividend import dividend, dividend_metrics, previous_month
+
+                # the month to date is young on the 1st: the last complete month beside it
+                reports = [dividend(con, m, self.prices) for m in (previous_month(month), month)]
+                self.dividend.update(dividend_metrics(reports))
+                if not any(r.fleet.hours for r in reports):
+                    return False   # a snapshot from before the first rollups: look again soon
+        finally:
+            con.close()
+        return True
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                planned = self.refresh()
+            except Exception:  # a bad snapshot costs this round's figures, not ingest
+                log.exception("recommend metrics: planning from %s failed", self.snapshot)
+                planned = True
+            self._stop.wait(self.interval_s if planned else min(self.interval_s, RETRY_S))
+
+    def start(self) -> "RecommendRefresher":
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)

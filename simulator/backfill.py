@@ -1,0 +1,146 @@
+"""`slicemeter backfill`: publish a scenario's simulated history to Kafka.
+
+slicemeter.simulator.timetravel.generate yields columnar Tick tables per node and time chunk; each
+becomes one or more messages (many Ticks of one node each, key = node) encoded with the
+wire contract's encode_tables, the same encoder the exporter uses. A progress bar on
+stderr follows simulated time.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+import time
+
+import numpy as np
+import pyarrow as pa
+
+from slicemeter import kafka_security, signing
+from slicemeter.common import ConfigError
+
+MAX_ROWS_PER_MESSAGE = 50_000   # keeps messages well under Kafka's default 1 MB x lz4 / 10 MB limits
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scenario", required=True, help="scenario YAML (docs/simulator.md)")
+    p.add_argument("--start", required=True, metavar="DATE", help="UTC start, e.g. 2026-11-01 or 2026-11-01T06:00")
+    p.add_argument("--days", required=True, type=float, metavar="N")
+    p.add_argument("--kafka", required=True, metavar="HOST:PORT")
+    p.add_argument("--interval", type=float, default=10.0, help="seconds between Ticks")
+    p.add_argument("--topic", default="slicemeter.ticks")
+    p.add_argument("--partitions", type=int, default=4, help="partitions if the topic must be created")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--signing-key-file", metavar="FILE", help="sign every message (docs/security.md)")
+    p.add_argument("--signing-key-id", metavar="ID")
+    kafka_security.add_options(p)
+
+
+def parse_start(text: str) -> int:
+    """UTC epoch milliseconds of a date or ISO date-time (naive = UTC)."""
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise ConfigError(f"--start: {text!r} is not a date (YYYY-MM-DD[THH:MM])") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return int(when.timestamp() * 1000)
+
+
+def split_by_ticks(gpus: pa.Table, slices: pa.Table, max_rows: int = MAX_ROWS_PER_MESSAGE):
+    """Cut one node's chunk into messages of whole Ticks with at most ~max_rows rows each."""
+    if gpus.num_rows + slices.num_rows <= max_rows:
+        yield gpus, slices
+        return
+    g_ts = gpus.column("ts_ms").to_numpy()
+    s_ts = slices.column("ts_ms").to_numpy()
+    ticks = np.unique(np.concatenate([g_ts, s_ts]))
+    per_tick = max(1, (gpus.num_rows + slices.num_rows) // max(1, len(ticks)))
+    step = max(1, max_rows // per_tick)
+    for i in range(0, len(ticks), step):
+        lo, hi = ticks[i], ticks[min(i + step, len(ticks)) - 1]
+        g = gpus.filter(pa.array((g_ts >= lo) & (g_ts <= hi)))
+        s = slices.filter(pa.array((s_ts >= lo) & (s_ts <= hi)))
+        yield g, s
+
+
+class Progress:
+    def __init__(self, start_ms: int, end_ms: int, enabled: bool, out=sys.stderr):
+        self.start_ms, self.end_ms, self.enabled, self.out = start_ms, end_ms, enabled, out
+        self.t0 = time.monotonic()
+        self.last = 0.0
+
+    def update(self, ts_ms: int, samples: int, force: bool = False) -> None:
+        now = time.monotonic()
+        if not self.enabled or (not force and now - self.last < 0.2):
+            return
+        self.last = now
+        frac = min(1.0, max(0.0, (ts_ms - self.start_ms) / max(1, self.end_ms - self.start_ms)))
+        bar = "#" * int(frac * 30)
+        rate = samples / max(1e-9, now - self.t0)
+        self.out.write(f"\rbackfill [{bar:<30}] {frac * 100:5.1f}% {samples:,} samples {rate:,.0f}/s")
+        self.out.flush()
+
+    def done(self, samples: int) -> None:
+        if self.enabled:
+            self.update(self.end_ms, samples, force=True)
+            self.out.write("\n")
+
+
+def _ensure_topic(bootstrap: str, topic: str, partitions: int, security: dict) -> None:
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **security)
+    try:
+        if topic not in admin.list_topics():
+            try:
+                admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+            except TopicAlreadyExistsError:
+                pass
+    finally:
+        admin.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    from kafka import KafkaProducer
+
+    from slicemeter.simulator.scenario import ScenarioError, load_scenario
+    from slicemeter.simulator.timetravel import generate
+    from slicemeter.tick import encode_tables
+
+    if args.days <= 0:
+        raise ConfigError(f"--days must be > 0, got {args.days}")
+    if args.interval <= 0:
+        raise ConfigError(f"--interval must be > 0, got {args.interval}")
+    start_ms = parse_start(args.start)
+    end_ms = start_ms + int(args.days * 86_400_000)
+    try:
+        scenario = load_scenario(args.scenario)
+    except ScenarioError as exc:
+        raise ConfigError(f"--scenario: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"--scenario: cannot read {args.scenario}: {exc.strerror}") from None
+    security = kafka_security.settings(args)
+    key = signing.key_from_options(args.signing_key_file, args.signing_key_id)
+    _ensure_topic(args.kafka, args.topic, args.partitions, security)
+    producer = KafkaProducer(bootstrap_servers=args.kafka, compression_type="lz4", linger_ms=20,
+                             batch_size=1 << 20, max_request_size=16 << 20, acks="all", **security)
+    progress = Progress(start_ms, end_ms, enabled=not args.no_progress)
+    samples = messages = 0
+    for node, gpus, slices in generate(scenario, start_ms, end_ms, interval_s=args.interval, seed=args.seed):
+        if gpus.num_rows + slices.num_rows == 0:
+            continue   # a node that has not joined yet
+        for g, s in split_by_ticks(gpus, slices):
+            value = encode_tables(g, s)
+            producer.send(args.topic, key=node.encode(), value=value,
+                          headers=signing.signed_headers(*key, value) if key else None)
+            samples += g.num_rows + s.num_rows
+            messages += 1
+        if gpus.num_rows:
+            progress.update(int(gpus.column("ts_ms")[-1].as_py()), samples)
+    producer.flush()
+    producer.close()
+    progress.done(samples)
+    print(f"published {samples:,} samples in {messages:,} messages to {args.topic}", file=sys.stderr)
+    return 0

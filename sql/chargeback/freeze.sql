@@ -1,0 +1,13 @@
+-- Freeze month [$m_start, $m_end) as billed by invoice month $as_of (chargeback/close.py):
+-- copy its rollups, with the tenant attribution of this moment, into the frozen tables.
+INSERT INTO frozen_gpu_hour
+SELECT $as_of::DATE, $m_start::DATE, hour, cluster, node, gpu_uuid, model, metered_s, energy_joules
+FROM gpu_hour
+WHERE hour >= $m_start::TIMESTAMP AND hour < $m_end::TIMESTAMP;
+
+INSERT INTO frozen_slice_hour
+SELECT $as_of::DATE, $m_start::DATE, tenant, hour, cluster, node, gpu_uuid, namespace, pod, pod_uid,
+       container, whole_gpu, metered_s, alloc_mem_share_s, alloc_cores_share_s, alloc_dominant_share_s,
+       usage_share_s, hami_nvml_disagree_s
+FROM slice_hour_tenant
+WHERE hour >= $m_start::TIMESTAMP AND hour < $m_end::TIMESTAMP;

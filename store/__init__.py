@@ -1,0 +1,105 @@
+"""The DuckDB store: open a database file with the schema applied.
+
+`sql/schema/NNN_name.sql` are migrations, applied once each, in order, and recorded in
+`schema_migrations`. `sql/views/NNN_name.sql` define TEMP views and macros and are applied
+on every connection (read-write or read-only), so views always match the code reading them.
+Numbering: 001-099 ingest, 100-199 chargeback and exports, 200-299 recommend,
+300-399 dashboard.
+"""
+from __future__ import annotations
+
+import importlib.resources
+from pathlib import Path
+
+import duckdb
+
+
+SQL_DIR = Path(str(importlib.resources.files("slicemeter.sql")))
+
+
+def sql_text(name: str) -> str:
+    """A statement file under sql/, e.g. sql_text('dashboard/fleet_summary.sql')."""
+    return (SQL_DIR / name).read_text()
+
+
+def _numbered(folder: str) -> list[Path]:
+    return sorted((SQL_DIR / folder).glob("[0-9][0-9][0-9]_*.sql"))
+
+
+def apply_views(con: duckdb.DuckDBPyConnection) -> None:
+    for path in _numbered("views"):
+        con.execute(path.read_text())
+
+
+def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Apply pending migrations; returns the names applied."""
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (name VARCHAR PRIMARY KEY, applied_at TIMESTAMP DEFAULT now())"
+    )
+    done = {row[0] for row in con.execute("SELECT name FROM schema_migrations").fetchall()}
+    applied = []
+    for path in _numbered("schema"):
+        if path.name in done:
+            continue
+        con.execute("BEGIN TRANSACTION")
+        try:
+            con.execute(path.read_text())
+            con.execute("INSERT INTO schema_migrations (name) VALUES (?)", [path.name])
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
+        applied.append(path.name)
+    return applied
+
+
+def fold_pending_rollups(con: duckdb.DuckDBPyConnection) -> None:
+    """Fold the rollup deltas batches left pending into gpu_hour, slice_hour and
+    gpu_inventory, in a transaction of its own (sql/schema/004_pending_rollups.sql)."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute(sql_text("ingest/fold_rollups.sql"))
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+_PENDING_TABLES = ("gpu_inventory_pending", "gpu_hour_pending", "slice_hour_pending")
+
+
+def has_pending_rollups(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether batches left rollup deltas to fold (False for a file from before the pending
+    tables, which a read-only connection does not migrate)."""
+    present = {row[0] for row in con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND schema_name = 'main' AND table_name IN ?", [list(_PENDING_TABLES)]).fetchall()}
+    if not present:
+        return False
+    return con.execute("SELECT " + " OR ".join(f"EXISTS (FROM {name})" for name in sorted(present))).fetchall()[0][0]
+
+
+def connect(path: str | Path, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """Open the store; every connection gets the views. Read-write connections migrate first
+    and fold the rollup deltas an ingest that crashed left pending.
+
+    A read-only connection must not show gpu_hour / slice_hour without those deltas (an
+    export would bill short): where it finds some, no ingest holds the file (DuckDB lets a
+    reader in only then; a running or cleanly stopped ingest leaves none behind), so the
+    file is opened read-write once to fold them, then read-only again."""
+    con = duckdb.connect(str(path), read_only=read_only)
+    if read_only and has_pending_rollups(con):
+        con.close()
+        try:
+            connect(path).close()
+        except duckdb.Error as exc:
+            raise RuntimeError(f"{path} holds rollup deltas an ingest left pending (it crashed?), and they "
+                               f"could not be folded: {exc}. Open it read-write once, e.g. by restarting "
+                               "`slicemeter ingest` on it.") from exc
+        con = duckdb.connect(str(path), read_only=True)
+    if not read_only:
+        migrate(con)
+    apply_views(con)
+    if not read_only and has_pending_rollups(con):
+        fold_pending_rollups(con)
+    return con

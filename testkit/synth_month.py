@@ -1,0 +1,15 @@
+"""A generated month of hourly rollups for tests and benchmarks (sql/testkit/synth_month.sql).
+
+Writes gpu_hour, slice_hour and tenants rows directly, as ingest would have, so chargeback
+and exports can be exercised at any fleet size without the simulator or Kafka.
+"""
+from __future__ import annotations
+
+from slicemeter.chargeback.bill import parse_month
+from slicemeter.store.script import execute_script
+
+
+def synthesize_month(con, month: str, gpus: int, tenants: int = 4, seed: int = 0) -> None:
+    m_start, m_end = parse_month(month)
+    execute_script(con, "testkit/synth_month.sql",
+                   {"m_start": m_start, "m_end": m_end, "gpus": int(gpus), "tenants": int(tenants), "seed": int(seed)})

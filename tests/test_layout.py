@@ -1,0 +1,107 @@
+"""The layout shows the flow: each package imports only the packages to its left in the
+README's table (sources -> Tick -> Kafka -> store -> views), and the dashboard never writes."""
+from __future__ import annotations
+
+import ast
+import hashlib
+import tomllib
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from slicemeter.testkit.fleet_fixture import build_fleet_db
+
+REPO = Path(__file__).resolve().parent.parent
+
+# folder -> the slicemeter packages its modules may import. "core" is slicemeter/ without
+# its two entry points: cli.py (names every subcommand) and demo.py (runs the whole pipeline).
+MAY_IMPORT = {
+    "core": {"core"},
+    "simulator": {"core"},
+    "exporter": {"core", "simulator"},          # simulator: only for --simulate's fake NVML
+    "store": {"core", "sql"},
+    "ingest": {"core", "store", "chargeback", "rightsizing"},   # the prices and the plan refresher it hosts
+    "chargeback": {"core", "store"},
+    "rightsizing": {"core", "store", "chargeback", "ingest"},    # ingest: the metric it refreshes
+    "dashboard": {"core", "store", "chargeback", "rightsizing"},
+}
+NEVER = {("exporter", "ingest"), ("exporter", "chargeback"), ("exporter", "dashboard"), ("exporter", "store"),
+         ("simulator", "exporter"), ("dashboard", "ingest"), ("chargeback", "dashboard"), ("store", "ingest")}
+PACKAGES = {"exporter", "simulator", "ingest", "store", "chargeback", "rightsizing", "dashboard", "sql", "testkit"}
+
+
+def package_of(module: str) -> str | None:
+    """The top folder a `slicemeter.*` module lives in ('core' for slicemeter/ itself)."""
+    parts = module.split(".")
+    if parts[0] != "slicemeter":
+        return None
+    return parts[1] if len(parts) > 1 and parts[1] in PACKAGES else "core"
+
+
+def imports_of(path: Path) -> set[tuple[str, int]]:
+    """Every slicemeter module `path` imports, at any depth (function-level imports too), and
+    module names passed to import_module (or the dashboard's lazy `_import`) as constants."""
+    tree = ast.parse(path.read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found |= {(node.module, node.lineno)} | {(f"{node.module}.{a.name}", node.lineno) for a in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {(a.name, node.lineno) for a in node.names}
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")).endswith("import_module") \
+                or isinstance(node, ast.Call) and getattr(node.func, "id", "") == "_import":
+            found |= {(a.value, node.lineno) for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
+    return {(m, line) for m, line in found if package_of(m)}
+
+
+def folder_modules(folder: str) -> list[Path]:
+    root = REPO / ("slicemeter" if folder == "core" else folder)
+    files = sorted(root.rglob("*.py"))
+    if folder == "core":
+        files = [f for f in files if f.name not in ("cli.py", "demo.py")]
+    return files
+
+
+def test_the_table_covers_every_package_folder():
+    tool = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {Path(d).parts[0] for d in tool["package-dir"].values()}
+    assert folders == {"slicemeter"} | PACKAGES
+    assert set(MAY_IMPORT) | {"sql", "testkit"} == {"core"} | PACKAGES
+
+
+@pytest.mark.parametrize("folder", sorted(MAY_IMPORT))
+def test_imports_point_left(folder):
+    files = folder_modules(folder)
+    assert files, folder
+    wrong = [f"{f.relative_to(REPO)}:{line} imports {module}"
+             for f in files for module, line in sorted(imports_of(f))
+             if package_of(module) not in MAY_IMPORT[folder] | {folder}]
+    assert not wrong, "\n".join(wrong)
+    for a, b in NEVER:
+        assert a != folder or b not in MAY_IMPORT[folder]
+
+
+def test_the_checker_sees_a_wrong_import(tmp_path):
+    bad = tmp_path / "x.py"
+    bad.write_text("def f():\n    from slicemeter.ingest.writer import Batch\n"
+                   "    log = logging.getLogger('slicemeter.chargeback')\n"
+                   "    return importlib.import_module('slicemeter.dashboard.data')\n")
+    assert {package_of(m) for m, _ in imports_of(bad)} == {"ingest", "dashboard"}
+
+
+def test_the_dashboard_never_writes(tmp_path, monkeypatch):
+    """Every page rendered on a store file leaves the file byte for byte as it was, with no
+    write-ahead log beside it."""
+    db = build_fleet_db(tmp_path / "fleet.duckdb", "2026-11")
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    monkeypatch.setenv("SLICEMETER_DB", str(db))
+    at = AppTest.from_file(str(REPO / "dashboard" / "app.py"), default_timeout=90)
+    at.run()
+    pages = sorted(p.stem for p in (REPO / "dashboard" / "views").glob("*.py"))
+    assert len(pages) == 6
+    for page in pages:
+        at.switch_page(f"views/{page}.py").run()
+        assert not at.exception, (page, at.exception)
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+    assert not db.with_name(db.name + ".wal").exists()
