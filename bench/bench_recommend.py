@@ -55,7 +55,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 from slicemeter.chargeback.prices import load_prices
-from slicemeter.rightsizing.plan import build_plan, month_window
+from slicemeter.common import month_window
+from slicemeter.rightsizing.plan import build_plan
 from slicemeter.store import connect, sql_text
 
 TARGET_S = 10.0

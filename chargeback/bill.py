@@ -12,7 +12,6 @@ and checks the invariant (InvariantError) before any caller can write a file.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from datetime import date
 from decimal import ROUND_HALF_UP, Decimal
@@ -22,14 +21,13 @@ import pyarrow as pa
 
 from slicemeter.chargeback import money
 from slicemeter.chargeback.prices import DEFAULT_PRICES, PriceCatalog, load_prices, parse_prices_text
-from slicemeter.common import ConfigError
+from slicemeter.common import ConfigError, check_choice, month_bounds, named
 
 BASES = ("allocation", "usage", "max")
 IDLE_POLICIES = ("platform", "shared")
 SHARES = ("dominant", "memory", "cores")
 PLATFORM_TENANT = "platform"
 IDLE_NAMESPACE = "(idle)"        # not a valid Kubernetes namespace, so never a real one
-_MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
 
 # Raw line fields that are summed and differenced (all exact ints).
 _SUMS = ("cost_raw", "charge_raw", "waste_raw", "alloc_u", "used_u", "billed_u", "idle_u", "energy_mj")
@@ -37,13 +35,7 @@ _SUMS = ("cost_raw", "charge_raw", "waste_raw", "alloc_u", "used_u", "billed_u",
 _KEY = ("kind", "tenant", "namespace", "pod", "pod_uid", "container", "cluster", "node", "gpu_uuid", "model")
 
 
-def parse_month(month: str) -> tuple[date, date]:
-    """'2026-11' -> (2026-11-01, 2026-12-01); ConfigError naming --month otherwise."""
-    m = _MONTH.match(str(month))
-    if not m:
-        raise ConfigError(f"--month: expected YYYY-MM, got {month!r}")
-    y, mo = int(m.group(1)), int(m.group(2))
-    return date(y, mo, 1), date(y + (mo == 12), mo % 12 + 1, 1)
+parse_month = month_bounds   # '2026-11' -> (2026-11-01, 2026-12-01); ValueError names a bad value
 
 
 def month_str(d: date) -> str:
@@ -51,12 +43,9 @@ def month_str(d: date) -> str:
 
 
 def check_options(basis: str, idle: str, share: str) -> None:
-    if basis not in BASES:
-        raise ConfigError(f"--basis: expected one of {', '.join(BASES)}, got {basis!r}")
-    if idle not in IDLE_POLICIES:
-        raise ConfigError(f"--idle: expected one of {', '.join(IDLE_POLICIES)}, got {idle!r}")
-    if share not in SHARES:
-        raise ConfigError(f"--share: expected one of {', '.join(SHARES)}, got {share!r}")
+    for name, value, choices in (("basis", basis, BASES), ("idle", idle, IDLE_POLICIES), ("share", share, SHARES)):
+        with named(name):
+            check_choice(value, choices)
 
 
 # ---------------------------------------------------------------- pure money steps
@@ -384,7 +373,8 @@ def compute_bill(con, month: str, basis: str = "allocation", idle: str = "platfo
     frozen copy with the catalog it was closed with, so it never changes. Raises
     InvariantError (and nothing is to be written) when the money does not add up."""
     check_options(basis, idle, share)
-    m_start, m_end = parse_month(month)
+    with named("month"):
+        m_start, m_end = parse_month(month)
     closed = closed_months(con)
     if m_start in closed:
         catalog = parse_prices_text(closed[m_start], f"closed month {month} prices")

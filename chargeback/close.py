@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from slicemeter.chargeback.bill import closed_months, month_str, parse_month
 from slicemeter.chargeback.prices import PriceCatalog
 from slicemeter.store.script import execute_script
-from slicemeter.common import ConfigError
+from slicemeter.common import ConfigError, named
 
 
 def _fingerprint(con, m_start, m_end, src_asof):
@@ -29,16 +29,17 @@ def _latest_asof(con, data_month):
 
 def close_month(con, month: str, catalog: PriceCatalog, now: datetime | None = None) -> list[str]:
     """Close `month`; returns the closed months whose late data this close froze as well."""
-    m_start, m_end = parse_month(month)
+    with named("month"):
+        m_start, m_end = parse_month(month)
     closed = closed_months(con)
     if m_start in closed:
-        raise ConfigError(f"--month: {month} is already closed")
+        raise ConfigError(f"month {month} is already closed")
     open_before = con.execute(
         "SELECT DISTINCT date_trunc('month', hour)::DATE AS m FROM gpu_hour WHERE hour < ? ORDER BY m",
         [m_start]).fetchall()
     still_open = [m for (m,) in open_before if m not in closed]
     if still_open:
-        raise ConfigError(f"--month: close {month_str(still_open[0])} first (months close in order)")
+        raise ConfigError(f"month {month}: close {month_str(still_open[0])} first (months close in order)")
     stamp = (now or datetime.now(timezone.utc)).replace(tzinfo=None)
     carried = []
     con.execute("BEGIN TRANSACTION")

@@ -8,7 +8,7 @@ from slicemeter.chargeback.close import close_month
 from slicemeter.chargeback.bill import parse_month
 from slicemeter.chargeback.prices import DEFAULT_PRICES, load_prices
 from slicemeter.store import connect
-from slicemeter.common import ConfigError
+from slicemeter.common import ConfigError, named
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -19,7 +19,8 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    parse_month(args.month)
+    with named("--month"):
+        parse_month(args.month)
     catalog = load_prices(args.prices)
     if not Path(args.db).exists():
         raise ConfigError(f"--db: no such database file: {args.db}")

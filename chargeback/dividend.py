@@ -10,23 +10,19 @@ runs the queries on a connection. Money is Decimal from integer milliseconds, ne
 """
 from __future__ import annotations
 
-import calendar
-import re
 from dataclasses import dataclass, field
-from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 
 import pandas as pd
 
 from slicemeter.chargeback.prices import PriceCatalog
 from slicemeter.store import sql_text
-from slicemeter.common import ConfigError
+from slicemeter.common import ConfigError, month_window
 
 FLEET = "fleet"
 ENTERPRISE_BAND = (0.20, 0.25)   # typical utilization of enterprise GPU fleets (docs/dividend.md)
 MS_PER_HOUR = 3_600_000
 CENT = Decimal("0.01")
-_MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
 
 
 @dataclass(frozen=True)
@@ -93,18 +89,6 @@ class Report:
     unpriced_models: list[str] = field(default_factory=list)
 
 
-def month_range(month: str) -> tuple[datetime, datetime, int]:
-    """'2026-11' -> (start, end, hours in the month); ValueError names the bad value."""
-    m = _MONTH.match(month if isinstance(month, str) else "")
-    if not m:
-        raise ValueError(f"month must look like 2026-11, got {month!r}")
-    year, mon = int(m.group(1)), int(m.group(2))
-    start = datetime(year, mon, 1)
-    days = calendar.monthrange(year, mon)[1]
-    end = datetime(year + (mon == 12), mon % 12 + 1, 1)
-    return start, end, days * 24
-
-
 def _hours(ms: int) -> float:
     return int(ms) / MS_PER_HOUR
 
@@ -142,7 +126,7 @@ def _figures(scope: str, rows: pd.DataFrame, hours: int, containers: int, prices
 def compute(month: str, groups: pd.DataFrame, coverage: pd.DataFrame, idle_watts: dict[str, float],
             catalog: PriceCatalog | None) -> Report:
     """The month's report from the dividend queries' frames (pure)."""
-    _, _, month_hours = month_range(month)
+    _, _, month_hours = month_window(month)
     groups = groups.copy()
     for col in ("metered_ms", "in_use_ms", "whole_gpu_ms"):
         groups[col] = groups[col].map(int)
@@ -196,7 +180,7 @@ def _frame(con, name: str, params: dict) -> pd.DataFrame:
 
 def dividend(con, month: str, catalog: PriceCatalog | None) -> Report:
     """The month's sharing dividend from the store (rollups; a snapshot is fine)."""
-    start, end, _ = month_range(month)
+    start, end, _ = month_window(month)
     params = {"start": start, "end": end}
     groups = _frame(con, "dividend_groups", params)
     coverage = _frame(con, "dividend_coverage", params)
@@ -240,6 +224,6 @@ def dividend_metrics(reports: list[Report]) -> dict[str, list[tuple[dict[str, st
 
 
 def previous_month(month: str) -> str:
-    start, _, _ = month_range(month)
+    start, _, _ = month_window(month)
     year, mon = (start.year - 1, 12) if start.month == 1 else (start.year, start.month - 1)
     return f"{year:04d}-{mon:02d}"

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import duckdb
 
-from slicemeter.chargeback.bill import BASES, IDLE_POLICIES, SHARES, InvariantError, check_options, compute_bill, parse_month
+from slicemeter.chargeback.bill import BASES, IDLE_POLICIES, SHARES, InvariantError, compute_bill, parse_month
 from slicemeter.chargeback.exports import check_tenant, write_exports
 from slicemeter.chargeback.prices import DEFAULT_PRICES, load_prices
 from slicemeter.store import connect
-from slicemeter.common import ConfigError
+from slicemeter.common import ConfigError, check_choice, named
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -39,9 +39,14 @@ def _open(db: str):
 
 
 def run(args: argparse.Namespace) -> int:
-    parse_month(args.month)
-    check_options(args.basis, args.idle, args.share)
-    check_tenant(args.tenant)
+    with named("--month"):
+        parse_month(args.month)
+    for flag, value, choices in (("--basis", args.basis, BASES), ("--idle", args.idle, IDLE_POLICIES),
+                                 ("--share", args.share, SHARES)):
+        with named(flag):
+            check_choice(value, choices)
+    with named("--tenant"):
+        check_tenant(args.tenant)
     catalog = load_prices(args.prices)
     if not Path(args.db).exists():
         raise ConfigError(f"--db: no such database file: {args.db}")

@@ -19,9 +19,8 @@ import pyarrow.parquet as pq
 
 from slicemeter.chargeback.bill import IDLE_NAMESPACE, Bill, parse_month
 from slicemeter.chargeback.csv_cells import neutralise_csv_cell
-from slicemeter.common import ConfigError
+from slicemeter.common import DNS_LABEL_RE, ConfigError
 
-_TENANT = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 PROVIDER = "slicemeter"
 TAG_PREFIX = "slicemeter/"   # provider-defined tag keys (FOCUS Tags-C-012-M)
 
@@ -36,9 +35,9 @@ INVOICE_COLUMNS = [
 
 
 def check_tenant(tenant: str | None) -> str | None:
-    """--tenant goes into file names: only a DNS label (the tenant id format) is accepted."""
-    if tenant is not None and not _TENANT.match(tenant):
-        raise ConfigError(f"--tenant: not a tenant id (lowercase DNS label): {tenant!r}")
+    """A tenant goes into file names: only a DNS label (the tenant id format) is accepted."""
+    if tenant is not None and not DNS_LABEL_RE.match(tenant):
+        raise ConfigError(f"tenant {tenant!r} is not a tenant id (lowercase DNS label)")
     return tenant
 
 

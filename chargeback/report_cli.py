@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from slicemeter.chargeback.prices import DEFAULT_PRICES, load_prices
-from slicemeter.common import ConfigError
+from slicemeter.common import ConfigError, month_window, named
 
 FORMATS = {".md": "render_markdown", ".markdown": "render_markdown", ".html": "render_html", ".htm": "render_html"}
 
@@ -23,13 +23,11 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from slicemeter.chargeback import report
-    from slicemeter.chargeback.dividend import dividend, month_range
+    from slicemeter.chargeback.dividend import dividend
     from slicemeter.store import connect
 
-    try:
-        month_range(args.month)
-    except ValueError as exc:
-        raise ConfigError(f"--month: {exc}") from None
+    with named("--month"):
+        month_window(args.month)
     for out in args.out:
         if out.suffix.lower() not in FORMATS:
             raise ConfigError(f"--out: {out} must end in .md or .html")

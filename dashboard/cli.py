@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from slicemeter.dashboard.access import check_tenant, load_access
-from slicemeter.common import ConfigError
+from slicemeter.common import ConfigError, named
 
 APP = Path(__file__).resolve().parent / "app.py"
 
@@ -66,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--db: no such database file: {db}")
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port: {args.port} is not a TCP port")
-    check_tenant(args.tenant)
+    with named("--tenant"):
+        check_tenant(args.tenant)
     access = None
     if args.access:
         access = Path(args.access).resolve()

@@ -1,21 +1,17 @@
 """Pure formatting and calendar helpers for the dashboard (no Streamlit, no I/O)."""
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from decimal import ROUND_HALF_EVEN, Decimal
-import re
 
-_MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
+from slicemeter.common import month_window
+
 CURRENCY_SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£", "JPY": "¥"}
 
 
 def month_bounds(month: str) -> tuple[datetime, datetime]:
     """[start, end) of a 'YYYY-MM' month as naive UTC datetimes; ValueError names the input."""
-    m = _MONTH.match(month or "")
-    if not m:
-        raise ValueError(f"month must look like 2026-11, got {month!r}")
-    start = datetime(int(m.group(1)), int(m.group(2)), 1)
-    end = (start + timedelta(days=32)).replace(day=1)
+    start, end, _hours = month_window(month)
     return start, end
 
 

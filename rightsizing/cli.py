@@ -10,7 +10,7 @@ import csv
 from pathlib import Path
 
 from slicemeter.chargeback.prices import DEFAULT_PRICES, load_prices_or_default
-from slicemeter.common import ConfigError
+from slicemeter.common import ConfigError, month_window, named
 
 SLICE_COLUMNS = ["tenant", "namespace", "pod", "container", "node", "model", "grant_memory_mib",
                  "recommended_gpumem_mib", "grant_cores_pct", "recommended_gpucores_pct",
@@ -58,13 +58,11 @@ def format_summary(s: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from slicemeter.rightsizing.plan import build_plan, month_window
+    from slicemeter.rightsizing.plan import build_plan
     from slicemeter.store import connect
 
-    try:
+    with named("--month"):
         month_window(args.month)
-    except ValueError as exc:
-        raise ConfigError(f"--month: {exc}") from None
     if not (args.headroom >= 0 and args.headroom < 10):
         raise ConfigError(f"--headroom: must be in [0, 10), got {args.headroom}")
     db = Path(args.db)

@@ -14,13 +14,10 @@ and `recurring_demands` touch the database.
 """
 from __future__ import annotations
 
-import calendar
 import math
-import re
 import time
 import warnings
 from dataclasses import dataclass, field
-from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
@@ -28,10 +25,10 @@ import numpy as np
 import pandas as pd
 
 from slicemeter.rightsizing import packing
+from slicemeter.common import month_window
 from slicemeter.store import sql_text
 
 MIB = 1024 * 1024
-_MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
 
 
 @dataclass(frozen=True)
@@ -53,18 +50,6 @@ class Plan:
     placement: pd.DataFrame
     groups: pd.DataFrame
     summary: dict[str, Any] = field(default_factory=dict)
-
-
-def month_window(month: str) -> tuple[datetime, datetime, int]:
-    """'2026-11' -> (start, end, hours in the month). ValueError names the bad value."""
-    m = _MONTH.match(str(month))
-    if not m:
-        raise ValueError(f"month must be YYYY-MM, got {month!r}")
-    year, mon = int(m.group(1)), int(m.group(2))
-    days = calendar.monthrange(year, mon)[1]
-    start = datetime(year, mon, 1)
-    end = datetime(year + (mon == 12), mon % 12 + 1, 1)
-    return start, end, days * 24
 
 
 def _price_table(prices) -> tuple[dict[str, Decimal], str | None]:

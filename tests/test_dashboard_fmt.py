@@ -11,7 +11,7 @@ def test_month_bounds():
     assert fmt.month_bounds("2026-12") == (datetime(2026, 12, 1), datetime(2027, 1, 1))
     assert fmt.month_bounds("2026-02") == (datetime(2026, 2, 1), datetime(2026, 3, 1))
     for bad in ("2026-13", "2026-1", "26-11", "2026-11'; DROP TABLE x", ""):
-        with pytest.raises(ValueError, match="month must look like"):
+        with pytest.raises(ValueError, match="month must be YYYY-MM"):
             fmt.month_bounds(bad)
 
 

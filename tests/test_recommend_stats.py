@@ -9,7 +9,8 @@ from datetime import timedelta
 
 import pytest
 
-from slicemeter.rightsizing.plan import Thresholds, build_plan, month_window
+from slicemeter.common import month_window
+from slicemeter.rightsizing.plan import Thresholds, build_plan
 from slicemeter.store import connect
 from slicemeter.testkit.recommend_rows import A100, GIB, add_gpu_hours, add_slice_hour, add_tenant, hour
 
