@@ -57,7 +57,8 @@ ROOT = Path(__file__).resolve().parent.parent
 from slicemeter.chargeback.prices import load_prices
 from slicemeter.common import month_window
 from slicemeter.rightsizing.plan import build_plan
-from slicemeter.store import connect, sql_text
+from slicemeter.store import connect
+from slicemeter.store.script import execute_script
 
 TARGET_S = 10.0
 CACHE_DIR = ROOT / "var" / "bench"
@@ -68,11 +69,7 @@ BATCH_SAMPLES = 200_000   # the consumer's default batch size (IngestConfig.batc
 
 def synthesize(con, nodes: int, gpn: int, clusters: int, hours: int, start: str) -> None:
     params = {"nodes": nodes, "gpn": gpn, "clusters": clusters, "hours": hours, "start": start}
-    for stmt in sql_text("testkit/synth_fleet.sql").split(";"):
-        code = "\n".join(line for line in stmt.splitlines() if not line.strip().startswith("--"))
-        if not code.strip():
-            continue
-        con.execute(stmt, {k: v for k, v in params.items() if f"${k}" in stmt})
+    execute_script(con, "testkit/synth_fleet.sql", params)
     con.execute("CHECKPOINT")
 
 

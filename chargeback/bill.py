@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from slicemeter.chargeback import money
 from slicemeter.chargeback.prices import DEFAULT_PRICES, PriceCatalog, load_prices, parse_prices_text
+from slicemeter.store import registered
 from slicemeter.common import ConfigError, check_choice, month_bounds, named
 
 BASES = ("allocation", "usage", "max")
@@ -121,10 +122,9 @@ def _register_prices(con, catalog: PriceCatalog) -> None:
         "model": pa.array([r[2] for r in rows], pa.string()),
         "price_micro": pa.array([r[3] for r in rows], pa.int64()),
     })
-    con.register("cb_price_arrow", table)
-    con.execute("DELETE FROM cb_price")
-    con.execute("INSERT INTO cb_price BY NAME SELECT * FROM cb_price_arrow")
-    con.unregister("cb_price_arrow")
+    with registered(con, cb_price_arrow=table):
+        con.execute("DELETE FROM cb_price")
+        con.execute("INSERT INTO cb_price BY NAME SELECT * FROM cb_price_arrow")
 
 
 def _fetch_dicts(cur) -> list[dict]:

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 
 from slicemeter.chargeback.bill import closed_months, month_str, parse_month
 from slicemeter.chargeback.prices import PriceCatalog
+from slicemeter.store import transaction
 from slicemeter.store.script import execute_script
 from slicemeter.common import ConfigError, named
 
@@ -42,8 +43,7 @@ def close_month(con, month: str, catalog: PriceCatalog, now: datetime | None = N
         raise ConfigError(f"month {month}: close {month_str(still_open[0])} first (months close in order)")
     stamp = (now or datetime.now(timezone.utc)).replace(tzinfo=None)
     carried = []
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con):
         con.execute("INSERT INTO closed_months VALUES (?, ?, ?, ?)",
                     [m_start, stamp, catalog.source_text, catalog.fingerprint()])
         execute_script(con, "chargeback/freeze.sql", {"as_of": m_start, "m_start": m_start, "m_end": m_end})
@@ -52,8 +52,4 @@ def close_month(con, month: str, catalog: PriceCatalog, now: datetime | None = N
             if _fingerprint(con, c_month, c_end, None) != _fingerprint(con, c_month, c_end, _latest_asof(con, c_month)):
                 execute_script(con, "chargeback/freeze.sql", {"as_of": m_start, "m_start": c_month, "m_end": c_end})
                 carried.append(month_str(c_month))
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
     return carried

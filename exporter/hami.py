@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from slicemeter import clock
+from slicemeter.common import DNS_LABEL, GPU_UUID_RE
 
 MAGIC = 19920718
 MAX_DEVICES = 16
@@ -36,10 +37,9 @@ SEQLOCK_RETRIES = 8
 # A region's last_kernel_time may be slightly ahead of ours (clock read order).
 CLOCK_SLACK_S = 300
 
-_UUID_RE = re.compile(r"^(GPU|MIG)-[0-9A-Za-z][0-9A-Za-z/-]{0,90}$")
 # Kubernetes pod UIDs are RFC 4122 UUIDs; container names are DNS-1123 labels.
 _DIR_RE = re.compile(
-    r"^(?P<uid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})_(?P<container>[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)$"
+    r"^(?P<uid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})_(?P<container>" + DNS_LABEL + ")$"
 )
 _CACHE_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}\.cache$")
 
@@ -218,7 +218,7 @@ def _uuid(raw: bytes, index: int) -> str:
         s = text.decode("ascii")
     except UnicodeDecodeError:
         raise _Bad("bad_uuid", f"device {index}: UUID bytes are not ASCII") from None
-    if not _UUID_RE.match(s):
+    if not GPU_UUID_RE.match(s):
         raise _Bad("bad_uuid", f"device {index}: {s[:40]!r} is not a GPU/MIG UUID")
     return s
 

@@ -23,7 +23,8 @@ from typing import Iterator
 
 from prometheus_client.core import GaugeMetricFamily, Metric, UntypedMetricFamily
 
-from slicemeter.exporter.tick_builder import MiB, BuildResult
+from slicemeter.common import MiB
+from slicemeter.exporter.tick_builder import BuildResult
 
 HAMI_METRICS_MODES = ("monitor", "full", "off")
 ZONE = "vGPU"                 # the zone label both HAMi collectors are registered under

@@ -20,12 +20,11 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from slicemeter.common import GPU_UUID, HAMI_ALLOCATED_ANNOTATION
+
 log = logging.getLogger(__name__)
 
-ALLOC_ANNOTATION = "hami.io/vgpu-devices-allocated"
-NODE_ANNOTATION = "hami.io/vgpu-node"
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
-MiB = 1 << 20
 
 
 class AnnotationError(ValueError):
@@ -47,7 +46,7 @@ class Grant:
 
 
 # GPU or MIG UUID, then HAMi's legacy MIG suffix `[<template index>-<slot index>]`
-_GRANT_UUID_RE = re.compile(r"(?P<uuid>(GPU|MIG)-[0-9A-Za-z/-]{1,90})(\[(?P<tmpl>\d{1,4})-(?P<slot>\d{1,4})\])?")
+_GRANT_UUID_RE = re.compile(rf"(?P<uuid>{GPU_UUID})(\[(?P<tmpl>\d{{1,4}})-(?P<slot>\d{{1,4}})\])?")
 
 
 def parse_vgpu_allocated(value: str) -> list[list[Grant]]:
@@ -57,7 +56,7 @@ def parse_vgpu_allocated(value: str) -> list[list[Grant]]:
     entry keeps a container that holds no GPU. Raises AnnotationError naming the bad part.
     """
     if len(value) > 64 * 1024:
-        raise AnnotationError(f"{ALLOC_ANNOTATION} is {len(value)} characters long")
+        raise AnnotationError(f"{HAMI_ALLOCATED_ANNOTATION} is {len(value)} characters long")
     containers: list[list[Grant]] = []
     parts = value.split(";")
     if parts and parts[-1] == "":
@@ -97,7 +96,7 @@ def assign_grants(entries: list[list[Grant]], init_containers: list[str], contai
     elif n <= c:
         order = containers
     else:
-        raise AnnotationError(f"{ALLOC_ANNOTATION} has {n} entries for {k} init containers and {c} containers")
+        raise AnnotationError(f"{HAMI_ALLOCATED_ANNOTATION} has {n} entries for {k} init containers and {c} containers")
     return {name: grants for name, grants in zip(order, entries) if grants}
 
 
@@ -173,7 +172,7 @@ def index_pods(pod_list: dict) -> PodIndex:
             info = PodInfo(uid=_text(meta["uid"]), name=_text(meta["name"]), namespace=_text(meta.get("namespace", "default")),
                            phase=phase, containers=names, init_containers=init_names,
                            finished=_terminated(status.get("initContainerStatuses")))
-            ann = (meta.get("annotations") or {}).get(ALLOC_ANNOTATION)
+            ann = (meta.get("annotations") or {}).get(HAMI_ALLOCATED_ANNOTATION)
             if ann:
                 try:
                     info.grants = assign_grants(parse_vgpu_allocated(ann), init_names, names)

@@ -31,10 +31,10 @@ from slicemeter.exporter.hami import (Region, RegionError, aggregate, discover, 
 from slicemeter.exporter.nvml import GpuSample, MigSample, NvmlReader
 from slicemeter.exporter.pods import Grant, PodCache, PodIndex, PodInfo, pid_to_pod
 from slicemeter import clock
+from slicemeter.common import MiB
 from slicemeter.tick import GpuReading, SliceReading, Tick
 
 log = logging.getLogger(__name__)
-MiB = 1 << 20
 
 
 def _clamp01(v: float | None) -> float | None:

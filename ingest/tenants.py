@@ -8,7 +8,6 @@ re-attributes every stored rollup (unknown clusters: 'unassigned').
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 import urllib.request
@@ -19,10 +18,9 @@ from pathlib import Path
 import duckdb
 from prometheus_client.parser import text_string_to_metric_families
 
-from slicemeter.store import sql_text
-from slicemeter.common import ConfigError, read_yaml_file
+from slicemeter.store import sql_text, transaction
+from slicemeter.common import DNS_LABEL_RE, ConfigError, read_yaml_file
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 KAMAJI_INFO = "kamaji_tenant_control_plane_info"
 KAMAJI_UNKNOWN = "unknown"  # Kamaji's label value for an unset version, driver or exposure
 log = logging.getLogger("slicemeter.ingest.tenants")
@@ -96,7 +94,7 @@ def parse_catalog(doc) -> Catalog:
         key = f"tenants[{i}]"
         raw = _mapping(raw, key)
         name = _str(raw.get("name"), f"{key}.name", required=True)
-        if not _DNS_LABEL.match(name):
+        if not DNS_LABEL_RE.match(name):
             raise ConfigError(f"{key}.name: {name!r} is not a lowercase DNS label")
         kamaji = _mapping(raw.get("kamaji") or {}, f"{key}.kamaji")
         t = Tenant(
@@ -265,22 +263,11 @@ def stored_tenants(con: duckdb.DuckDBPyConnection) -> list[Tenant]:
             for r in rows]
 
 
-@contextlib.contextmanager
-def _transaction(con: duckdb.DuckDBPyConnection):
-    con.execute("BEGIN TRANSACTION")
-    try:
-        yield con
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
-
-
 def store_catalog(con: duckdb.DuckDBPyConnection, catalog: Catalog) -> None:
     """Replace the stored catalog in one transaction (views re-attribute on the next read).
 
     A cluster key two live tenants claim is a ConfigError naming both; nothing is stored then."""
-    with _transaction(con):
+    with transaction(con):
         con.execute(sql_text("ingest/tenants_clear.sql"))
         if catalog.tenants:
             con.executemany(sql_text("ingest/tenants_insert.sql"),
@@ -304,7 +291,7 @@ def store_catalog(con: duckdb.DuckDBPyConnection, catalog: Catalog) -> None:
 
 def record_sync(con: duckdb.DuckDBPyConnection, source: str, ok: bool, catalog: Catalog | None = None,
                 message: str | None = None) -> None:
-    with _transaction(con):
+    with transaction(con):
         con.execute(sql_text("ingest/catalog_sync_insert.sql"),
                     [source, ok, len(catalog.tenants) if catalog else None,
                      sum(len(t.aliases) for t in catalog.tenants) if catalog else None, message])

@@ -19,7 +19,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from slicemeter.store import sql_text
+from slicemeter.store import registered, sql_text, transaction
+from slicemeter.store.script import execute_script
 from slicemeter.ingest.strings import StringIds
 from slicemeter import clock
 from slicemeter.tick import TickBatch
@@ -167,16 +168,11 @@ class InventoryCache:
     def merge(self, con: duckdb.DuckDBPyConnection, batch_gpu: pa.Table) -> tuple[pa.Table, pa.Table]:
         """(merged rows of batch_gpu's GPUs, every known GPU with those merged in); the
         caller keeps the second as `known` once its batch is prepared."""
-        con.register("known_inventory", self.known)
-        con.register("batch_gpu", batch_gpu)
-        try:
+        with registered(con, known_inventory=self.known, batch_gpu=batch_gpu):
             touched = con.sql(sql_text("ingest/batch_inventory.sql")).to_arrow_table()
-            con.register("batch_inventory", touched)
-            known = con.sql("SELECT * FROM known_inventory ANTI JOIN batch_inventory USING (gpu_uuid_id) "
-                            "UNION ALL BY NAME SELECT * FROM batch_inventory").to_arrow_table()
-        finally:
-            for name in ("known_inventory", "batch_gpu", "batch_inventory"):
-                con.unregister(name)
+            with registered(con, batch_inventory=touched):
+                known = con.sql("SELECT * FROM known_inventory ANTI JOIN batch_inventory USING (gpu_uuid_id) "
+                                "UNION ALL BY NAME SELECT * FROM batch_inventory").to_arrow_table()
         return touched, known
 
 
@@ -200,15 +196,9 @@ def prepare(con: duckdb.DuckDBPyConnection, batch: Batch, strings: StringIds,
     touched = gpu_hours = slice_hours = None
     if gpu is not None and sl is not None:
         touched, known = inventory.merge(con, gpu)
-        con.register("batch_gpu", gpu)
-        con.register("batch_slice", sl)
-        con.register("known_inventory", known)
-        try:
+        with registered(con, batch_gpu=gpu, batch_slice=sl, known_inventory=known):
             gpu_hours = con.sql(sql_text("ingest/batch_gpu_hours.sql")).to_arrow_table()
             slice_hours = con.sql(sql_text("ingest/batch_slice_hours.sql")).to_arrow_table()
-        finally:
-            for name in ("batch_gpu", "batch_slice", "known_inventory"):
-                con.unregister(name)
         inventory.known = known
     return PreparedBatch(gpu=gpu, slice=rows, slice_held=slice_held, strings=strings.take_pending(),
                          inventory=touched, gpu_hours=gpu_hours, slice_hours=slice_hours, dead=batch.dead,
@@ -253,35 +243,31 @@ def write_prepared(con: duckdb.DuckDBPyConnection, batch: PreparedBatch) -> floa
     if batch.gpu is not None and batch.slice is not None:
         tables |= {"batch_gpu": batch.gpu, "batch_inventory": batch.inventory,
                    "gpu_hour_delta": batch.gpu_hours, "slice_hour_delta": batch.slice_hours}
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con):
         if "batch_gpu" in tables:
             tables |= _split_slice_rows(con, batch.slice, batch.slice_held)
             batch.slice = None  # `tables` holds the rows now: a rejected batch is kept without them
-        for name, table in tables.items():
-            con.register(name, table)
-        if "batch_gpu" in tables:
-            con.execute(sql_text("ingest/apply_batch.sql"))
-            if "batch_slice_head" in tables:
-                con.execute(sql_text("ingest/store_slice_rows.sql"))
-            con.execute(sql_text("ingest/hold_slice_rows.sql"))
-        elif batch.strings.num_rows:
-            con.execute("INSERT INTO ingest_strings SELECT id, value FROM batch_strings")
-        if batch.fold_rollups:
-            con.execute(sql_text("ingest/fold_rollups.sql"))
-        if batch.dead:
-            con.execute(sql_text("ingest/save_dead_letters.sql"))
-        if "batch_bindings" in tables:
-            con.execute(sql_text("ingest/save_bindings.sql"))
-        con.execute(sql_text("ingest/save_offsets.sql"))
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
-    finally:
-        for name in tables:
-            con.unregister(name)
+        with registered(con, **tables):
+            _apply(con, batch, tables)
     return time.perf_counter() - started
+
+
+def _apply(con: duckdb.DuckDBPyConnection, batch: PreparedBatch, tables: dict) -> None:
+    """The statements that store a prepared batch, its `tables` registered."""
+    if "batch_gpu" in tables:
+        con.execute(sql_text("ingest/apply_batch.sql"))
+        if "batch_slice_head" in tables:
+            con.execute(sql_text("ingest/store_slice_rows.sql"))
+        con.execute(sql_text("ingest/hold_slice_rows.sql"))
+    elif batch.strings.num_rows:
+        con.execute("INSERT INTO ingest_strings SELECT id, value FROM batch_strings")
+    if batch.fold_rollups:
+        con.execute(sql_text("ingest/fold_rollups.sql"))
+    if batch.dead:
+        con.execute(sql_text("ingest/save_dead_letters.sql"))
+    if "batch_bindings" in tables:
+        con.execute(sql_text("ingest/save_bindings.sql"))
+    con.execute(sql_text("ingest/save_offsets.sql"))
 
 
 def held_slice_rows(con: duckdb.DuckDBPyConnection) -> int:
@@ -368,31 +354,16 @@ def reset_offset(con: duckdb.DuckDBPyConnection, topic: str, partition: int, res
     """Move a stored offset that does not fit the broker's log, recording why."""
     params = {"topic": topic, "partition": partition, "resume": resume, "stored": stored,
               "log_start": log_start, "high_watermark": high_watermark, "reason": reason}
-    con.execute("BEGIN TRANSACTION")
-    try:
-        for statement in filter(str.strip, sql_text("ingest/reset_offset.sql").split(";")):
-            if "$" in statement:
-                names = [n for n in params if f"${n}" in statement]
-                con.execute(statement, {n: params[n] for n in names})
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
+    with transaction(con):
+        execute_script(con, "ingest/reset_offset.sql", params)
 
 
 def apply_retention(con: duckdb.DuckDBPyConnection, days: float, now_ms: int | None = None) -> None:
     """Drop raw samples older than `days`; rollups are kept for ever."""
     now_ms = clock.now_ms() if now_ms is None else now_ms
     cutoff = now_ms - int(days * 86_400_000)
-    con.execute("BEGIN TRANSACTION")
-    try:
-        # DuckDB binds parameters of one statement per execute
-        for statement in filter(str.strip, sql_text("ingest/retention.sql").split(";")):
-            con.execute(statement, {"cutoff": cutoff})
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
+    with transaction(con):
+        execute_script(con, "ingest/retention.sql", {"cutoff": cutoff})
 
 
 class BatchWriterThread:

@@ -25,10 +25,9 @@ import numpy as np
 import pandas as pd
 
 from slicemeter.rightsizing import packing
-from slicemeter.common import month_window
-from slicemeter.store import sql_text
+from slicemeter.common import MiB, month_window
+from slicemeter.store import registered, sql_text
 
-MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -86,13 +85,13 @@ def recommend_slices(stats: pd.DataFrame, headroom: float = 0.2,
     grant_mem = grant_mem.where(~(whole & grant_mem.isna()), total)
     grant_cores = df["alloc_cores_ratio"].astype("float64")
     grant_cores = grant_cores.where(~(whole & grant_cores.isna()), 1.0)
-    df["grant_memory_mib"] = np.ceil(grant_mem / MIB)
+    df["grant_memory_mib"] = np.ceil(grant_mem / MiB)
     df["grant_cores_pct"] = np.round(grant_cores * 100.0, 1)
 
     mem_p99 = df["mem_p99"].astype("float64").fillna(0.0)
     sm_p99 = df["sm_p99"].astype("float64").fillna(0.0)
-    rec_mem = np.maximum(np.ceil(mem_p99 * (1.0 + headroom) / MIB - 1e-9), 1.0)
-    rec_mem = np.where(total.notna(), np.minimum(rec_mem, np.floor(total / MIB)), rec_mem)
+    rec_mem = np.maximum(np.ceil(mem_p99 * (1.0 + headroom) / MiB - 1e-9), 1.0)
+    rec_mem = np.where(total.notna(), np.minimum(rec_mem, np.floor(total / MiB)), rec_mem)
     df["recommended_gpumem_mib"] = rec_mem.astype("int64")
     rec_cores = np.clip(np.ceil(sm_p99 * (1.0 + headroom) * 100.0 - 1e-9), 1.0, 100.0)
     df["recommended_gpucores_pct"] = rec_cores.astype("int64")
@@ -213,13 +212,9 @@ def recurring_demands(con, slices: pd.DataFrame, gpus: pd.DataFrame, params: dic
     ended = slices.loc[~slices["current"].astype(bool), ["gpu_uuid", "pod_uid", "container"]]
     if ended.empty:
         return pd.DataFrame(columns=cols)
-    con.register("recommend_ephemeral_keys", ended)
-    con.register("recommend_gpu_info", gpus[["gpu_uuid", "memory_total_bytes", "hours"]])
-    try:
+    with registered(con, recommend_ephemeral_keys=ended,
+                    recommend_gpu_info=gpus[["gpu_uuid", "memory_total_bytes", "hours"]]):
         p95 = _frame(con, "ephemeral", params)
-    finally:
-        con.unregister("recommend_ephemeral_keys")
-        con.unregister("recommend_gpu_info")
     out = pd.DataFrame({
         "gpu_uuid": p95["gpu_uuid"],
         "need_mem_ratio": np.clip(p95["mem_p95"].to_numpy(dtype=float) * (1 + headroom), 0, 1),

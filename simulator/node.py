@@ -21,11 +21,10 @@ import numpy as np
 from slicemeter.simulator import workload as wl
 from slicemeter.simulator.hami_region import LAYOUTS, ProcSlot, RegionState, RegionWriter
 from slicemeter.simulator.nvml import FakeNvml, GpuNow, ProcNow
-from slicemeter.simulator.scenario import MIB, RES_GPU, Container, Pod, Scenario, stable_hash, stable_uuid
+from slicemeter.common import HAMI_ALLOCATED_ANNOTATION, HAMI_NODE_ANNOTATION, MiB
+from slicemeter.simulator.scenario import RES_GPU, Container, Pod, Scenario, stable_hash, stable_uuid
 from slicemeter import clock
 
-ANNOTATION_ALLOCATED = "hami.io/vgpu-devices-allocated"
-ANNOTATION_NODE = "hami.io/vgpu-node"
 
 
 def allocation_annotation(node_gpus, pod: Pod, hami_version: str = "2.10") -> str:
@@ -127,8 +126,8 @@ class SimulatedNode:
                 col, k, pi = self._col[(lc.ci, j)], len(procs), procs.index(p)
                 ctx, mod, data = wl.split_proc_memory(st.used_mib[0:1, col], k, pi)
                 hami_data = int(np.floor(int(data[0]) * c.hami_underreport))
-                used.append((int(ctx[0]) * MIB, int(mod[0]) * MIB, hami_data * MIB))
-                true.append((int(ctx[0]) + int(mod[0]) + int(data[0])) * MIB)
+                used.append((int(ctx[0]) * MiB, int(mod[0]) * MiB, hami_data * MiB))
+                true.append((int(ctx[0]) + int(mod[0]) + int(data[0])) * MiB)
                 sm.append(int(wl.split_sm(st.sm_pct[0:1, col], k, pi)[0]))
             out.append((p, used, true, sm))
         return out
@@ -153,11 +152,11 @@ class SimulatedNode:
             # a process killed inside a memory update: its slot stays, odd, with what it held
             p = c.processes
             slots.append(ProcSlot(pid=wl.container_pid(p), hostpid=wl.host_pid(self.name, lc.pod_uid, c.name, p),
-                                  used=[(256 * MIB, 0, 512 * MIB)] + [(0, 0, 0)] * (len(c.devices) - 1),
+                                  used=[(256 * MiB, 0, 512 * MiB)] + [(0, 0, 0)] * (len(c.devices) - 1),
                                   monitorused=[0] * len(c.devices), sm_util=[0] * len(c.devices), killed=True))
         return RegionState(
             uuids=[self.gpus[d].uuid for d in c.devices],
-            limits=[m * MIB for m in c.mem_mib],
+            limits=[m * MiB for m in c.mem_mib],
             sm_limits=[hami_sm_limit(c.cores)] * len(c.devices),
             procs=slots,
             owner_pid=wl.container_pid(0),
@@ -228,8 +227,8 @@ class SimulatedNode:
                 "name": name, "namespace": pod.namespace, "uid": uid,
                 "labels": {"app": pod.name, "slicemeter.sim/pattern": pod.containers[0].workload.pattern},
                 "annotations": {
-                    ANNOTATION_ALLOCATED: allocation_annotation(self.gpus, pod, self.spec.hami_version),
-                    ANNOTATION_NODE: self.name,
+                    HAMI_ALLOCATED_ANNOTATION: allocation_annotation(self.gpus, pod, self.spec.hami_version),
+                    HAMI_NODE_ANNOTATION: self.name,
                     "hami.io/bind-phase": "success",
                 } if any(c.has_gpu for c in (*pod.init_containers, *pod.containers)) else {},
                 "creationTimestamp": started,

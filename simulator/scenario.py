@@ -21,7 +21,8 @@ from typing import Any
 
 import yaml
 
-MIB = 1 << 20
+from slicemeter.common import DNS_LABEL_RE, MiB
+
 
 # NVML name -> (memory MiB as NVML reports it, idle watts, TDP watts)
 GPU_MODELS: dict[str, tuple[int, float, float]] = {
@@ -49,7 +50,6 @@ LAYOUTS = ("v0", "v1")
 HAMI_VERSIONS = ("2.8", "2.10")
 RES_GPU, RES_MEM, RES_MEM_PCT, RES_CORES = (
     "nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
@@ -89,7 +89,7 @@ class Gpu:
 
     @property
     def memory_bytes(self) -> int:
-        return self.memory_mib * MIB
+        return self.memory_mib * MiB
 
 
 @dataclass(frozen=True)
@@ -268,7 +268,7 @@ def _load_tenants(doc: _Doc, raw: list) -> list[dict[str, Any]]:
         _check_keys(doc, t if isinstance(t, dict) else {}, p,
                     {"name", "display_name", "kamaji", "api_server", "cost_center", "namespace_overrides", "aliases"})
         name = _get(doc, t, p, "name", str)
-        if not _DNS_LABEL.match(name):
+        if not DNS_LABEL_RE.match(name):
             raise doc.error(f"{p}.name", f"tenant name {name!r} is not a lowercase DNS label")
         api = _get(doc, t, p, "api_server", str)
         if not re.match(r"^https?://([A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\])(:\d+)?/?$", api):
@@ -394,7 +394,7 @@ def _load_pods(doc: _Doc, pods_raw: list, node_path: str, node: str, suffix: str
         name = _get(doc, raw, p, "name", str) + suffix
         ns = _get(doc, raw, p, "namespace", str, "default")
         for key, v in (("name", name), ("namespace", ns)):
-            if not _DNS_LABEL.match(v) and not (key == "name" and _DNS_SUBDOMAIN.match(v)):
+            if not DNS_LABEL_RE.match(v) and not (key == "name" and _DNS_SUBDOMAIN.match(v)):
                 raise doc.error(f"{p}.{key}", f"{v!r} is not a valid Kubernetes {key}")
         pod_workload = raw.get("workload")
         # init containers run to completion first: placed on free capacity, which they give back
@@ -436,7 +436,7 @@ def _load_container(doc: _Doc, c: Any, cp: str, pod_workload: Any, pod_path: str
     _check_keys(doc, c if isinstance(c, dict) else {}, cp,
                 {"name", "resources", "workload", "processes", "devices", "hami_underreport", "hami_writer_killed"})
     cname = _get(doc, c, cp, "name", str)
-    if not _DNS_LABEL.match(cname):
+    if not DNS_LABEL_RE.match(cname):
         raise doc.error(f"{cp}.name", f"{cname!r} is not a valid container name")
     res = _get(doc, c, cp, "resources", dict, {})
     rp = f"{cp}.resources"

@@ -18,7 +18,8 @@ import numpy as np
 import pyarrow as pa
 
 from slicemeter.simulator import workload as wl
-from slicemeter.simulator.scenario import MIB, Node, Scenario
+from slicemeter.common import MiB
+from slicemeter.simulator.scenario import Node, Scenario
 from slicemeter.tick import GPU_SCHEMA, SLICE_SCHEMA
 
 _CELLS_PER_GROUP = 600_000        # ticks x slices evaluated at once (bounds memory)
@@ -99,7 +100,7 @@ def _node_cols(model: wl.FleetModel, ni: int, node: Node) -> _NodeCols:
         ns_codes=ns_codes, namespaces=namespaces, ctr_codes=ctr_codes, ctrs=ctrs,
         sgpu_codes=np.array([s.container.devices[s.vdev] for s in sl], dtype=np.int32),
         vdev=np.array([s.vdev for s in sl], dtype=np.int16),
-        limit_bytes=np.array([s.container.mem_mib[s.vdev] * MIB for s in sl], dtype=np.int64),
+        limit_bytes=np.array([s.container.mem_mib[s.vdev] * MiB for s in sl], dtype=np.int64),
         # the exporter's sm_limit_ratio: a real limit only (HAMi-core writes 100 for none), else null
         sm_limit=np.array([s.container.cores / 100 if 0 < s.container.cores < 100 else np.nan for s in sl],
                           dtype=np.float32),
@@ -204,15 +205,15 @@ def _slice_table(nc: _NodeCols, model: wl.FleetModel, st: wl.FleetState, interva
         _dict_col(per_slice(nc.sgpu_codes), nc.d_gpu),
         pa.array(per_slice(nc.vdev)),
         pa.array(per_slice(nc.limit_bytes)),
-        used(flat(ctx + mod + data) * MIB, pa.int64()),
-        used(flat(ctx) * MIB, pa.int64()),
-        used(flat(mod) * MIB, pa.int64()),
-        used(flat(data) * MIB, pa.int64()),
+        used(flat(ctx + mod + data) * MiB, pa.int64()),
+        used(flat(ctx) * MiB, pa.int64()),
+        used(flat(mod) * MiB, pa.int64()),
+        used(flat(data) * MiB, pa.int64()),
         pa.array(sm_limit, pa.float32(), mask=np.isnan(sm_limit)),
         used(flat(st.sm_pct[:, cols] / 100).astype(np.float32), pa.float32()),
         age_arr if readable else pa.nulls(n, pa.float32()),
         used(per_slice(nc.nproc), pa.int16()),
-        used(flat(st.used_mib[:, cols]) * MIB, pa.int64()),
+        used(flat(st.used_mib[:, cols]) * MiB, pa.int64()),
         pa.array(per_slice(nc.limit_bytes)),
         pa.array(per_slice(nc.alloc_cores)),
         pa.array(per_slice(nc.whole)),

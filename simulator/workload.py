@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from slicemeter.simulator.scenario import MIB, Container, Node, Pod, stable_hash, stable_uuid
+from slicemeter.common import MiB
+from slicemeter.simulator.scenario import Container, Node, Pod, stable_hash, stable_uuid
 
 ORIGIN_S = 1578268800            # 2020-01-06T00:00:00Z, a Monday: start of week/day cycles
 SLOT_S = 900                     # expected-power resolution
@@ -496,7 +497,7 @@ class FleetModel:
         return FleetState(
             t_ms=t_ms, containers=cs, present=present, sm_pct=sm, used_mib=used, ctx_mib=ctx, mod_mib=mod,
             data_mib=data, gpu_sm_pct=gsm, gpu_mem_util_pct=gmu,
-            gpu_mem_used_bytes=(gused + DRIVER_OVERHEAD_MIB) * MIB, gpu_power_mw=power_mw,
+            gpu_mem_used_bytes=(gused + DRIVER_OVERHEAD_MIB) * MiB, gpu_power_mw=power_mw,
             gpu_energy_mj=self.energy_mj(t_ms), gpu_slices=gslices,
         )
 

@@ -8,6 +8,7 @@ Numbering: 001-099 ingest, 100-199 chargeback and exports, 200-299 recommend,
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.resources
 from pathlib import Path
 
@@ -20,6 +21,30 @@ SQL_DIR = Path(str(importlib.resources.files("slicemeter.sql")))
 def sql_text(name: str) -> str:
     """A statement file under sql/, e.g. sql_text('dashboard/fleet_summary.sql')."""
     return (SQL_DIR / name).read_text()
+
+
+@contextlib.contextmanager
+def transaction(con: duckdb.DuckDBPyConnection):
+    """One DuckDB transaction: committed when the block ends, rolled back when it raises."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield con
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+@contextlib.contextmanager
+def registered(con: duckdb.DuckDBPyConnection, **tables):
+    """The Arrow tables or data frames `tables` readable by name in SQL on `con` for the block."""
+    for name, table in tables.items():
+        con.register(name, table)
+    try:
+        yield con
+    finally:
+        for name in tables:
+            con.unregister(name)
 
 
 def _numbered(folder: str) -> list[Path]:
@@ -41,14 +66,9 @@ def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
     for path in _numbered("schema"):
         if path.name in done:
             continue
-        con.execute("BEGIN TRANSACTION")
-        try:
+        with transaction(con):
             con.execute(path.read_text())
             con.execute("INSERT INTO schema_migrations (name) VALUES (?)", [path.name])
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
         applied.append(path.name)
     return applied
 
@@ -56,13 +76,8 @@ def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
 def fold_pending_rollups(con: duckdb.DuckDBPyConnection) -> None:
     """Fold the rollup deltas batches left pending into gpu_hour, slice_hour and
     gpu_inventory, in a transaction of its own (sql/schema/004_pending_rollups.sql)."""
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con):
         con.execute(sql_text("ingest/fold_rollups.sql"))
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
 
 
 _PENDING_TABLES = ("gpu_inventory_pending", "gpu_hour_pending", "slice_hour_pending")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from slicemeter.store import connect
+from slicemeter.store import connect, registered
 
 GIB = 1024**3
 MODELS = {
@@ -201,10 +201,9 @@ def build_fleet_db(path: str | Path, month: str = "2026-11", days: int | None = 
     con = connect(path)
     try:
         for table, df in (("gpu_hour", gpu), ("slice_hour", slices), ("tenants", tenants)):
-            con.register("df_in", df)
             cols = ", ".join(df.columns)
-            con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM df_in")
-            con.unregister("df_in")
+            with registered(con, df_in=df):
+                con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM df_in")
         con.execute("CHECKPOINT")
     finally:
         con.close()

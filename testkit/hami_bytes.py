@@ -24,7 +24,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-MiB = 1 << 20
+from slicemeter.common import MiB
 MAGIC = 19920718          # MULTIPROCESS_SHARED_REGION_MAGIC_FLAG
 DEVS, PROCS, UUID_LEN = 16, 1024, 96
 

@@ -27,10 +27,9 @@ def _timed_inserts(scratch: Path, batches: list, ingest_settings: bool) -> tuple
         configure_writes(con, IngestConfig(bootstrap="", db=scratch).duckdb_memory)
     t, cpu = time.perf_counter(), time.process_time()
     for batch_gpu, batch_slice in batches:
-        con.execute("BEGIN TRANSACTION")
-        con.execute("INSERT INTO raw_gpu_rows SELECT * FROM batch_gpu")
-        con.execute("INSERT INTO raw_slice_rows SELECT * FROM batch_slice")
-        con.execute("COMMIT")
+        with store.transaction(con):
+            con.execute("INSERT INTO raw_gpu_rows SELECT * FROM batch_gpu")
+            con.execute("INSERT INTO raw_slice_rows SELECT * FROM batch_slice")
     seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
     con.close()
     return sum(g.num_rows + s.num_rows for g, s in batches), seconds, cpu

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from slicemeter.store import transaction
+
 GIB = 1024 ** 3
 A100 = ("NVIDIA A100-SXM4-80GB", 81920 * 1024 * 1024)
 L4 = ("NVIDIA L4", 23034 * 1024 * 1024)
@@ -69,16 +71,15 @@ SLICES = [("s1", "a0-0", 0.2, False), ("s2", "a0-1", 0.2, False), ("s3", "a1-0",
 
 
 def build_fleet(con):
-    con.execute("BEGIN TRANSACTION")   # one commit: row-by-row commits to a file are slow
-    add_tenant(con, "acme", A)
-    add_tenant(con, "beta", B)
-    where = {g: (c, n, m) for c, n, g, m in GPUS}
-    for c, n, g, m in GPUS:
-        add_gpu_hours(con, c, n, g, m, HOURS)
-    for uid, g, share, whole in SLICES:
-        c, n, (_, total) = where[g]
-        for h in HOURS:
-            add_slice_hour(con, h, c, n, g, uid, total=total, mem_peak=share * total,
-                           sm_mean=share, alloc_mem=int(0.5 * total), alloc_cores=0.5,
-                           whole=whole)
-    con.execute("COMMIT")
+    with transaction(con):   # one commit: row-by-row commits to a file are slow
+        add_tenant(con, "acme", A)
+        add_tenant(con, "beta", B)
+        where = {g: (c, n, m) for c, n, g, m in GPUS}
+        for c, n, g, m in GPUS:
+            add_gpu_hours(con, c, n, g, m, HOURS)
+        for uid, g, share, whole in SLICES:
+            c, n, (_, total) = where[g]
+            for h in HOURS:
+                add_slice_hour(con, h, c, n, g, uid, total=total, mem_peak=share * total,
+                               sm_mean=share, alloc_mem=int(0.5 * total), alloc_cores=0.5,
+                               whole=whole)

@@ -15,7 +15,8 @@ from slicemeter.exporter.pods import PodCache
 from slicemeter.exporter.tick_builder import TickBuilder, allocation_share
 from slicemeter.testkit.hami_bytes import LAYOUTS, file_size
 from slicemeter.simulator.node import SimulatedNode
-from slicemeter.simulator.scenario import MIB, ScenarioError, parse_scenario
+from slicemeter.common import MiB
+from slicemeter.simulator.scenario import ScenarioError, parse_scenario
 from slicemeter.simulator.timetravel import generate
 
 T0 = 1_795_000_000_000
@@ -93,10 +94,10 @@ def test_region_bytes_at_hami_cores_offsets_and_sizeof_plus_one(tmp_path, core):
         assert struct.unpack_from("<II", data, lay.at("major_version")) == lay.version
     gpu = sim.gpus[sim.spec.pods[1].containers[0].devices[0]].uuid
     assert data[lay.at("uuids") : lay.at("uuids") + len(gpu)] == gpu.encode()
-    assert struct.unpack_from("<Q", data, lay.at("limit"))[0] == 20480 * MIB
+    assert struct.unpack_from("<Q", data, lay.at("limit"))[0] == 20480 * MiB
     assert struct.unpack_from("<Q", data, lay.at("sm_limit"))[0] == 40
     assert struct.unpack_from("<i", data, lay.at("proc_num"))[0] == 1
-    assert 0 < slot_field(data, key, 0, "", kind="used") <= 20480 * MIB
+    assert 0 < slot_field(data, key, 0, "", kind="used") <= 20480 * MiB
     if "seqlock" in lay.slot.offsets:
         assert slot_field(data, key, 0, "seqlock", kind="field") % 2 == 0
 
@@ -107,7 +108,7 @@ def test_no_core_limit_is_written_as_100(tmp_path):
     assert struct.unpack_from("<Q", data, LAYOUTS["1.2"].at("sm_limit"))[0] == 100
     s = next(s for s in res.tick.slices if s.container == "server")
     assert s.source == "hami" and s.sm_limit_ratio is None and s.alloc_cores_ratio == 0.0
-    assert allocation_share(s, 81920 * MIB) == pytest.approx(0.1)
+    assert allocation_share(s, 81920 * MiB) == pytest.approx(0.1)
 
 
 @pytest.mark.parametrize("version, entries", [
@@ -128,7 +129,7 @@ def test_annotation_encoding_by_hami_version(tmp_path, version, entries):
     # either way the grant lands on `server`, and the completed init container holds no slice
     got = {(s.pod, s.container): s for s in res.tick.slices}
     assert set(got) == {("cache", "server"), ("train", "main")}
-    assert got[("cache", "server")].alloc_memory_bytes == 8192 * MIB
+    assert got[("cache", "server")].alloc_memory_bytes == 8192 * MiB
 
 
 def test_watcher_zeroing_leaves_the_slots_at_zero_and_nvml_wins(tmp_path):

@@ -10,7 +10,8 @@ from slicemeter.testkit.hami_reader import read_region
 from slicemeter.simulator import workload as wl
 from slicemeter.simulator.node import SimulatedNode
 from slicemeter.simulator.nvml import pynvml   # the real pynvml (its deprecation warning silenced there)
-from slicemeter.simulator.scenario import MIB, load_scenario, parse_scenario
+from slicemeter.common import MiB
+from slicemeter.simulator.scenario import load_scenario, parse_scenario
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "examples/demo.yaml"
@@ -96,8 +97,8 @@ def test_nvml_agrees_with_the_region_files(demo, tmp_path):
         for p in procs:
             assert p.usedGpuMemory == slots[p.pid][0]
         mem = nv.nvmlDeviceGetMemoryInfo(h)
-        assert mem.total == 81920 * MIB and mem.used + mem.free == mem.total
-        assert mem.used == sum(p.usedGpuMemory for p in procs) + wl.DRIVER_OVERHEAD_MIB * MIB
+        assert mem.total == 81920 * MiB and mem.used + mem.free == mem.total
+        assert mem.used == sum(p.usedGpuMemory for p in procs) + wl.DRIVER_OVERHEAD_MIB * MiB
         util = nv.nvmlDeviceGetUtilizationRates(h)
         assert util.gpu == min(100, sum(sm for _, sm in slots.values()))
         busy += util.gpu > 0

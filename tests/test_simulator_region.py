@@ -12,7 +12,8 @@ import pytest
 
 from slicemeter.testkit.hami_reader import V0_FILE_SIZE, V1_FILE_SIZE, read_region
 from slicemeter.simulator.hami_region import V0, V1, ProcSlot, RegionState, RegionWriter
-from slicemeter.simulator.scenario import MIB, load_scenario
+from slicemeter.common import MiB
+from slicemeter.simulator.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parent.parent
 GIB = 1 << 30
@@ -23,8 +24,8 @@ def _state(n_procs: int = 2, sm: int = 30) -> RegionState:
         uuids=["GPU-aaaaaaaa-0000-0000-0000-000000000001", "GPU-bbbbbbbb-0000-0000-0000-000000000002"],
         limits=[10 * GIB, 12 * GIB],
         sm_limits=[25, 40],
-        procs=[ProcSlot(pid=7 + i, hostpid=4000 + i, used=[(300 * MIB, 60 * MIB, (i + 1) * GIB), (0, 0, 0)],
-                        monitorused=[(i + 1) * GIB + 360 * MIB, 0], sm_util=[sm + i, 0]) for i in range(n_procs)],
+        procs=[ProcSlot(pid=7 + i, hostpid=4000 + i, used=[(300 * MiB, 60 * MiB, (i + 1) * GIB), (0, 0, 0)],
+                        monitorused=[(i + 1) * GIB + 360 * MiB, 0], sm_util=[sm + i, 0]) for i in range(n_procs)],
         owner_pid=7,
         last_kernel_time=1_790_000_000,
         recent_kernel=2,
@@ -50,10 +51,10 @@ def test_region_fields_at_documented_offsets(tmp_path, layout):
     p0, p1 = r["procs"]
     assert (p0["pid"], p0["hostpid"], p0["status"]) == (7, 4000, 1)
     assert (p1["pid"], p1["hostpid"]) == (8, 4001)
-    assert p1["used"][0] == {"context": 300 * MIB, "module": 60 * MIB, "data": 2 * GIB, "offset": 0,
-                             "total": 360 * MIB + 2 * GIB}
+    assert p1["used"][0] == {"context": 300 * MiB, "module": 60 * MiB, "data": 2 * GIB, "offset": 0,
+                             "total": 360 * MiB + 2 * GIB}
     assert p1["used"][1]["total"] == 0
-    assert p1["monitorused"] == [2 * GIB + 360 * MIB, 0]
+    assert p1["monitorused"] == [2 * GIB + 360 * MiB, 0]
     assert p0["sm_util"] == [30, 0] and p1["sm_util"] == [31, 0]
     if layout is V1:
         assert p0["seqlock"] % 2 == 0 and p0["seqlock"] > 0
@@ -131,7 +132,7 @@ def test_simulate_cli_writes_the_regions_the_demo_scenario_implies(tmp_path):
                 r = read_region(data)
                 devs = [x.split(",") for x in entry.split(":") if x]
                 assert r["uuids"] == [x[0] for x in devs] and all(u in gpus for u in r["uuids"])
-                assert r["limit"][: len(devs)] == [int(x[2]) * MIB for x in devs]
+                assert r["limit"][: len(devs)] == [int(x[2]) * MiB for x in devs]
                 # HAMi-core stores 100 where the pod has no core limit (gpucores 0)
                 assert r["sm_limit"][: len(devs)] == [int(x[3]) or 100 for x in devs]
                 assert r["proc_num"] == c_spec.processes

@@ -10,7 +10,8 @@ import pytest
 
 from slicemeter.testkit.hami_reader import read_region
 from slicemeter.simulator.node import SimulatedNode
-from slicemeter.simulator.scenario import MIB, load_scenario, parse_scenario
+from slicemeter.common import MiB
+from slicemeter.simulator.scenario import load_scenario, parse_scenario
 from slicemeter.simulator.timetravel import generate
 from slicemeter.tick import GPU_SCHEMA, SLICE_SCHEMA, decode, encode_tables
 
@@ -95,7 +96,7 @@ def test_timetravel_matches_simulated_node_at_the_same_instant(demo, tmp_path, o
                     "last_kernel_age_s": (ts / 1000 - r["last_kernel_time"]) if r["last_kernel_time"] else None,
                     "process_count": len(procs),
                     "nvml_memory_used_bytes": sum(nvml_mem[(gi, p["hostpid"])] for p in procs),
-                    "alloc_memory_bytes": int(devs[v][2]) * MIB, "alloc_cores_ratio": int(devs[v][3]) / 100,
+                    "alloc_memory_bytes": int(devs[v][2]) * MiB, "alloc_cores_ratio": int(devs[v][3]) / 100,
                     "whole_gpu": "nvidia.com/gpumem" not in pod["spec"]["containers"][ci]["resources"]["limits"]
                     and "nvidia.com/gpucores" not in pod["spec"]["containers"][ci]["resources"]["limits"]
                     and "nvidia.com/gpumem-percentage" not in pod["spec"]["containers"][ci]["resources"]["limits"],
