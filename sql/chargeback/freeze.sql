@@ -1,12 +1,12 @@
 -- Freeze month [$m_start, $m_end) as billed by invoice month $as_of (chargeback/close.py):
 -- copy its rollups, with the tenant attribution of this moment, into the frozen tables.
-INSERT INTO frozen_gpu_hour
-SELECT $as_of::DATE, $m_start::DATE, hour, cluster, node, gpu_uuid, model, metered_s, energy_joules
+INSERT INTO frozen_gpu_hour BY NAME
+SELECT $as_of::DATE AS as_of, $m_start::DATE AS data_month, hour, cluster, node, gpu_uuid, model, metered_s, energy_joules
 FROM gpu_hour
 WHERE hour >= $m_start::TIMESTAMP AND hour < $m_end::TIMESTAMP;
 
-INSERT INTO frozen_slice_hour
-SELECT $as_of::DATE, $m_start::DATE, tenant, hour, cluster, node, gpu_uuid, namespace, pod, pod_uid,
+INSERT INTO frozen_slice_hour BY NAME
+SELECT $as_of::DATE AS as_of, $m_start::DATE AS data_month, tenant, hour, cluster, node, gpu_uuid, namespace, pod, pod_uid,
        container, whole_gpu, metered_s, alloc_mem_share_s, alloc_cores_share_s, alloc_dominant_share_s,
        usage_share_s, hami_nvml_disagree_s
 FROM slice_hour_tenant

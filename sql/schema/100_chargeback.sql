@@ -15,37 +15,19 @@ CREATE TABLE IF NOT EXISTS closed_months (
 -- as_of = the invoice month whose close froze this copy of month `data_month`'s rows:
 -- the month itself when it closed, and each later month whose close carried corrections
 -- for it. The latest as_of <= M is what M's invoice has already billed.
-CREATE TABLE IF NOT EXISTS frozen_gpu_hour (
-    as_of          DATE      NOT NULL,
-    data_month     DATE      NOT NULL,
-    hour           TIMESTAMP NOT NULL,
-    cluster        VARCHAR   NOT NULL,
-    node           VARCHAR   NOT NULL,
-    gpu_uuid       VARCHAR   NOT NULL,
-    model          VARCHAR,
-    metered_s      DOUBLE    NOT NULL,
-    energy_joules  DOUBLE,
-    PRIMARY KEY (as_of, hour, gpu_uuid)
-);
+-- A frozen table holds the columns a bill reads, typed by the source table itself (the
+-- tenant column by the catalog's): a change of type there reaches the frozen copy.
+CREATE TABLE frozen_gpu_hour AS
+SELECT NULL::DATE AS as_of, NULL::DATE AS data_month, hour, cluster, node, gpu_uuid, model, metered_s, energy_joules
+FROM gpu_hour WITH NO DATA;
+ALTER TABLE frozen_gpu_hour ADD PRIMARY KEY (as_of, hour, gpu_uuid);
+ALTER TABLE frozen_gpu_hour ALTER COLUMN data_month SET NOT NULL;
 
-CREATE TABLE IF NOT EXISTS frozen_slice_hour (
-    as_of                  DATE      NOT NULL,
-    data_month             DATE      NOT NULL,
-    tenant                 VARCHAR   NOT NULL,
-    hour                   TIMESTAMP NOT NULL,
-    cluster                VARCHAR   NOT NULL,
-    node                   VARCHAR   NOT NULL,
-    gpu_uuid               VARCHAR   NOT NULL,
-    namespace              VARCHAR,
-    pod                    VARCHAR,
-    pod_uid                VARCHAR   NOT NULL,
-    container              VARCHAR   NOT NULL,
-    whole_gpu              BOOLEAN   NOT NULL,
-    metered_s              DOUBLE    NOT NULL,
-    alloc_mem_share_s      DOUBLE    NOT NULL,
-    alloc_cores_share_s    DOUBLE    NOT NULL,
-    alloc_dominant_share_s DOUBLE    NOT NULL,
-    usage_share_s          DOUBLE    NOT NULL,
-    hami_nvml_disagree_s   DOUBLE    NOT NULL,
-    PRIMARY KEY (as_of, hour, gpu_uuid, pod_uid, container)
-);
+CREATE TABLE frozen_slice_hour AS
+SELECT NULL::DATE AS as_of, NULL::DATE AS data_month, t.tenant, hour, cluster, node, gpu_uuid, namespace, pod,
+       pod_uid, container, whole_gpu, metered_s, alloc_mem_share_s, alloc_cores_share_s, alloc_dominant_share_s,
+       usage_share_s, hami_nvml_disagree_s
+FROM slice_hour, tenants t WITH NO DATA;
+ALTER TABLE frozen_slice_hour ADD PRIMARY KEY (as_of, hour, gpu_uuid, pod_uid, container);
+ALTER TABLE frozen_slice_hour ALTER COLUMN data_month SET NOT NULL;
+ALTER TABLE frozen_slice_hour ALTER COLUMN tenant SET NOT NULL;
