@@ -11,6 +11,7 @@ import pytest
 from slicemeter import store
 from slicemeter.ingest.strings import StringIds
 from slicemeter.ingest.writer import Batch, apply_retention, write_batch
+from slicemeter.testkit import share_oracle
 from slicemeter.testkit.synth_ticks import SynthNode, node_tables
 
 DAY_START = 1_800_057_600_000  # a UTC midnight
@@ -84,6 +85,26 @@ def test_slice_hour_equals_from_scratch(day_db):
     assert len(got) == len(want) > 0
     assert got["sample_count"].sum() == sum(s.num_rows for _, s in chunks)
     pd.testing.assert_frame_equal(got[want.columns], want, check_dtype=False, rtol=1e-9)
+    assert got["usage_share_s"].sum() > 0 and got["hami_nvml_disagree_s"].sum() > 0
+    assert share_oracle.disagreements(con).empty
+
+
+# Each a plausible slip in the share SQL; the rollup stored with it must not pass the oracle.
+WRONG_MACROS = {
+    "whole GPU not counted whole": "capped_share(whole, x) AS coalesce(least(1.0::DOUBLE, greatest(0.0::DOUBLE, x::DOUBLE)), 0.0::DOUBLE)",
+    "HAMi memory trusted always": "trusted_memory(hami, nvml) AS coalesce(hami, nvml)",
+    "tolerance 50 % not 5 %": "memory_disagrees(hami, nvml) AS "
+                              "coalesce(abs(hami - nvml)::DOUBLE > greatest(134217728.0::DOUBLE, 0.5::DOUBLE * nvml), false)",
+}
+
+
+@pytest.mark.parametrize("macro", [None, *WRONG_MACROS.values()], ids=["as-shipped", *WRONG_MACROS])
+def test_the_share_oracle_catches_a_wrong_formula(tmp_path, macro):
+    con = store.connect(tmp_path / "s.duckdb")
+    if macro:
+        con.execute("CREATE OR REPLACE TEMP MACRO " + macro)   # what the batch rollup SQL calls
+    _ingest(con, _chunks()[::12], batch_size=4)
+    assert share_oracle.disagreements(con).empty == (macro is None)
 
 
 def test_gpu_hour_equals_from_scratch_and_energy_from_counter(day_db):
