@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from slicemeter import kafka_security, signing
 from slicemeter.common import ConfigError
+from slicemeter.progress import ProgressReporter
 
 MAX_ROWS_PER_MESSAGE = 50_000   # keeps messages well under Kafka's default 1 MB x lz4 / 10 MB limits
 
@@ -65,26 +66,22 @@ def split_by_ticks(gpus: pa.Table, slices: pa.Table, max_rows: int = MAX_ROWS_PE
 
 
 class Progress:
-    def __init__(self, start_ms: int, end_ms: int, enabled: bool, out=sys.stderr):
-        self.start_ms, self.end_ms, self.enabled, self.out = start_ms, end_ms, enabled, out
-        self.t0 = time.monotonic()
-        self.last = 0.0
+    """Backfill's progress: the share of [start_ms, end_ms) published, samples and their rate."""
 
-    def update(self, ts_ms: int, samples: int, force: bool = False) -> None:
-        now = time.monotonic()
-        if not self.enabled or (not force and now - self.last < 0.2):
-            return
-        self.last = now
-        frac = min(1.0, max(0.0, (ts_ms - self.start_ms) / max(1, self.end_ms - self.start_ms)))
-        bar = "#" * int(frac * 30)
-        rate = samples / max(1e-9, now - self.t0)
-        self.out.write(f"\rbackfill [{bar:<30}] {frac * 100:5.1f}% {samples:,} samples {rate:,.0f}/s")
-        self.out.flush()
+    def __init__(self, start_ms: int, end_ms: int, enabled: bool, out=sys.stderr):
+        self.start_ms, self.end_ms = start_ms, end_ms
+        self.reporter = ProgressReporter(out, enabled)
+        self.t0 = time.monotonic()
+
+    def _args(self, ts_ms: int, samples: int) -> tuple[float, str]:
+        rate = samples / max(1e-9, time.monotonic() - self.t0)
+        return (ts_ms - self.start_ms) / max(1, self.end_ms - self.start_ms), f"backfill {samples:,} samples {rate:,.0f}/s"
+
+    def update(self, ts_ms: int, samples: int) -> None:
+        self.reporter.show(*self._args(ts_ms, samples))
 
     def done(self, samples: int) -> None:
-        if self.enabled:
-            self.update(self.end_ms, samples, force=True)
-            self.out.write("\n")
+        self.reporter.done(*self._args(self.end_ms, samples))
 
 
 def _ensure_topic(bootstrap: str, topic: str, partitions: int, security: dict) -> None:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from slicemeter import clock
+from slicemeter.progress import ProgressReporter
 from slicemeter.cli import COMMANDS
 from slicemeter.common import ConfigError
 
@@ -140,12 +141,6 @@ def plan(args: argparse.Namespace, kafka: str, nodes: dict[str, str], paths: Pat
                                                   "--out", str(paths.out))
     cmds["dashboard"] = slicemeter_argv("dashboard", "--db", str(paths.snapshot), "--port", str(args.port))
     return cmds
-
-
-def progress_bar(fraction: float, width: int = 30, label: str = "") -> str:
-    fraction = min(1.0, max(0.0, fraction))
-    full = int(round(fraction * width))
-    return f"[{'#' * full}{'.' * (width - full)}] {fraction * 100:5.1f} % {label}".rstrip()
 
 
 def coverage(snapshot: Path, start: datetime, days: int, nodes: int) -> float:
@@ -428,8 +423,7 @@ def _backfill_progress(sup: Supervisor, backfill: Child, paths: Paths, start: da
     deadline = time.monotonic() + args.ready_timeout
     last, last_change, backfill_done = -1.0, time.monotonic(), False
     stall_s = max(30.0, 6 * args.snapshot_interval)
-    tty = out.isatty() if hasattr(out, "isatty") else False
-    shown = -1
+    progress = ProgressReporter(out, min_interval_s=0)
     while True:
         if (bad := sup.failed()) is not None:
             raise ChildFailed(bad)
@@ -439,17 +433,10 @@ def _backfill_progress(sup: Supervisor, backfill: Child, paths: Paths, start: da
         if frac > last:
             last, last_change = frac, time.monotonic()
         label = "publishing + ingesting" if not backfill_done else "ingesting"
-        pct = int(frac * 100)
-        if tty:
-            print("\r" + progress_bar(frac, label=label), end="", file=out, flush=True)
-        elif pct // 10 != shown // 10:
-            print(progress_bar(frac, label=label), file=out, flush=True)
-            shown = pct
+        progress.show(frac, label)
         if frac >= 1.0 or (backfill_done and frac > 0 and time.monotonic() - last_change > stall_s):
             break
         if time.monotonic() > deadline:
             raise TimeoutError(f"backfill not in the store within {args.ready_timeout:.0f} s ({frac:.0%})")
         time.sleep(0.5)  # poll interval of the progress bar
-    if tty:
-        print(file=out)
-    print(progress_bar(frac, label="history in the store"), file=out, flush=True)
+    progress.done(frac, "history in the store")

@@ -71,9 +71,6 @@ def test_children_get_the_pretend_clock(monkeypatch):
     assert demo.child_env(pretend_clock=False) is None
 
 
-def test_progress_bar():
-    assert demo.progress_bar(0.5, width=10, label="x") == "[#####.....]  50.0 % x"
-    assert demo.progress_bar(1.7, width=4) == "[####] 100.0 %"
 
 
 def test_coverage_reads_a_real_store(tmp_path):
