@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from slicemeter.chargeback.close import close_month
 from slicemeter.chargeback.bill import parse_month
 from slicemeter.chargeback.prices import DEFAULT_PRICES, load_prices
 from slicemeter.store import connect
-from slicemeter.common import ConfigError, named
+from slicemeter.common import existing_db, named
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -22,9 +21,7 @@ def run(args: argparse.Namespace) -> int:
     with named("--month"):
         parse_month(args.month)
     catalog = load_prices(args.prices)
-    if not Path(args.db).exists():
-        raise ConfigError(f"--db: no such database file: {args.db}")
-    con = connect(args.db)
+    con = connect(existing_db(args.db))
     try:
         carried = close_month(con, args.month, catalog)
     finally:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import duckdb
 
@@ -11,7 +10,7 @@ from slicemeter.chargeback.bill import BASES, IDLE_POLICIES, SHARES, InvariantEr
 from slicemeter.chargeback.exports import check_tenant, write_exports
 from slicemeter.chargeback.prices import DEFAULT_PRICES, load_prices
 from slicemeter.store import connect
-from slicemeter.common import ConfigError, check_choice, named
+from slicemeter.common import check_choice, existing_db, named
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -48,9 +47,7 @@ def run(args: argparse.Namespace) -> int:
     with named("--tenant"):
         check_tenant(args.tenant)
     catalog = load_prices(args.prices)
-    if not Path(args.db).exists():
-        raise ConfigError(f"--db: no such database file: {args.db}")
-    con = _open(args.db)
+    con = _open(existing_db(args.db))
     try:
         bill = compute_bill(con, args.month, args.basis, args.idle, args.share, catalog, args.tenant)
         paths = write_exports(con, bill, args.out, args.tenant)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from slicemeter.chargeback.prices import DEFAULT_PRICES, load_prices
-from slicemeter.common import ConfigError, month_window, named
+from slicemeter.common import ConfigError, existing_db, month_window, named
 
 FORMATS = {".md": "render_markdown", ".markdown": "render_markdown", ".html": "render_html", ".htm": "render_html"}
 
@@ -31,8 +31,7 @@ def run(args: argparse.Namespace) -> int:
     for out in args.out:
         if out.suffix.lower() not in FORMATS:
             raise ConfigError(f"--out: {out} must end in .md or .html")
-    if not args.db.is_file():
-        raise ConfigError(f"--db: no such database file: {args.db}")
+    existing_db(args.db)
     catalog = load_prices(args.prices)
     con = connect(args.db, read_only=True)
     try:

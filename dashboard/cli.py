@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from slicemeter.dashboard.access import check_tenant, load_access
-from slicemeter.common import ConfigError, named
+from slicemeter.common import ConfigError, existing_db, named
 
 APP = Path(__file__).resolve().parent / "app.py"
 
@@ -61,9 +61,7 @@ def streamlit_argv(db: Path, port: int, address: str, tenant: str | None = None,
 
 
 def run(args: argparse.Namespace) -> int:
-    db = Path(args.db)
-    if not db.is_file():
-        raise ConfigError(f"--db: no such database file: {db}")
+    db = existing_db(args.db)
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port: {args.port} is not a TCP port")
     with named("--tenant"):

@@ -14,7 +14,7 @@ import argparse
 from pathlib import Path
 
 from slicemeter.store import connect, sql_text
-from slicemeter.common import ConfigError
+from slicemeter.common import ConfigError, existing_db
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -35,9 +35,7 @@ def move_binding(con, kind: str, name: str, cluster: str) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.db.exists():
-        raise ConfigError(f"--db: no such database file: {args.db}")
-    con = connect(args.db)
+    con = connect(existing_db(args.db))
     try:
         if args.action == "list":
             rows = con.execute("SELECT kind, name, cluster, bound_at, moved_from FROM ingest_bindings "

@@ -10,7 +10,7 @@ import csv
 from pathlib import Path
 
 from slicemeter.chargeback.prices import DEFAULT_PRICES, load_prices_or_default
-from slicemeter.common import ConfigError, month_window, named
+from slicemeter.common import ConfigError, existing_db, month_window, named
 
 SLICE_COLUMNS = ["tenant", "namespace", "pod", "container", "node", "model", "grant_memory_mib",
                  "recommended_gpumem_mib", "grant_cores_pct", "recommended_gpucores_pct",
@@ -65,9 +65,7 @@ def run(args: argparse.Namespace) -> int:
         month_window(args.month)
     if not (args.headroom >= 0 and args.headroom < 10):
         raise ConfigError(f"--headroom: must be in [0, 10), got {args.headroom}")
-    db = Path(args.db)
-    if not db.is_file():
-        raise ConfigError(f"--db: no such file: {db}")
+    db = existing_db(args.db)
     # the chargeback catalog; recommend prices a freed GPU by model (gpu_hour) only
     catalog = load_prices_or_default(args.prices)
 

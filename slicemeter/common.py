@@ -16,13 +16,13 @@ MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
 # A Kubernetes DNS-1123 label (namespace, container and tenant names): at most 63
 # characters of [a-z0-9-], starting and ending alphanumeric.
 DNS_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
-DNS_LABEL_RE = re.compile(rf"^{DNS_LABEL}$")
+DNS_LABEL_RE = re.compile(rf"^{DNS_LABEL}\Z")
 # A GPU or MIG device UUID as NVML's nvmlDeviceGetUUID writes it: 'GPU-' and an 8-4-4-4-12
 # hex UUID; a MIG device is 'MIG-' and its own UUID (driver R470 on) or, on older drivers,
 # 'MIG-GPU-<parent uuid>/<GPU instance>/<compute instance>' (NVIDIA MIG user guide).
 _HEX_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 GPU_UUID = rf"(?:GPU-{_HEX_UUID}|MIG-{_HEX_UUID}|MIG-GPU-{_HEX_UUID}/\d{{1,4}}/\d{{1,4}})"
-GPU_UUID_RE = re.compile(rf"^{GPU_UUID}$")
+GPU_UUID_RE = re.compile(rf"^{GPU_UUID}\Z")
 MiB = 1 << 20
 # The pod annotations HAMi's scheduler writes when it binds a pod: what each container was
 # granted, and the node it was bound to.
@@ -69,6 +69,13 @@ def named(name: str):
         yield
     except (ValueError, ConfigError) as exc:
         raise ConfigError(f"{name}: {exc}") from None
+
+
+def existing_db(path) -> Path:
+    """The database file `--db` names; ConfigError where there is none (DuckDB would create one)."""
+    if not Path(path).is_file():
+        raise ConfigError(f"--db: no such database file: {path}")
+    return Path(path)
 
 
 def read_yaml_file(path, option: str):

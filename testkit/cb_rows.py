@@ -2,6 +2,11 @@
 into a real DuckDB store, the way ingest would have written them."""
 from __future__ import annotations
 
+import contextlib
+from pathlib import Path
+
+from slicemeter.store import connect
+
 A100 = "NVIDIA A100-SXM4-80GB"
 A100_BYTES = 81920 * 1048576
 ACME = "https://acme.tenants.example:6443"
@@ -11,6 +16,23 @@ GLOBEX = "https://globex.tenants.example:6443"
 def add_tenants(con) -> None:
     con.execute("INSERT INTO tenants VALUES ('acme', 'ACME Research', 'tenant-acme', 'acme', ?, 'CC-1001')", [ACME])
     con.execute("INSERT INTO tenants VALUES ('globex', 'Globex', 'tenant-globex', 'globex', ?, 'CC-1002')", [GLOBEX])
+
+
+@contextlib.contextmanager
+def open_store(path, fill=add_tenants):
+    """A store at `path` with `fill(con)` written into it, open for the block."""
+    con = connect(path)
+    try:
+        fill(con)
+        yield con
+    finally:
+        con.close()
+
+
+def store_file(path, fill=add_tenants) -> Path:
+    """A closed store file at `path` with `fill(con)` written into it."""
+    with open_store(path, fill):
+        return Path(path)
 
 
 def add_gpu(con, hour="2026-11-01 00:00:00", gpu="GPU-1", node="gpu-node-1", cluster=ACME, model=A100,

@@ -7,17 +7,15 @@ from slicemeter.chargeback.bill import BASES, IDLE_POLICIES, SHARES, chargeback,
 from slicemeter.testkit.synth_month import synthesize_month
 from slicemeter.chargeback.prices import DEFAULT_PRICES, load_prices
 from slicemeter.store import connect
-from slicemeter.testkit.cb_rows import ACME, GLOBEX, add_gpu, add_slice, add_tenants
+from slicemeter.testkit.cb_rows import ACME, GLOBEX, add_gpu, add_slice, open_store
 
 MONTH = "2026-11"
 
 
 @pytest.fixture
 def con(tmp_path):
-    c = connect(tmp_path / "cb.duckdb")
-    add_tenants(c)
-    yield c
-    c.close()
+    with open_store(tmp_path / "cb.duckdb") as c:
+        yield c
 
 
 def usage_rows(inv):

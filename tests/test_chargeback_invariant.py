@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import slicemeter.chargeback.bill as cb
-from slicemeter.testkit.cb_rows import A100, ACME, GLOBEX, add_gpu, add_slice, add_tenants
+from slicemeter.testkit.cb_rows import A100, ACME, GLOBEX, add_gpu, add_slice, store_file
 from slicemeter.chargeback.bill import compute_bill
 from slicemeter.store import connect
 from slicemeter.cli import main
@@ -27,11 +27,7 @@ def keep_argv(monkeypatch):
 
 @pytest.fixture
 def db(tmp_path):
-    path = tmp_path / "inv.duckdb"
-    con = connect(path)
-    add_tenants(con)
-    con.close()
-    return path
+    return store_file(tmp_path / "inv.duckdb")
 
 
 def rows_of(path) -> list[dict]:

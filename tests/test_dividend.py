@@ -9,11 +9,10 @@ from decimal import Decimal
 
 import pytest
 
-from slicemeter.testkit.cb_rows import A100, A100_BYTES, ACME, GLOBEX, add_tenants
+from slicemeter.testkit.cb_rows import A100, A100_BYTES, ACME, GLOBEX, open_store
 from slicemeter.chargeback import report
 from slicemeter.chargeback.dividend import dividend, in_band
 from slicemeter.chargeback.prices import parse_prices_text
-from slicemeter.store import connect
 
 PRICES = parse_prices_text("""
 currency: USD
@@ -45,10 +44,8 @@ def fill(con, hours: int) -> None:
 
 @pytest.fixture
 def store(tmp_path):
-    con = connect(tmp_path / "s.duckdb")
-    add_tenants(con)
-    yield con
-    con.close()
+    with open_store(tmp_path / "s.duckdb") as con:
+        yield con
 
 
 def test_twelve_containers_on_four_gpus(store):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from slicemeter.store import connect
+from slicemeter.testkit.cb_rows import store_file
 from slicemeter.testkit.recommend_rows import build_fleet
 
 PAGE = Path(__file__).resolve().parent.parent / "dashboard" / "views" / "right_sizing.py"
@@ -30,11 +30,7 @@ def app(db_path: str, page_path: str, month: str) -> None:
 
 @pytest.fixture
 def db(tmp_path):
-    path = tmp_path / "fleet.duckdb"
-    con = connect(path)
-    build_fleet(con)
-    con.close()
-    return str(path)
+    return str(store_file(tmp_path / "fleet.duckdb", build_fleet))
 
 
 def run(db, month="2026-11"):
