@@ -12,7 +12,7 @@ class ConfigError(Exception):
 
 
 # A month as every command and page takes it: 'YYYY-MM'.
-MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
+MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])\Z")
 # A Kubernetes DNS-1123 label (namespace, container and tenant names): at most 63
 # characters of [a-z0-9-], starting and ending alphanumeric.
 DNS_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"

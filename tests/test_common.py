@@ -36,7 +36,7 @@ def test_dns_label():
 def test_month():
     assert month_bounds("2026-12") == (date(2026, 12, 1), date(2027, 1, 1))
     assert month_window("2028-02")[2] == 29 * 24
-    for bad in ("2026-13", "2026-1", "26-11", "2026-11'; DROP TABLE x", "", None):
+    for bad in ("2026-13", "2026-1", "26-11", "2026-11'; DROP TABLE x", "2026-11\n", "", None):
         with pytest.raises(ValueError, match="month must be YYYY-MM"):
             month_bounds(bad)
 
