@@ -2,7 +2,6 @@
 DuckDB file."""
 from __future__ import annotations
 
-
 import pytest
 from streamlit.testing.v1 import AppTest
 
