@@ -8,6 +8,7 @@ from streamlit.testing.v1 import AppTest
 from slicemeter.testkit.cb_rows import store_file
 from slicemeter.testkit.recommend_rows import build_fleet
 
+
 def app(db_path: str, month: str) -> None:
     from slicemeter.dashboard.right_sizing import render
     from slicemeter.store import connect
