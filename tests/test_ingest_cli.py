@@ -46,7 +46,7 @@ def test_backfill_then_ingest_with_catalog(broker, tmp_path):
     bf = slicemeter("backfill", "--scenario", "examples/demo.yaml", "--start", "2026-11-01", "--days", "0.125",
                     "--kafka", broker.bootstrap, "--interval", "30")
     assert bf.returncode == 0, bf.stderr
-    assert "backfill [" in bf.stderr and "100.0%" in bf.stderr
+    assert "] 100.0 % backfill " in bf.stderr
     published = int(bf.stderr.split("published ")[1].split(" samples")[0].replace(",", ""))
     db, snap = tmp_path / "live.duckdb", tmp_path / "snap.duckdb"
     ing = slicemeter("ingest", "--kafka", broker.bootstrap, "--db", str(db), "--tenants", "examples/demo.yaml",
