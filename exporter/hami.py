@@ -528,3 +528,27 @@ def read_region_file(
         return _read_fd(fd, os.path.basename(path), device_memory, now_s)
     finally:
         os.close(fd)
+
+
+class RegionSource:
+    """The HAMi source of a node: its region files, listed and read each tick."""
+
+    def __init__(self, hami_dir: str):
+        self.hami_dir = hami_dir
+
+    def scan(self) -> tuple[list[RegionFile], list[tuple[str, RegionError]]]:
+        return discover(self.hami_dir)
+
+    def read(self, files: list[RegionFile], device_memory: Mapping[str, int] | None,
+             now_s: float) -> list[tuple[RegionFile, Region | RegionError]]:
+        """Each file's region (or why not), through one open of the containers directory."""
+        if not files:
+            return []
+        root_fd = open_containers_dir(self.hami_dir)
+        if root_fd is None:
+            gone = RegionError("unreadable", "HAMi containers directory vanished")
+            return [(f, gone) for f in files]
+        try:
+            return [(f, read_region_entry(root_fd, f, device_memory, now_s)) for f in files]
+        finally:
+            os.close(root_fd)

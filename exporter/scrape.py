@@ -16,7 +16,8 @@ from prometheus_client.registry import Collector
 
 from slicemeter.exporter.catalogue import Family
 from slicemeter.exporter.exposition import Samples
-from slicemeter.exporter.tick_builder import BuildResult, allocation_share, usage_share
+from slicemeter.exporter.shares import allocation_share, usage_share
+from slicemeter.exporter.tick_builder import BuildResult
 from slicemeter.tick import SliceReading
 
 SOURCES = ("nvml", "hami", "pods", "kafka")
