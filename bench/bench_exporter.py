@@ -21,7 +21,6 @@ from pathlib import Path
 
 
 from slicemeter.exporter.collector import ExporterCollector, ExporterStats
-from slicemeter.exporter.exposition import render
 from slicemeter.exporter.hami import discover
 from slicemeter.exporter.hami_metrics import HAMI_METRICS_MODES
 from slicemeter.exporter.nvml import NvmlReader
@@ -93,7 +92,7 @@ def main() -> int:
             res = builder.build(ts)
             stats.record(res)
             s0 = time.perf_counter()
-            body = render(collector.collect())  # what GET /metrics returns
+            body = collector.exposition()       # what GET /metrics returns
             w1 = time.perf_counter()
             spool.remove(spool.append(encode_ticks([res.tick])))   # the publishing side of a tick
             c1 = time.process_time()
@@ -118,7 +117,7 @@ def main() -> int:
               f"of which /metrics render {statistics.median(scrape) * 1e3:.1f} ms and the simulator's fake NVML "
               f"~{nv * 1e3:.1f} ms; without the fake NVML {max(0.0, med - nv) * 1e3:.1f} ms, "
               f"/metrics {len(body) / n_slices / 1e3:.2f} kB per slice")
-        per_mode = {mode: len(render(ExporterCollector(stats, mode).collect())) / n_slices for mode in HAMI_METRICS_MODES}
+        per_mode = {mode: len(ExporterCollector(stats, mode).exposition()) / n_slices for mode in HAMI_METRICS_MODES}
         print("/metrics bytes per slice by --hami-metrics: " + ", ".join(f"{m} {b / 1e3:.2f} kB" for m, b in per_mode.items()))
         print(f"same, CPU time (less sensitive to other processes on a shared machine): median "
               f"{statistics.median(cpu) * 1e3:.1f} ms per tick incl. encode + spool")

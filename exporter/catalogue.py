@@ -173,13 +173,17 @@ def by_sample_name() -> dict[str, Family]:
 
 # ---------------------------------------------------------------- docs/metrics.md
 
+# label sets docs/metrics.md names in words (its prose lists them)
+_LABEL_SET_NAMES = {GPU: "GPU labels", SLICE: "slice labels", HAMI_CTR: "container labels", HAMI_HOST: "host labels",
+                    SCHED: "device labels", SCHED_CTR: "granted-container labels"}
 _BLOCK = re.compile(r"(<!-- catalogue:(?P<group>[a-z_]+) -->\n).*?(<!-- /catalogue -->)", re.S)
 
 
 def markdown_table(group_name: str) -> str:
     lines = ["| name | type | labels | meaning |", "| --- | --- | --- | --- |"]
     for f in group(group_name):
-        labels = ", ".join(f"`{x}`" for x in f.labels) or "none"
+        named = _LABEL_SET_NAMES.get(f.labels)
+        labels = named or ", ".join(f"`{x}`" for x in f.labels) or "none"
         lines.append(f"| `{f.sample_name}` | {f.type} | {labels} | {f.meaning} |")
     return "\n".join(lines) + "\n"
 

@@ -80,6 +80,7 @@ LAYOUT_V0 = Layout(
     limit_off=1592, sm_limit_off=1720, procs_off=1848, tail_off=1_197_880, slot_size=1168,
     used_stride=5, util_stride=3, monitor_off=648, util_off=776, status_off=1160, seq_off=None,
 )
+_HEADER_MAX = max(LAYOUT_V0.header_len, LAYOUT_V1.header_len)
 # HAMi-core creates the file by writing one byte at offset sizeof: sizeof + 1 on disk.
 FILE_SLACK = 1
 # HAMi-core main of March-April 2026 (version 1.1 again) moved the seqlock after hostpid and
@@ -223,15 +224,28 @@ def _uuid(raw: bytes, index: int) -> str:
     return s
 
 
+_WORDS: dict[int, struct.Struct] = {}
+
+
+def _words(n: int) -> struct.Struct:
+    """n little-endian u64 words; only the region's own devices are unpacked, not all 16."""
+    st = _WORDS.get(n)
+    if st is None:
+        st = _WORDS[n] = struct.Struct(f"<{n}Q")
+    return st
+
+
 def _parse_slot(buf: bytes, base: int, lay: Layout, dev_max: list[int | None], slot: int) -> ProcSlot:
     """`dev_max[d]`: device d's memory bound, None for a skipped device (its values are ignored)."""
     pid, hostpid = struct.unpack_from("<ii", buf, base)
     (status,) = _I32.unpack_from(buf, base + lay.status_off)
     if pid < 0 or hostpid < 0 or status < 0:
         raise _Bad("bad_value", f"slot {slot}: negative pid/hostpid/status ({pid}, {hostpid}, {status})")
-    words = struct.unpack_from(f"<{16 * lay.used_stride}Q", buf, base + 8)
-    mon = struct.unpack_from("<16Q", buf, base + lay.monitor_off)
-    util = struct.unpack_from(f"<{16 * lay.util_stride}Q", buf, base + lay.util_off)
+    n = len(dev_max)
+    used_stride, util_stride = lay.used_stride, lay.util_stride
+    words = _words(n * used_stride).unpack_from(buf, base + 8)
+    mon = _words(n).unpack_from(buf, base + lay.monitor_off)
+    util = _words(n * util_stride).unpack_from(buf, base + lay.util_off)
     memory, monitor, sm = [], [], []
     for d, cap in enumerate(dev_max):
         if cap is None:
@@ -239,13 +253,15 @@ def _parse_slot(buf: bytes, base: int, lay: Layout, dev_max: list[int | None], s
             monitor.append(0)
             sm.append(0)
             continue
-        ctx, mod, data, _off, total = words[d * lay.used_stride : d * lay.used_stride + 5]
-        for what, v in (("context", ctx), ("module", mod), ("buffer", data), ("total", total), ("monitorused", mon[d])):
-            if v > cap:
-                raise _Bad("bad_value", f"slot {slot} device {d}: {what} {v} bytes exceeds the device's {cap}")
+        at = d * used_stride
+        ctx, mod, data, total = words[at], words[at + 1], words[at + 2], words[at + 4]
+        if max(ctx, mod, data, total, mon[d]) > cap:
+            for what, v in (("context", ctx), ("module", mod), ("buffer", data), ("total", total), ("monitorused", mon[d])):
+                if v > cap:
+                    raise _Bad("bad_value", f"slot {slot} device {d}: {what} {v} bytes exceeds the device's {cap}")
         if ctx + mod + data > cap:
             raise _Bad("bad_value", f"slot {slot} device {d}: memory sum exceeds the device's {cap} bytes")
-        su = util[d * lay.util_stride + 2]
+        su = util[d * util_stride + 2]
         if su > 100:
             raise _Bad("bad_value", f"slot {slot} device {d}: sm_util {su} % > 100")
         memory.append((ctx, mod, data, total))
@@ -328,9 +344,10 @@ class _SlotReader:
 
 
 def _parse(read_at: ReadAt, file_size: int, device_memory: Mapping[str, int], now_s: float) -> Region:
-    head0 = read_at(0, 12)
-    lay = pick_layout(head0, file_size)
-    head = _exact(read_at, 0, lay.header_len)
+    head = read_at(0, _HEADER_MAX)   # the layout's header in one read; short files are refused below
+    lay = pick_layout(head, file_size)
+    if len(head) < lay.header_len:
+        raise _Bad("truncated", f"wanted {lay.header_len} bytes at 0, got {len(head)}")
     tail_len = 24 if lay.has_version else 16
     tail = _exact(read_at, lay.tail_off, tail_len)
     nread = lay.header_len + tail_len
