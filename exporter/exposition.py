@@ -84,9 +84,15 @@ class LabelText:
         return text
 
 
+_HEADERS: dict[str, str] = {}
+
+
 def _header(f: Family) -> str:
-    doc = f.help.replace("\\", r"\\").replace("\n", r"\n")
-    return f"# HELP {f.sample_name} {doc}\n# TYPE {f.sample_name} {f.type}\n"
+    text = _HEADERS.get(f.name)
+    if text is None:
+        doc = f.help.replace("\\", r"\\").replace("\n", r"\n")
+        text = _HEADERS[f.name] = f"# HELP {f.sample_name} {doc}\n# TYPE {f.sample_name} {f.type}\n"
+    return text
 
 
 def render(families: Iterable[Samples], labels: LabelText | None = None) -> str:
@@ -98,11 +104,17 @@ def render(families: Iterable[Samples], labels: LabelText | None = None) -> str:
         append(_header(f))
         name, names = f.sample_name, f.labels
         table = labels.table(names)
+        get = table.get
         for values, value in fam.rows:
-            text = table.get(values)
+            text = get(values)
             if text is None:
                 text = labels.make(names, values, table)
-            append(f"{name}{text} {value if type(value) is int else _num(value)}\n")
+            t = type(value)
+            # format() of an int or a finite float is already what _num writes
+            if t is int or t is float and value - value == 0.0:
+                append(f"{name}{text} {value}\n")
+            else:
+                append(f"{name}{text} {_num(value)}\n")
     return "".join(out)
 
 

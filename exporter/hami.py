@@ -20,6 +20,7 @@ import os
 import re
 import stat
 import struct
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
@@ -448,7 +449,43 @@ def containers_dir(hami_dir: str) -> str:
     return os.path.join(os.path.realpath(hami_dir), "containers")
 
 
-def discover(hami_dir: str) -> tuple[list[RegionFile], list[tuple[str, RegionError]]]:
+class Listings:
+    """Each container directory's `*.cache` names, listed again only when the directory changed.
+
+    Any entry added, removed or renamed in a directory moves its ctime, and so does a utime
+    that could set its mtime back; ctime cannot be set from user space. A listing taken while
+    the directory's ctime is younger than RACY_NS is not kept (git's racy-index rule): a
+    change within the same timestamp tick as the listing is never hidden behind an equal ctime."""
+
+    RACY_NS = 2_000_000_000
+
+    def __init__(self, clock_ns: Callable[[], int] = time.time_ns):   # file times are real time, never simulated
+        self.clock_ns = clock_ns
+        self._kept: dict[str, tuple[tuple[int, int, int, int], list[str]]] = {}
+        self._next: dict[str, tuple[tuple[int, int, int, int], list[str]]] = {}
+
+    def names(self, entry: os.DirEntry) -> list[str]:
+        st = entry.stat(follow_symlinks=False)
+        key = (st.st_dev, st.st_ino, st.st_ctime_ns, st.st_mtime_ns)
+        kept = self._kept.get(entry.name)
+        if kept is not None and kept[0] == key:
+            self._next[entry.name] = kept
+            return kept[1]
+        names = _cache_names(entry.path)
+        if self.clock_ns() - st.st_ctime_ns > self.RACY_NS:
+            self._next[entry.name] = (key, names)
+        return names
+
+    def end_scan(self) -> None:
+        """Forget the directories this scan did not see."""
+        self._kept, self._next = self._next, {}
+
+
+def _cache_names(path: str) -> list[str]:
+    return sorted(n for n in os.listdir(path) if _CACHE_RE.match(n))
+
+
+def discover(hami_dir: str, listings: Listings | None = None) -> tuple[list[RegionFile], list[tuple[str, RegionError]]]:
     """List region files; returns (files, [(entry name, error)]) and never raises."""
     root = containers_dir(hami_dir)
     files: list[RegionFile] = []
@@ -466,7 +503,7 @@ def discover(hami_dir: str) -> tuple[list[RegionFile], list[tuple[str, RegionErr
             if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
                 errors.append((entry.name, RegionError("symlink", f"{entry.name} is a link or not a directory")))
                 continue
-            caches = sorted(e.name for e in os.scandir(entry.path) if _CACHE_RE.match(e.name))
+            caches = listings.names(entry) if listings is not None else _cache_names(entry.path)
         except OSError as exc:
             errors.append((entry.name, RegionError("unreadable", str(exc))))
             continue
@@ -476,6 +513,8 @@ def discover(hami_dir: str) -> tuple[list[RegionFile], list[tuple[str, RegionErr
             errors.append((entry.name, RegionError("ambiguous", f"{len(caches)} .cache files")))
             continue
         files.append(RegionFile(parsed[0], parsed[1], entry.name, caches[0], os.path.join(root, entry.name, caches[0])))
+    if listings is not None:
+        listings.end_scan()
     return files, errors
 
 
@@ -552,9 +591,10 @@ class RegionSource:
 
     def __init__(self, hami_dir: str):
         self.hami_dir = hami_dir
+        self.listings = Listings()
 
     def scan(self) -> tuple[list[RegionFile], list[tuple[str, RegionError]]]:
-        return discover(self.hami_dir)
+        return discover(self.hami_dir, self.listings)
 
     def read(self, files: list[RegionFile], device_memory: Mapping[str, int] | None,
              now_s: float) -> list[tuple[RegionFile, Region | RegionError]]:
