@@ -99,16 +99,22 @@ def render(families: Iterable[Samples], labels: LabelText | None = None) -> str:
     labels = labels or LabelText()
     out: list[str] = []
     append = out.append
+    families = list(families)   # the rows' tuples stay alive while `seen` is keyed by their id()
+    seen_by_names: dict[tuple[str, ...], dict[int, str]] = {}
     for fam in families:
         f = fam.family
         append(_header(f))
         name, names = f.sample_name, f.labels
         table = labels.table(names)
-        get = table.get
+        seen = seen_by_names.setdefault(names, {})
         for values, value in fam.rows:
-            text = get(values)
+            # a slice's label tuple is shared by its families: by identity first, then by value
+            text = seen.get(id(values))
             if text is None:
-                text = labels.make(names, values, table)
+                text = table.get(values)
+                if text is None:
+                    text = labels.make(names, values, table)
+                seen[id(values)] = text
             t = type(value)
             # format() of an int or a finite float is already what _num writes
             if t is int or t is float and value - value == 0.0:

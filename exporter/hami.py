@@ -449,40 +449,52 @@ def containers_dir(hami_dir: str) -> str:
     return os.path.join(os.path.realpath(hami_dir), "containers")
 
 
+_Outcome = tuple[RegionFile | None, RegionError | None]   # a directory's region file, or why none
+
+
 class Listings:
-    """Each container directory's `*.cache` names, listed again only when the directory changed.
+    """What each container directory held, looked at again only when the directory changed.
 
     Any entry added, removed or renamed in a directory moves its ctime, and so does a utime
-    that could set its mtime back; ctime cannot be set from user space. A listing taken while
-    the directory's ctime is younger than RACY_NS is not kept (git's racy-index rule): a
-    change within the same timestamp tick as the listing is never hidden behind an equal ctime."""
+    that could set its mtime back; ctime cannot be set from user space, and a directory
+    replaced by another (or by a link) has another inode. A look taken while the directory's
+    ctime is younger than RACY_NS is not kept (git's racy-index rule): a change within the
+    same timestamp tick is never hidden behind an equal ctime."""
 
     RACY_NS = 2_000_000_000
 
     def __init__(self, clock_ns: Callable[[], int] = time.time_ns):   # file times are real time, never simulated
         self.clock_ns = clock_ns
-        self._kept: dict[str, tuple[tuple[int, int, int, int], list[str]]] = {}
-        self._next: dict[str, tuple[tuple[int, int, int, int], list[str]]] = {}
+        self._kept: dict[str, tuple[tuple[int, int, int, int], _Outcome]] = {}
+        self._next: dict[str, tuple[tuple[int, int, int, int], _Outcome]] = {}
 
-    def names(self, entry: os.DirEntry) -> list[str]:
+    def outcome(self, root: str, entry: os.DirEntry, uid: str, container: str) -> _Outcome:
         st = entry.stat(follow_symlinks=False)
         key = (st.st_dev, st.st_ino, st.st_ctime_ns, st.st_mtime_ns)
         kept = self._kept.get(entry.name)
         if kept is not None and kept[0] == key:
             self._next[entry.name] = kept
             return kept[1]
-        names = _cache_names(entry.path)
+        found = _look(root, entry, uid, container)
         if self.clock_ns() - st.st_ctime_ns > self.RACY_NS:
-            self._next[entry.name] = (key, names)
-        return names
+            self._next[entry.name] = (key, found)
+        return found
 
     def end_scan(self) -> None:
         """Forget the directories this scan did not see."""
         self._kept, self._next = self._next, {}
 
 
-def _cache_names(path: str) -> list[str]:
-    return sorted(n for n in os.listdir(path) if _CACHE_RE.match(n))
+def _look(root: str, entry: os.DirEntry, uid: str, container: str) -> _Outcome:
+    """The one `*.cache` file of a container directory; (None, None): none yet."""
+    if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
+        return None, RegionError("symlink", f"{entry.name} is a link or not a directory")
+    caches = sorted(n for n in os.listdir(entry.path) if _CACHE_RE.match(n))
+    if not caches:
+        return None, None     # the container has not initialised CUDA yet
+    if len(caches) > 1:
+        return None, RegionError("ambiguous", f"{len(caches)} .cache files")
+    return RegionFile(uid, container, entry.name, caches[0], os.path.join(root, entry.name, caches[0])), None
 
 
 def discover(hami_dir: str, listings: Listings | None = None) -> tuple[list[RegionFile], list[tuple[str, RegionError]]]:
@@ -500,19 +512,14 @@ def discover(hami_dir: str, listings: Listings | None = None) -> tuple[list[Regi
             errors.append((entry.name, RegionError("bad_name", f"directory name {entry.name[:80]!r} is not <podUID>_<container>")))
             continue
         try:
-            if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
-                errors.append((entry.name, RegionError("symlink", f"{entry.name} is a link or not a directory")))
-                continue
-            caches = listings.names(entry) if listings is not None else _cache_names(entry.path)
+            found, err = (listings.outcome(root, entry, *parsed) if listings is not None
+                          else _look(root, entry, *parsed))
         except OSError as exc:
-            errors.append((entry.name, RegionError("unreadable", str(exc))))
-            continue
-        if not caches:
-            continue     # container has not initialised CUDA yet
-        if len(caches) > 1:
-            errors.append((entry.name, RegionError("ambiguous", f"{len(caches)} .cache files")))
-            continue
-        files.append(RegionFile(parsed[0], parsed[1], entry.name, caches[0], os.path.join(root, entry.name, caches[0])))
+            found, err = None, RegionError("unreadable", str(exc))
+        if err is not None:
+            errors.append((entry.name, err))
+        elif found is not None:
+            files.append(found)
     if listings is not None:
         listings.end_scan()
     return files, errors
