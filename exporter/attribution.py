@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from slicemeter.exporter.hami import Region, RegionError, RegionFile, aggregate
-from slicemeter.exporter.nvml import GpuSample, NvmlSnapshot
+from slicemeter.exporter.nvml import GpuSample, MigSample, NvmlSnapshot
 from slicemeter.exporter.pods import Grant, PodIndex, PodInfo
 from slicemeter.exporter.shares import MiB, clamp01, core_limit_ratio, grant_cores_ratio, larger, memory_disagrees
 from slicemeter.tick import SliceReading
@@ -119,7 +119,7 @@ class Draft:
     hami_ok: dict[tuple[str, str], bool]
     hami_partial: set[tuple[str, str]]   # a region read without some device or slot: that use is unknown
     disagreement: dict[tuple[str, str, str], bool | None]
-    mig: dict
+    mig: dict[tuple[str, str, str], MigSample]   # (pod uid, container, parent GPU uuid) -> its MIG device
     seen: set[tuple[str, str, str]] = field(default_factory=set)   # (pod uid, container, GPU uuid) reported
     hami_pids: set[int] = field(default_factory=set)   # host pids a region accounts for
 

@@ -117,12 +117,11 @@ class HealthCollector(FamilyCollector):
             out["slicemeter_hami_region_errors"].add((reason,), n)
         spool = scrape.spool
         for name, key in self._SPOOL_GAUGES:
-            if spool and key in spool:
+            if key in spool:   # gauges only with a spool; a Prometheus-only exporter has none
                 out[name].add((), spool[key])
-        if spool is not None:
-            for name, key in self._SPOOL_COUNTERS:
-                out[name].add((), spool.get(key, 0))
-            out["slicemeter_build_info"].add((scrape.version, SCHEMA_VERSION), 1)
+        for name, key in self._SPOOL_COUNTERS:
+            out[name].add((), spool.get(key, 0))
+        out["slicemeter_build_info"].add((scrape.version, SCHEMA_VERSION), 1)
         return list(out.values())
 
 

@@ -70,14 +70,14 @@ def label_value(v: object) -> str:
 
 @dataclass
 class Scrape:
-    """What one scrape reads, copied under the stats' lock; `last` None (describe): no samples."""
+    """What one scrape reads, copied under the stats' lock; `last` None until the first Tick."""
 
     last: BuildResult | None
     tenant: str
     version: str
     source_errors: dict[str, int] = field(default_factory=dict)
     region_errors: dict[str, int] = field(default_factory=dict)
-    spool: dict[str, int] | None = None   # None: describe
+    spool: dict[str, int] = field(default_factory=dict)
 
     @cached_property
     def view(self) -> TickView:
