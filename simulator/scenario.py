@@ -186,8 +186,8 @@ class WorkloadSpec(Schema):
     @model_validator(mode="after")
     def _knobs_of_the_pattern(self):
         defaults = PATTERN_PARAMS[self.pattern]
-        for k in sorted(self.model_fields_set - {"pattern"} - set(defaults)):
-            raise invalid(f"unknown key for {self.pattern} (allowed: {', '.join(['pattern', *defaults])})", k)
+        if foreign := sorted(self.model_fields_set - {"pattern"} - set(defaults)):
+            raise invalid(f"unknown key for {self.pattern} (allowed: {', '.join(['pattern', *defaults])})", foreign[0])
         return self
 
     def resolved(self) -> Workload:

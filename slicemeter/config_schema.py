@@ -22,8 +22,9 @@ Loc = tuple[str | int, ...]
 M = TypeVar("M", bound=BaseModel)
 
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+# Kubernetes' IsDNS1123Label (<= 63) and IsDNS1123Subdomain (labels joined by dots, <= 253)
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 class ConfigFileError(ConfigError):

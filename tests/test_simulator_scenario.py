@@ -114,6 +114,10 @@ POD = "    gpus: [{model: NVIDIA L4}]\n    pods:\n      - name: a\n        conta
     ("    gpus: [{model: NVIDIA L4}]\n    pods:\n      - name: a\n        containers: []\n",
      "nodes[0].pods[0].containers", 11, "must not be empty"),
     ("    pods: []\n", "nodes[0].gpus", 6, "missing required key"),
+    ("    gpus: [{model: NVIDIA L4}]\n    pods:\n      - name: a..b\n        containers: [{name: c}]\n",
+     "nodes[0].pods[0].name", 10, "'a..b' is not a valid Kubernetes name"),
+    ("    gpus: [{model: NVIDIA L4}]\n    pods:\n      - name: a\n        namespace: " + "n" * 64 + "\n"
+     "        containers: [{name: c}]\n", "nodes[0].pods[0].namespace", 11, "is not a valid Kubernetes namespace"),
     ("    gpus: [{model: NVIDIA L4}]\n    hami_layout: v7\n", "nodes[0].hami_layout", 9, "unknown HAMi layout 'v7'"),
     ("    gpus: [{model: NVIDIA L4}]\n    colour: red\n", "nodes[0].colour", 9, "unknown key (allowed: count, gpus,"),
     ("    gpus: [{model: NVIDIA L4, count: 17}]\n", "nodes[0].gpus", 8, "17 GPUs: HAMi's region holds at most 16"),
