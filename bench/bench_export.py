@@ -56,7 +56,7 @@ def export(path: Path, out: Path) -> tuple[float, float, float, str]:
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     # ru_maxrss of children is the largest child so far: the export is the largest one
     summary = proc.stderr.strip().splitlines()[-1]
-    assert len(proc.stdout.split()) == 5, proc.stdout
+    assert len(list(out.iterdir())) == 5, proc.stdout
     return took, cpu, after.ru_maxrss / 1024**2, summary
 
 

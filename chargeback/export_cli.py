@@ -43,6 +43,7 @@ def _open(db: str):
             con.close()
             con = connect(db)
     con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
+    con.execute("SET enable_progress_bar = false")   # stdout lists the files written, nothing else
     return con
 
 
