@@ -45,14 +45,14 @@ def timed_cpu(at: AppTest) -> tuple[float, float]:
     return time.perf_counter() - t, time.process_time() - c
 
 
-def bench_pages(db: Path, title: str, repeat: int, ref_s: float) -> float:
+def bench_pages(db: Path, title: str, repeat: int, ref_s: float, pages: list[str]) -> float:
     os.environ["SLICEMETER_DB"] = str(db)
     at = AppTest.from_file(str(REPO / "dashboard" / "app.py"), default_timeout=600)
     timed(at)  # imports, first connection
     print(f"\n{title}, one month (720 h); load average {os.getloadavg()[0]:.1f}")
     print(f"{'page':<14}{'cold s':>8}{'cold cpu':>9}{'warm s':>8}{'warm cpu':>9}{'warm/ref':>10}")
     worst = 0.0
-    for page in PAGES:
+    for page in pages:
         at.switch_page(f"views/{page}.py")
         cold, cold_cpu = timed_cpu(at)
         runs = [timed_cpu(at) for _ in range(repeat)]
@@ -70,7 +70,9 @@ def main() -> None:
     ap.add_argument("--gpus", default="", help="generated fleet sizes in GPUs, e.g. 1000,8000")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--fresh", action="store_true", help="regenerate the cached generated fleets")
+    ap.add_argument("--pages", default=",".join(PAGES), help="pages to measure (default: all)")
     opts = ap.parse_args()
+    pages = opts.pages.split(",")
     cache = REPO / "var" / "bench"
     with tempfile.TemporaryDirectory() as tmp:
         empty = Path(tmp) / "empty.py"
@@ -81,14 +83,14 @@ def main() -> None:
         print(f"reference: empty Streamlit page {ref_s * 1000:.1f} ms per run")
         for copies in (int(c) for c in opts.copies.split(",") if c):
             db = build_fleet_db(Path(tmp) / f"fleet{copies}.duckdb", MONTH, copies=copies)
-            bench_pages(db, f"fleet x{copies}: {5 * copies} nodes, {10 * copies} GPUs", opts.repeat, ref_s)
+            bench_pages(db, f"fleet x{copies}: {5 * copies} nodes, {10 * copies} GPUs", opts.repeat, ref_s, pages)
         for gpus in (int(g) for g in opts.gpus.split(",") if g):
             cache.mkdir(parents=True, exist_ok=True)
             t = time.perf_counter()
             db = synth_month_db(cache / f"month-{gpus}.duckdb", MONTH, gpus, opts.fresh)
             built = time.perf_counter() - t
             bench_pages(db, f"generated fleet: {gpus} GPUs on {gpus // 8} nodes"
-                        + (f" (generated in {built:.0f} s)" if built > 1 else ""), opts.repeat, ref_s)
+                        + (f" (generated in {built:.0f} s)" if built > 1 else ""), opts.repeat, ref_s, pages)
 
 
 if __name__ == "__main__":
