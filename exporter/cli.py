@@ -210,7 +210,7 @@ def serve_metrics(stats: ExporterStats, port: int, addr: str = "127.0.0.1", hami
     """/metrics over HTTP in a background thread: fresh families from the Collector per scrape."""
     from slicemeter.exporter.exposition import serve
 
-    return serve(ExporterCollector(stats, hami_metrics).collect, port, addr)
+    return serve(ExporterCollector(stats, hami_metrics).exposition, port, addr)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ import os
 import re
 import stat
 import struct
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
@@ -80,6 +81,7 @@ LAYOUT_V0 = Layout(
     limit_off=1592, sm_limit_off=1720, procs_off=1848, tail_off=1_197_880, slot_size=1168,
     used_stride=5, util_stride=3, monitor_off=648, util_off=776, status_off=1160, seq_off=None,
 )
+_HEADER_MAX = max(LAYOUT_V0.header_len, LAYOUT_V1.header_len)
 # HAMi-core creates the file by writing one byte at offset sizeof: sizeof + 1 on disk.
 FILE_SLACK = 1
 # HAMi-core main of March-April 2026 (version 1.1 again) moved the seqlock after hostpid and
@@ -223,15 +225,28 @@ def _uuid(raw: bytes, index: int) -> str:
     return s
 
 
+_WORDS: dict[int, struct.Struct] = {}
+
+
+def _words(n: int) -> struct.Struct:
+    """n little-endian u64 words; only the region's own devices are unpacked, not all 16."""
+    st = _WORDS.get(n)
+    if st is None:
+        st = _WORDS[n] = struct.Struct(f"<{n}Q")
+    return st
+
+
 def _parse_slot(buf: bytes, base: int, lay: Layout, dev_max: list[int | None], slot: int) -> ProcSlot:
     """`dev_max[d]`: device d's memory bound, None for a skipped device (its values are ignored)."""
     pid, hostpid = struct.unpack_from("<ii", buf, base)
     (status,) = _I32.unpack_from(buf, base + lay.status_off)
     if pid < 0 or hostpid < 0 or status < 0:
         raise _Bad("bad_value", f"slot {slot}: negative pid/hostpid/status ({pid}, {hostpid}, {status})")
-    words = struct.unpack_from(f"<{16 * lay.used_stride}Q", buf, base + 8)
-    mon = struct.unpack_from("<16Q", buf, base + lay.monitor_off)
-    util = struct.unpack_from(f"<{16 * lay.util_stride}Q", buf, base + lay.util_off)
+    n = len(dev_max)
+    used_stride, util_stride = lay.used_stride, lay.util_stride
+    words = _words(n * used_stride).unpack_from(buf, base + 8)
+    mon = _words(n).unpack_from(buf, base + lay.monitor_off)
+    util = _words(n * util_stride).unpack_from(buf, base + lay.util_off)
     memory, monitor, sm = [], [], []
     for d, cap in enumerate(dev_max):
         if cap is None:
@@ -239,13 +254,15 @@ def _parse_slot(buf: bytes, base: int, lay: Layout, dev_max: list[int | None], s
             monitor.append(0)
             sm.append(0)
             continue
-        ctx, mod, data, _off, total = words[d * lay.used_stride : d * lay.used_stride + 5]
-        for what, v in (("context", ctx), ("module", mod), ("buffer", data), ("total", total), ("monitorused", mon[d])):
-            if v > cap:
-                raise _Bad("bad_value", f"slot {slot} device {d}: {what} {v} bytes exceeds the device's {cap}")
+        at = d * used_stride
+        ctx, mod, data, total = words[at], words[at + 1], words[at + 2], words[at + 4]
+        if max(ctx, mod, data, total, mon[d]) > cap:
+            for what, v in (("context", ctx), ("module", mod), ("buffer", data), ("total", total), ("monitorused", mon[d])):
+                if v > cap:
+                    raise _Bad("bad_value", f"slot {slot} device {d}: {what} {v} bytes exceeds the device's {cap}")
         if ctx + mod + data > cap:
             raise _Bad("bad_value", f"slot {slot} device {d}: memory sum exceeds the device's {cap} bytes")
-        su = util[d * lay.util_stride + 2]
+        su = util[d * util_stride + 2]
         if su > 100:
             raise _Bad("bad_value", f"slot {slot} device {d}: sm_util {su} % > 100")
         memory.append((ctx, mod, data, total))
@@ -328,9 +345,10 @@ class _SlotReader:
 
 
 def _parse(read_at: ReadAt, file_size: int, device_memory: Mapping[str, int], now_s: float) -> Region:
-    head0 = read_at(0, 12)
-    lay = pick_layout(head0, file_size)
-    head = _exact(read_at, 0, lay.header_len)
+    head = read_at(0, _HEADER_MAX)   # the layout's header in one read; short files are refused below
+    lay = pick_layout(head, file_size)
+    if len(head) < lay.header_len:
+        raise _Bad("truncated", f"wanted {lay.header_len} bytes at 0, got {len(head)}")
     tail_len = 24 if lay.has_version else 16
     tail = _exact(read_at, lay.tail_off, tail_len)
     nread = lay.header_len + tail_len
@@ -431,7 +449,55 @@ def containers_dir(hami_dir: str) -> str:
     return os.path.join(os.path.realpath(hami_dir), "containers")
 
 
-def discover(hami_dir: str) -> tuple[list[RegionFile], list[tuple[str, RegionError]]]:
+_Outcome = tuple[RegionFile | None, RegionError | None]   # a directory's region file, or why none
+
+
+class Listings:
+    """What each container directory held, looked at again only when the directory changed.
+
+    Any entry added, removed or renamed in a directory moves its ctime, and so does a utime
+    that could set its mtime back; ctime cannot be set from user space, and a directory
+    replaced by another (or by a link) has another inode. A look taken while the directory's
+    ctime is younger than RACY_NS is not kept (git's racy-index rule): a change within the
+    same timestamp tick is never hidden behind an equal ctime."""
+
+    RACY_NS = 2_000_000_000
+
+    def __init__(self, clock_ns: Callable[[], int] = time.time_ns):   # file times are real time, never simulated
+        self.clock_ns = clock_ns
+        self._kept: dict[str, tuple[tuple[int, int, int, int], _Outcome]] = {}
+        self._next: dict[str, tuple[tuple[int, int, int, int], _Outcome]] = {}
+
+    def outcome(self, root: str, entry: os.DirEntry, uid: str, container: str) -> _Outcome:
+        st = entry.stat(follow_symlinks=False)
+        key = (st.st_dev, st.st_ino, st.st_ctime_ns, st.st_mtime_ns)
+        kept = self._kept.get(entry.name)
+        if kept is not None and kept[0] == key:
+            self._next[entry.name] = kept
+            return kept[1]
+        found = _look(root, entry, uid, container)
+        if self.clock_ns() - st.st_ctime_ns > self.RACY_NS:
+            self._next[entry.name] = (key, found)
+        return found
+
+    def end_scan(self) -> None:
+        """Forget the directories this scan did not see."""
+        self._kept, self._next = self._next, {}
+
+
+def _look(root: str, entry: os.DirEntry, uid: str, container: str) -> _Outcome:
+    """The one `*.cache` file of a container directory; (None, None): none yet."""
+    if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
+        return None, RegionError("symlink", f"{entry.name} is a link or not a directory")
+    caches = sorted(n for n in os.listdir(entry.path) if _CACHE_RE.match(n))
+    if not caches:
+        return None, None     # the container has not initialised CUDA yet
+    if len(caches) > 1:
+        return None, RegionError("ambiguous", f"{len(caches)} .cache files")
+    return RegionFile(uid, container, entry.name, caches[0], os.path.join(root, entry.name, caches[0])), None
+
+
+def discover(hami_dir: str, listings: Listings | None = None) -> tuple[list[RegionFile], list[tuple[str, RegionError]]]:
     """List region files; returns (files, [(entry name, error)]) and never raises."""
     root = containers_dir(hami_dir)
     files: list[RegionFile] = []
@@ -446,19 +512,16 @@ def discover(hami_dir: str) -> tuple[list[RegionFile], list[tuple[str, RegionErr
             errors.append((entry.name, RegionError("bad_name", f"directory name {entry.name[:80]!r} is not <podUID>_<container>")))
             continue
         try:
-            if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
-                errors.append((entry.name, RegionError("symlink", f"{entry.name} is a link or not a directory")))
-                continue
-            caches = sorted(e.name for e in os.scandir(entry.path) if _CACHE_RE.match(e.name))
+            found, err = (listings.outcome(root, entry, *parsed) if listings is not None
+                          else _look(root, entry, *parsed))
         except OSError as exc:
-            errors.append((entry.name, RegionError("unreadable", str(exc))))
-            continue
-        if not caches:
-            continue     # container has not initialised CUDA yet
-        if len(caches) > 1:
-            errors.append((entry.name, RegionError("ambiguous", f"{len(caches)} .cache files")))
-            continue
-        files.append(RegionFile(parsed[0], parsed[1], entry.name, caches[0], os.path.join(root, entry.name, caches[0])))
+            found, err = None, RegionError("unreadable", str(exc))
+        if err is not None:
+            errors.append((entry.name, err))
+        elif found is not None:
+            files.append(found)
+    if listings is not None:
+        listings.end_scan()
     return files, errors
 
 
@@ -528,3 +591,28 @@ def read_region_file(
         return _read_fd(fd, os.path.basename(path), device_memory, now_s)
     finally:
         os.close(fd)
+
+
+class RegionSource:
+    """The HAMi source of a node: its region files, listed and read each tick."""
+
+    def __init__(self, hami_dir: str):
+        self.hami_dir = hami_dir
+        self.listings = Listings()
+
+    def scan(self) -> tuple[list[RegionFile], list[tuple[str, RegionError]]]:
+        return discover(self.hami_dir, self.listings)
+
+    def read(self, files: list[RegionFile], device_memory: Mapping[str, int] | None,
+             now_s: float) -> list[tuple[RegionFile, Region | RegionError]]:
+        """Each file's region (or why not), through one open of the containers directory."""
+        if not files:
+            return []
+        root_fd = open_containers_dir(self.hami_dir)
+        if root_fd is None:
+            gone = RegionError("unreadable", "HAMi containers directory vanished")
+            return [(f, gone) for f in files]
+        try:
+            return [(f, read_region_entry(root_fd, f, device_memory, now_s)) for f in files]
+        finally:
+            os.close(root_fd)

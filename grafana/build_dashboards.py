@@ -8,8 +8,11 @@ panel's PromQL returns data from a real Prometheus.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
+
+from slicemeter.exporter.catalogue import by_sample_name
 
 OUT = Path(__file__).resolve().parent / "dashboards"
 DS = {"type": "prometheus", "uid": "${datasource}"}
@@ -23,6 +26,7 @@ TN = f'{T}, node=~"$node"'
 TNS = f'{T}, namespace=~"$namespace"'
 NG = f'{T}, node=~"$node", gpu_uuid=~"$gpu"'
 NGS = f'{NG}, namespace=~"$namespace"'
+TNNS = f'{TN}, namespace=~"$namespace"'   # per container, not per GPU (slicemeter_hami_region_ok)
 
 
 def _var_datasource() -> dict:
@@ -225,8 +229,8 @@ def node() -> dict:
             panel("timeseries", "CUDA processes", [(f"slicemeter_slice_processes{{{NGS}}}",
                                                     "{{namespace}}/{{pod}}/{{container}}")], "none", w=8),
             panel("stat", "HAMi regions read / rejected",
-                  [(f"sum(slicemeter_hami_region_ok{{{NGS}}} == 1) or vector(0)", "read"),
-                   (f"count(slicemeter_hami_region_ok{{{NGS}}} == 0) or vector(0)", "rejected")], "none", w=8),
+                  [(f"sum(slicemeter_hami_region_ok{{{TNNS}}} == 1) or vector(0)", "read"),
+                   (f"count(slicemeter_hami_region_ok{{{TNNS}}} == 0) or vector(0)", "rejected")], "none", w=8),
             row("Exporter"),
             panel("timeseries", "Tick build time", [(f"slicemeter_scrape_duration_seconds{{{N}}}", "{{node}}")], "s", w=8),
             panel("timeseries", "Source errors",
@@ -244,8 +248,38 @@ def node() -> dict:
 DASHBOARDS = {"fleet.json": fleet, "tenants.json": tenants, "node.json": node}
 
 
+# families served by `slicemeter ingest` (docs/metrics.md), not by the exporter's catalogue
+INGEST_PREFIXES = ("slicemeter_ingest_", "slicemeter_recommend_", "slicemeter_dividend_")
+# labels Prometheus attaches to every series of a target (prometheus/prometheus.yml, the ServiceMonitor)
+TARGET_LABELS = {"node", "instance", "job"}
+_SELECTOR = re.compile(r"\b((?:slicemeter|hami)_[a-z0-9_]+)\b(?!:)\s*(\{[^}]*\})?")
+_MATCHER = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)")
+
+
+def check_against_catalogue(targets: list[dict]) -> None:
+    """Every exporter family a panel reads is in exporter/catalogue.py, and every label it
+    filters on is one of the family's (or a target label)."""
+    families = by_sample_name()
+    for t in targets:
+        expr = t["expr"]
+        for m in _SELECTOR.finditer(expr):
+            name, selector = m.group(1), m.group(2) or ""
+            if ":" in expr[max(0, m.start() - 1):m.start()] or name.startswith(INGEST_PREFIXES):
+                continue   # a recording rule's name, or an ingest family
+            family = families.get(name)
+            if family is None:
+                raise ValueError(f"{expr!r}: {name} is not a family of exporter/catalogue.py")
+            unknown = {x for x in _MATCHER.findall(selector)} - set(family.labels) - TARGET_LABELS
+            if unknown:
+                raise ValueError(f"{expr!r}: {name} has no label {', '.join(sorted(unknown))}")
+
+
 def render() -> dict[str, str]:
-    return {name: json.dumps(build(), indent=2) + "\n" for name, build in DASHBOARDS.items()}
+    boards = {name: build() for name, build in DASHBOARDS.items()}
+    for d in boards.values():
+        check_against_catalogue([t for p in d["panels"] for t in p.get("targets", [])]
+                                + [{"expr": v["query"]["query"]} for v in d["templating"]["list"] if v["type"] == "query"])
+    return {name: json.dumps(d, indent=2) + "\n" for name, d in boards.items()}
 
 
 def main() -> int:

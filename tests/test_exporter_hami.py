@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import time
 
 import pytest
 
@@ -200,6 +201,36 @@ def test_symlinks_are_refused(tmp_path):
     (hami_dir / "containers" / f"{UID}_evil").symlink_to(tmp_path)
     files, errors = discover(str(hami_dir))
     assert ("symlink" in [e.reason for _, e in errors]) and all(f.container != "evil" for f in files)
+
+
+def _scan(tmp_path, listings):
+    files, errors = discover(str(tmp_path), listings)
+    return sorted(f.cache_name for f in files), sorted(e.reason for _, e in errors)
+
+
+def test_listings_list_a_directory_again_only_when_it_changed(tmp_path, monkeypatch):
+    d = _write_container(tmp_path, f"{UID}_trainer", two_device_region()).parent
+    listed = []
+    real_listdir = os.listdir
+    monkeypatch.setattr(hami.os, "listdir", lambda p: listed.append(p) or real_listdir(p))
+    later = hami.Listings(clock_ns=lambda: time.time_ns() + 10 * hami.Listings.RACY_NS)
+    assert _scan(tmp_path, later) == (["vgpu.cache"], []) and len(listed) == 1
+    assert _scan(tmp_path, later) == (["vgpu.cache"], []) and len(listed) == 1   # unchanged: kept
+    st = d.stat()
+    (d / "second.cache").write_bytes(b"x")
+    os.utime(d, ns=(st.st_atime_ns, st.st_mtime_ns))   # mtime set back: the ctime still moved
+    assert _scan(tmp_path, later) == ([], ["ambiguous"]) and len(listed) == 2
+
+
+def test_a_listing_as_young_as_the_directory_is_not_kept(tmp_path, monkeypatch):
+    _write_container(tmp_path, f"{UID}_trainer", two_device_region())
+    listed = []
+    real_listdir = os.listdir
+    monkeypatch.setattr(hami.os, "listdir", lambda p: listed.append(p) or real_listdir(p))
+    now = hami.Listings()   # the directory changed just now: within the timestamp granularity
+    _scan(tmp_path, now)
+    _scan(tmp_path, now)
+    assert len(listed) == 2
 
 
 def test_dir_name_validation():

@@ -14,7 +14,6 @@ from decimal import Decimal
 import pytest
 
 from slicemeter.exporter.collector import ExporterCollector, ExporterStats
-from slicemeter.exporter.exposition import render
 from slicemeter.testkit.hami_bytes import Proc
 from slicemeter.chargeback.bill import compute_bill
 from slicemeter.store import connect
@@ -79,7 +78,7 @@ def metrics(res) -> dict[tuple[str, str], float]:
     stats = ExporterStats(tenant="acme")
     stats.record(res)
     out = {}
-    for line in render(ExporterCollector(stats).collect()).decode().splitlines():
+    for line in ExporterCollector(stats).exposition().decode().splitlines():
         if line.startswith("slicemeter_slice_") and 'pod="' in line:
             out[(line.split("{", 1)[0], line.split('pod="')[1].split('"')[0])] = float(line.rsplit(" ", 1)[1])
     return out

@@ -15,7 +15,6 @@ from __future__ import annotations
 import pytest
 
 from slicemeter.exporter.collector import ExporterCollector, ExporterStats
-from slicemeter.exporter.exposition import render
 from slicemeter.exporter.nvml import NvmlReader, nvml_code
 from slicemeter.simulator.nvml import MigNow, ProcNow, pynvml
 from slicemeter.testkit.static_node import A100, A100_TOTAL, GiB, StaticNode, builder, gpu, pod, write_cgroup
@@ -72,7 +71,7 @@ def test_unsupported_calls_stay_visible_on_metrics(tmp_path):
     stats = ExporterStats(tenant="acme")
     for _ in range(3):
         stats.record(b.build(node.ts_ms))
-    text = render(ExporterCollector(stats).collect()).decode()
+    text = ExporterCollector(stats).exposition().decode()
     assert 'slicemeter_source_errors_total{source="nvml"} 1\n' in text
     assert [line for line in text.splitlines() if line.startswith("slicemeter_nvml_unsupported_calls{")] == [
         'slicemeter_nvml_unsupported_calls{call="nvmlDeviceGetPowerUsage",gpu_index="1"} 1']
@@ -156,7 +155,7 @@ def test_each_mig_instance_is_metered_with_its_share_of_the_gpu(tmp_path):
     assert res.nvml_errors == 0
     stats = ExporterStats(tenant="acme")
     stats.record(res)
-    text = render(ExporterCollector(stats).collect()).decode()
+    text = ExporterCollector(stats).exposition().decode()
     alloc = {line.split('pod="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
              for line in text.splitlines() if line.startswith("slicemeter_slice_allocation_ratio{")}
     assert alloc == {"train-0": pytest.approx(3 / 7), "nb-0": pytest.approx(1 / 7)}

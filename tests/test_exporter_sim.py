@@ -256,9 +256,7 @@ def _hami_pids(hami_dir):
 
 
 def _exposition(stats) -> str:
-    from slicemeter.exporter.exposition import render
-
-    return render(ExporterCollector(stats).collect()).decode()
+    return ExporterCollector(stats).exposition().decode()
 
 
 def test_fast_rendering_equals_prometheus_client(scenario, tmp_path):

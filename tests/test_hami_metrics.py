@@ -22,7 +22,6 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from slicemeter.exporter.collector import ExporterCollector, ExporterStats
-from slicemeter.exporter.exposition import render
 from slicemeter.testkit.static_node import A100, A100_TOTAL, GiB, StaticNode, builder, gpu, pod, write_region
 from slicemeter.testkit.hami_bytes import MiB, Proc
 from slicemeter.simulator.nvml import ProcNow
@@ -94,7 +93,7 @@ def _stats(result) -> ExporterStats:
 
 
 def _text(result, mode: str) -> str:
-    return render(ExporterCollector(_stats(result), mode).collect()).decode()
+    return ExporterCollector(_stats(result), mode).exposition().decode()
 
 
 def _families(text: str) -> dict:
@@ -255,7 +254,7 @@ def test_without_kafka_the_exporter_serves_metrics_and_publishes_nothing(tmp_pat
     assert exporter.publisher is None and stats.spool_stats is None
     exporter.tick_once()
     assert not (tmp_path / "spool").exists()
-    assert "slicemeter_published_ticks_total 0\n" in render(ExporterCollector(stats).collect()).decode()
+    assert "slicemeter_published_ticks_total 0\n" in ExporterCollector(stats).exposition().decode()
 
 
 def test_an_exporter_with_neither_kafka_nor_metrics_is_refused(tmp_path):

@@ -1,0 +1,140 @@
+"""What a scrape reads: the exporter's counters, the last Tick, and the collectors' base.
+
+`FamilyCollector` is a prometheus_client Collector over a group of exporter/catalogue.py's
+families: describe() lists exactly those (so a registry's duplicate check sees every name),
+collect() builds them fresh from one `Scrape`.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Callable
+
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
+
+from slicemeter.exporter.catalogue import Family
+from slicemeter.exporter.exposition import Samples
+from slicemeter.exporter.shares import allocation_share, usage_share
+from slicemeter.exporter.tick_builder import BuildResult
+from slicemeter.tick import SliceReading
+
+SOURCES = ("nvml", "hami", "pods", "kafka")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("slicemeter")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+@dataclass
+class ExporterStats:
+    """Counters that outlive a Tick; updated by the tick loop and the publisher."""
+
+    tenant: str
+    version: str = field(default_factory=_version)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    last: BuildResult | None = None
+    source_errors: dict[str, int] = field(default_factory=lambda: {s: 0 for s in SOURCES})
+    region_errors: dict[str, int] = field(default_factory=dict)
+    spool_stats: Callable[[], dict[str, int]] | None = None
+
+    def record(self, result: BuildResult) -> None:
+        with self.lock:
+            self.last = result
+            self.source_errors["nvml"] += result.nvml_errors
+            self.source_errors["pods"] += max(0, result.pod_errors)
+            self.source_errors["hami"] += len(result.region_errors)
+            for *_, err in result.region_errors:
+                self.region_errors[err.reason] = self.region_errors.get(err.reason, 0) + 1
+
+    def count_error(self, source: str, n: int = 1) -> None:
+        with self.lock:
+            self.source_errors[source] = self.source_errors.get(source, 0) + n
+
+    def scrape(self) -> Scrape:
+        with self.lock:
+            last, source_errors, region_errors = self.last, dict(self.source_errors), dict(self.region_errors)
+        spool = self.spool_stats() if self.spool_stats else {}
+        return Scrape(last, self.tenant, self.version, source_errors, region_errors, spool)
+
+
+def label_value(v: object) -> str:
+    return "" if v is None else str(v)
+
+
+@dataclass
+class Scrape:
+    """What one scrape reads, copied under the stats' lock; `last` None until the first Tick."""
+
+    last: BuildResult | None
+    tenant: str
+    version: str
+    source_errors: dict[str, int] = field(default_factory=dict)
+    region_errors: dict[str, int] = field(default_factory=dict)
+    spool: dict[str, int] = field(default_factory=dict)
+
+    @cached_property
+    def view(self) -> TickView:
+        assert self.last is not None
+        return TickView(self.last, self.tenant)
+
+
+@dataclass(frozen=True, slots=True)
+class SliceView:
+    reading: SliceReading
+    labels: tuple[str, ...]          # catalogue.SLICE's values
+    allocation: float | None
+    usage: float | None
+
+
+class TickView:
+    """The Tick as the slicemeter families read it: label values and shares, computed once."""
+
+    def __init__(self, last: BuildResult, tenant: str):
+        t = last.tick
+        self.last = last
+        self.base = (t.node, t.cluster, tenant)
+        totals = {g.gpu_uuid: g.memory_total_bytes for g in t.gpus}
+        self.allocated: dict[str, float] = {}
+        self.used: dict[str, float] = {}
+        self.names: dict[str, tuple[str | None, str | None]] = {}
+        self.slices: list[SliceView] = []
+        for s in t.slices:
+            total = totals.get(s.gpu_uuid)
+            a, u = allocation_share(s, total), usage_share(s, total)
+            self.allocated[s.gpu_uuid] = self.allocated.get(s.gpu_uuid, 0.0) + (a or 0.0)
+            self.used[s.gpu_uuid] = self.used.get(s.gpu_uuid, 0.0) + (u or 0.0)
+            self.names[s.pod_uid] = (s.namespace, s.pod)
+            labels = self.base + (label_value(s.namespace), label_value(s.pod or s.pod_uid), s.container, s.gpu_uuid,
+                                  label_value(s.vdevice_index))
+            self.slices.append(SliceView(s, labels, a, u))
+
+
+class FamilyCollector(Collector):
+    """Emits `families` (catalogue rows) from a Scrape; describe() lists them without samples."""
+
+    families: tuple[Family, ...] = ()
+
+    def __init__(self, stats: ExporterStats):
+        self.stats = stats
+
+    def describe(self) -> list[Metric]:
+        return [Samples(f).to_metric() for f in self.families]
+
+    def collect(self) -> list[Metric]:
+        return [s.to_metric() for s in self.samples(self.stats.scrape())]
+
+    def samples(self, scrape: Scrape) -> list[Samples]:
+        out = [Samples(f) for f in self.families]
+        if scrape.last is not None:
+            self.fill(scrape, {s.family.name: s for s in out})
+        return out
+
+    def fill(self, scrape: Scrape, out: dict[str, Samples]) -> None:
+        raise NotImplementedError
