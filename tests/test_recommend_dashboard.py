@@ -1,5 +1,6 @@
 """dashboard/right_sizing.py render(con, month) under Streamlit's AppTest, on a real
-DuckDB file. The page module is loaded by path: the dashboard package is another branch's."""
+DuckDB file. The module is loaded by file path inside the AppTest script, because AppTest runs
+the function's source on its own, without the test module's imports."""
 from __future__ import annotations
 
 from pathlib import Path
