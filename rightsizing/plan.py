@@ -36,7 +36,7 @@ _MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
 
 @dataclass(frozen=True)
 class Thresholds:
-    """When a slice is flagged. Defaults follow the issue: over-requested when the grant is
+    """When a slice is flagged. Defaults: over-requested when the grant is
     more than twice the p99 need; OOM risk when p99 memory is above 90 % of the limit; idle
     when no kernel ran for a day at the latest sample, or p99 SM use is below 1 %."""
     over_request_factor: float = 2.0
