@@ -216,16 +216,16 @@ def serve_metrics(stats: ExporterStats, port: int, addr: str = "127.0.0.1", hami
 def run(args: argparse.Namespace) -> int:
     exporter, stats = build_exporter(args)
     if args.once:
-        slicemeter.exporter.pods.refresh()
+        exporter.pods.refresh()
         result = exporter.tick_once()
         json.dump(result.tick.to_json_dict(), sys.stdout, indent=1)
         sys.stdout.write("\n")
         return 0
     if not exporter.sync_pods:
-        slicemeter.exporter.pods.start()
+        exporter.pods.start()
     server = serve_metrics(stats, args.port, args.listen, args.hami_metrics) if args.port else None
-    if slicemeter.exporter.publisher is not None:
-        slicemeter.exporter.publisher.start()
+    if exporter.publisher is not None:
+        exporter.publisher.start()
     signal.signal(signal.SIGTERM, lambda *_: exporter.stop())
     target = f"{args.kafka} topic {args.topic}" if args.kafka else "nothing (Prometheus only)"
     log.info("exporter for node %s (cluster %s) every %.1f s -> %s, /metrics on :%s (HAMi families: %s)",
@@ -233,9 +233,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         exporter.run()
     finally:
-        slicemeter.exporter.pods.stop()
-        if slicemeter.exporter.publisher is not None:
-            slicemeter.exporter.publisher.stop()
+        exporter.pods.stop()
+        if exporter.publisher is not None:
+            exporter.publisher.stop()
         if server is not None:
             server.shutdown()
     return 0

@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 COMPOSE = yaml.safe_load((REPO / "compose.yaml").read_text())
 SCHEMA = json.loads((Path(__file__).parent / "data" / "compose-spec.json").read_text())
 SERVICES = COMPOSE["services"]
-PROJECT_IMAGE = "slicemeter:local"
+PROJECT_IMAGES = {"slicemeter:local": "central", "slicemeter-exporter:local": "exporter"}   # image -> Dockerfile target
 
 
 def schema_errors(doc: dict) -> list[str]:
@@ -38,7 +38,7 @@ def schema_errors(doc: dict) -> list[str]:
 
 
 def project_services() -> dict[str, dict]:
-    return {n: s for n, s in SERVICES.items() if s.get("image") == PROJECT_IMAGE}
+    return {n: s for n, s in SERVICES.items() if s.get("image") in PROJECT_IMAGES}
 
 
 def option(command: list[str], name: str) -> str:
@@ -75,8 +75,11 @@ def test_every_component_of_the_pipeline_is_a_service():
 
 def test_images_are_pinned_and_the_project_image_is_built_here():
     for name, svc in SERVICES.items():
-        if svc.get("image") == PROJECT_IMAGE:
+        if svc.get("image") in PROJECT_IMAGES:
             assert svc["build"]["context"] == "." and (REPO / svc["build"]["dockerfile"]).is_file(), name
+            assert svc["build"]["target"] == PROJECT_IMAGES[svc["image"]], name
+            # the node image holds the exporter's dependencies only: nothing else runs on it
+            assert (svc["image"] == "slicemeter-exporter:local") == (svc["command"][0] == "exporter"), name
         else:
             image, _, tag = svc["image"].rpartition(":")
             assert image and tag and tag != "latest", f"{name}: pin {svc['image']}"
@@ -243,17 +246,36 @@ def dockerfile() -> list[tuple[str, str]]:
             if line.strip() and not line.lstrip().startswith("#")]
 
 
-def test_dockerfile_builds_the_project_on_python_311_slim_as_non_root():
-    instr = dockerfile()
-    assert instr[0] == ("FROM", "python:3.11-slim")
-    runs = " ".join(arg for op, arg in instr if op == "RUN")
-    assert re.search(r"pip install (-e )?\.( |$)", runs)
-    user = [arg for op, arg in instr if op == "USER"]
-    assert user and user[-1].split(":")[0] not in ("0", "root") and user[-1].split(":")[0].isdigit()
-    assert [op for op, _ in instr].index("USER") > [op for op, _ in instr].index("RUN")
-    assert json.loads(dict(instr)["ENTRYPOINT"]) == ["slicemeter"]
-    exposed = set(dict(instr)["EXPOSE"].split())
-    assert {"9400", "9401", "8501"} <= exposed
+def dockerfile_stages() -> dict[str, list[tuple[str, str]]]:
+    """The Dockerfile's instructions by stage name (`FROM image AS name`)."""
+    stages: dict[str, list[tuple[str, str]]] = {}
+    for op, arg in dockerfile():
+        if op == "FROM":
+            image, _, name = arg.partition(" AS ")
+            current = stages.setdefault(name.strip(), [("FROM", image.strip())])
+        else:
+            current.append((op, arg))
+    return stages
+
+
+def test_dockerfile_builds_two_images_on_python_311_slim_as_non_root():
+    stages = dockerfile_stages()
+    assert stages["base"][0] == ("FROM", "python:3.11-slim")
+    assert list(stages) == ["base", "exporter", "central"]   # central is the default target
+    installs = {}
+    for name in ("exporter", "central"):
+        instr = stages[name]
+        assert instr[0] == ("FROM", "base")
+        runs = " ".join(arg for op, arg in instr if op == "RUN")
+        installs[name] = re.search(r"pip install (\S+)", runs).group(1).strip("'\"")
+        user = [arg for op, arg in instr if op == "USER"]
+        assert user and user[-1].split(":")[0] not in ("0", "root") and user[-1].split(":")[0].isdigit()
+        assert [op for op, _ in instr].index("USER") > [op for op, _ in instr].index("RUN")
+        assert json.loads(dict(instr)["ENTRYPOINT"]) == ["slicemeter"]
+    # the node image installs the exporter's dependencies only: no optional group
+    assert installs == {"exporter": ".", "central": ".[all]"}
+    assert set(dict(stages["exporter"])["EXPOSE"].split()) == {"9400"}
+    assert {"9400", "9401", "8501"} <= set(dict(stages["central"])["EXPOSE"].split())
 
 
 def test_dockerignore_keeps_the_runtime_files_and_drops_the_rest():

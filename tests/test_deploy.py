@@ -55,13 +55,14 @@ def pod_specs() -> list[tuple[str, dict]]:
             for d in of_kind("DaemonSet") + of_kind("Deployment")]
 
 
-PROJECT_IMAGE = "ghcr.io/slicemeter/slicemeter:"
+PROJECT_IMAGE = "ghcr.io/slicemeter/slicemeter:"              # Dockerfile target central
+EXPORTER_IMAGE = "ghcr.io/slicemeter/slicemeter-exporter:"     # Dockerfile target exporter
 SIGN_IN_IMAGE = "quay.io/oauth2-proxy/oauth2-proxy:"
 
 
 def project_containers(spec: dict) -> list[dict]:
     """The containers running slicemeter itself (not the sign-in proxy beside the dashboard)."""
-    return [c for c in spec["containers"] if c["image"].startswith(PROJECT_IMAGE)]
+    return [c for c in spec["containers"] if c["image"].startswith((PROJECT_IMAGE, EXPORTER_IMAGE))]
 
 
 def test_manifests_cover_the_pipeline():
@@ -148,7 +149,9 @@ def test_containers_have_requests_limits_and_run_as_the_images_non_root_user():
         psc = spec["securityContext"]
         assert psc["runAsNonRoot"] is True and str(psc["runAsUser"]) == dockerfile_user, where
         assert psc["seccompProfile"]["type"] == "RuntimeDefault", where
-        assert {c["image"].rsplit(":", 1)[0] + ":" for c in spec["containers"]} <= {PROJECT_IMAGE, SIGN_IN_IMAGE}
+        assert {c["image"].rsplit(":", 1)[0] + ":" for c in spec["containers"]} <= {PROJECT_IMAGE, EXPORTER_IMAGE, SIGN_IN_IMAGE}
+        for c in project_containers(spec):   # the node image runs the exporter and nothing else
+            assert c["image"].startswith(EXPORTER_IMAGE) == (c["args"][0] == "exporter"), (where, c["name"])
         for c in spec["containers"]:
             r = c["resources"]
             assert {"cpu", "memory"} <= set(r["requests"]) and {"cpu", "memory"} <= set(r["limits"]), (where, c["name"])

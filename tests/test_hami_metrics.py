@@ -252,7 +252,7 @@ def test_without_kafka_the_exporter_serves_metrics_and_publishes_nothing(tmp_pat
     from slicemeter.exporter.cli import build_exporter
 
     exporter, stats = build_exporter(_exporter_args(tmp_path, *kafka))
-    assert slicemeter.exporter.publisher is None and stats.spool_stats is None
+    assert exporter.publisher is None and stats.spool_stats is None
     exporter.tick_once()
     assert not (tmp_path / "spool").exists()
     assert "slicemeter_published_ticks_total 0\n" in render(ExporterCollector(stats).collect()).decode()
