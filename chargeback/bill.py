@@ -202,18 +202,20 @@ def month_lines(con, month_start: date, src_asof: date | None, catalog: PriceCat
     m_end = parse_month(month_str(month_start))[1]
     args = [month_start, m_end, src_asof]
     con.execute("DELETE FROM cb_hour_t")
-    con.execute("INSERT INTO cb_hour_t BY NAME SELECT * FROM cb_hours(?, ?, ?)", args)
+    con.execute("INSERT INTO cb_hour_t BY NAME SELECT * FROM cb_hours_placed(?, ?, ?)", args)
+    if con.execute("SELECT EXISTS (SELECT 1 FROM cb_hour_t WHERE model IS NULL)").fetchone()[0]:
+        con.execute("DELETE FROM cb_hour_t")   # hours only slices saw: look their GPU's model up
+        con.execute("INSERT INTO cb_hour_t BY NAME SELECT * FROM cb_hours(?, ?, ?)", args)
     _register_prices(con, catalog)
     con.execute("DELETE FROM cb_gpu_t")
     con.execute("INSERT INTO cb_gpu_t BY NAME SELECT * FROM cb_gpu_calc()")
-    con.execute("DELETE FROM cb_calc_t")
-    con.execute("INSERT INTO cb_calc_t BY NAME SELECT k, pid, tenant, namespace, pod, pod_uid, container, price_micro,"
-                " a_u, u_u, b_u, waste_u, energy_mj_slice FROM cb_calc(?, ?, ?, ?, ?)", args + [share, basis])
+    con.execute("DELETE FROM cb_calc_sum_t")
+    con.execute("INSERT INTO cb_calc_sum_t BY NAME SELECT * FROM cb_calc_sums(?, ?, ?, ?, ?)", args + [share, basis])
     con.execute("DELETE FROM cb_detail_t")
     con.execute("INSERT INTO cb_detail_t BY NAME SELECT * FROM cb_detail()")
     con.execute("DELETE FROM cb_hour_charge_t")
     con.execute("INSERT INTO cb_hour_charge_t BY NAME SELECT * FROM cb_hour_charge()")
-    con.execute("DELETE FROM cb_calc_t")
+    con.execute("DELETE FROM cb_calc_sum_t")
     check_gpu_hours(con.execute("SELECT * FROM cb_hour_overpaid()").fetchall())
     stored = con.execute("SELECT count(*) FROM cb_slice_src(?, ?, ?)", args).fetchone()[0]
     billed = con.execute("SELECT coalesce(sum(slice_rows), 0) FROM cb_hour_charge_t").fetchone()[0]
@@ -275,6 +277,9 @@ class Bill:
     closed: bool
     catalog: PriceCatalog = field(repr=False, default=None)
     unmetered_hours: pd.DataFrame = field(repr=False, default=None)
+    # the detail as plain records (what `detail` holds): the export files are written from
+    # these, not by iterating the frame, which costs seconds at fleet scale
+    detail_records: list[dict] = field(repr=False, default=None)
 
 
 def _kwh(mj: int) -> Decimal:
@@ -316,7 +321,8 @@ def round_lines(lines: list[dict]) -> list[dict]:
     return rounded
 
 
-def _frame(rows: list[dict], keys: list[str], catalog: PriceCatalog, with_price: bool) -> pd.DataFrame:
+def _line_records(rows: list[dict], keys: list[str], catalog: PriceCatalog, with_price: bool) -> list[dict]:
+    """Rounded lines as the bill's output records: GPU-hours, kWh and money as Decimal."""
     out = []
     for ln in rows:
         kwh = _kwh(ln["energy_mj"])
@@ -336,10 +342,14 @@ def _frame(rows: list[dict], keys: list[str], catalog: PriceCatalog, with_price:
             "cost_raw": ln["cost_raw"],
         })
         out.append(row)
+    return out
+
+
+def _frame(records: list[dict], keys: list[str], with_price: bool) -> pd.DataFrame:
     cols = keys + (["gpu_hour_price"] if with_price else []) + [
         "gpu_hours_allocated", "gpu_hours_used", "gpu_hours_billed", "gpu_hours_idle", *_MONEY,
         "kwh", "energy_cost", "gco2e", "currency", "cost_raw"]
-    return pd.DataFrame(out, columns=cols)
+    return pd.DataFrame(records, columns=cols)
 
 
 def _invoice_rows(rounded: list[dict]) -> list[dict]:
@@ -426,10 +436,12 @@ def compute_bill(con, month: str, basis: str = "allocation", idle: str = "platfo
     if tenant is not None:
         rounded = [ln for ln in rounded if ln["tenant"] == tenant]
         invoice_rows = [ln for ln in invoice_rows if ln["tenant"] == tenant]
+    detail = _line_records(rounded, _DETAIL_ORDER, catalog, True)
+    invoice = _line_records(invoice_rows, INVOICE_GROUP, catalog, False)
     return Bill(month, catalog.currency, basis, idle, share,
-                _frame(rounded, _DETAIL_ORDER, catalog, True), _frame(invoice_rows, INVOICE_GROUP, catalog, False),
+                _frame(detail, _DETAIL_ORDER, True), _frame(invoice, INVOICE_GROUP, False),
                 unmet, Decimal(money.round_half_up_div(gpu_cost_raw, money.RAW_PER_CENT)) * money.CENT,
-                total, m_start in closed, catalog, unmet_hours)
+                total, m_start in closed, catalog, unmet_hours, detail)
 
 
 def chargeback(con, month: str, basis: str = "allocation", idle: str = "platform",

@@ -25,17 +25,26 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prices", default=str(DEFAULT_PRICES), help="price catalog YAML (default examples/prices.yaml)")
 
 
+# DuckDB's buffer pool defaults to 80 % of the machine's memory and holds the month's
+# GPU-hour working tables: a bound keeps a large fleet's export beside ingest and the
+# dashboards on one host (DuckDB spills to its temp directory past it).
+MEMORY_LIMIT = "1GB"
+
+
 def _open(db: str):
     """Read-only (a snapshot, or a file ingest is writing); read-write only for a file that
     predates chargeback's migrations. The export itself writes only TEMP tables."""
     try:
         con = connect(db, read_only=True)
     except duckdb.CatalogException:
-        return connect(db)
-    if con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'closed_months'").fetchone()[0]:
-        return con
-    con.close()
-    return connect(db)
+        con = connect(db)
+    else:
+        if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'closed_months'").fetchone()[0]:
+            con.close()
+            con = connect(db)
+    con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
+    con.execute("SET enable_progress_bar = false")   # stdout lists the files written, nothing else
+    return con
 
 
 def run(args: argparse.Namespace) -> int:

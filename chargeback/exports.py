@@ -54,8 +54,16 @@ def _csv_bytes(header: list[str], rows: list[list]) -> bytes:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(header)
-    for r in rows:
-        w.writerow([neutralise_csv_cell(_text(v)) for v in r])
+    safe: dict[str, str] = {}   # a file repeats few distinct texts (names, dates): check each once
+
+    def cell(v) -> str:
+        text = _text(v)
+        out = safe.get(text)
+        if out is None:
+            out = safe[text] = neutralise_csv_cell(text)
+        return out
+
+    w.writerows([[cell(v) for v in r] for r in rows])
     return buf.getvalue().encode()
 
 
@@ -81,18 +89,24 @@ DETAIL_DEC = {"gpu_hours_allocated": 4, "gpu_hours_used": 4, "gpu_hours_billed":
               "kwh": 6, "gco2e": 1}
 
 
+def detail_records(bill: Bill) -> list[dict]:
+    """The bill's detail lines as records (a Bill built by hand may hold only the frame)."""
+    return bill.detail_records if bill.detail_records is not None else bill.detail.to_dict("records")
+
+
 def detail_table(bill: Bill) -> pa.Table:
-    d = bill.detail
+    records = detail_records(bill)
     cols = {}
-    for name in d.columns:
+    for name in bill.detail.columns:
         if name == "cost_raw":
             continue
+        values = [r[name] for r in records]
         if name in DETAIL_MONEY:
-            cols[name] = _decimal_array(d[name], DETAIL_MONEY[name])
+            cols[name] = _decimal_array(values, DETAIL_MONEY[name])
         elif name in DETAIL_DEC:
-            cols[name] = _decimal_array(d[name], DETAIL_DEC[name])
+            cols[name] = _decimal_array(values, DETAIL_DEC[name])
         else:
-            cols[name] = pa.array([None if v is None else str(v) for v in d[name]], pa.string())
+            cols[name] = pa.array([None if v is None else str(v) for v in values], pa.string())
     return pa.table(cols)
 
 
@@ -137,7 +151,7 @@ def focus_rows(bill: Bill, names: dict[str, str]) -> list[dict]:
     """One FOCUS row per detail line. names: tenant -> display name (BillingAccountName)."""
     b_start, b_end = parse_month(bill.month)
     out = []
-    for r in bill.detail.to_dict("records"):
+    for r in detail_records(bill):
         c_start, c_end = parse_month(r["charge_period"])
         idle = r["kind"] == "idle"
         if idle:
@@ -221,10 +235,22 @@ UNMETERED_COLUMNS = ["hour", "cluster", "node", "gpu_uuid", "gpu_model", "metere
 def unmetered_csv(bill: Bill) -> bytes:
     """Per GPU and hour not fully metered by NVML: seconds seen (by any sample), seconds
     NVML saw, seconds nothing saw, and why (docs/chargeback.md)."""
-    rows = [[f"{r['hour']:%Y-%m-%dT%H:00:00Z}", r["cluster"], r["node"], r["gpu_uuid"], r["model"],
-             f"{r['metered_s']:.3f}", f"{r['gpu_metered_s']:.3f}", f"{r['unmetered_s']:.3f}", r["reason"]]
-            for r in bill.unmetered_hours.to_dict("records")]
-    return _csv_bytes(UNMETERED_COLUMNS, rows)
+    u = bill.unmetered_hours
+    # column by column, each distinct name checked once: a month of a large fleet has
+    # hundreds of thousands of such hours (times and seconds are formatted here, never
+    # formula-like)
+    hours = u["hour"].dt.strftime("%Y-%m-%dT%H:00:00Z").tolist() if len(u) else []
+    seconds = [[f"{v:.3f}" for v in u[c].tolist()] for c in ("metered_s", "gpu_metered_s", "unmetered_s")]
+    texts = []
+    for c in ("cluster", "node", "gpu_uuid", "model", "reason"):
+        values = u[c].tolist()
+        safe = {v: neutralise_csv_cell(_text(v)) for v in set(values)}
+        texts.append([safe[v] for v in values])
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(UNMETERED_COLUMNS)
+    w.writerows(zip(hours, *texts[:4], *seconds, texts[4]))
+    return buf.getvalue().encode()
 
 
 def tenant_names(con) -> dict[str, str]:

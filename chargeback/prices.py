@@ -9,7 +9,8 @@ Format (examples/prices.yaml):
     electricity: {price_per_kwh: "0.14", carbon_g_per_kwh: 320}
 
 Prices are parsed as Decimal (quote them in YAML so they never pass through a float).
-A bad value raises ConfigError naming the key, e.g. `gpu_hour["NVIDIA L4"]`.
+The format is a schema (slicemeter.config_schema); a bad value raises ConfigError naming
+the line and the key, e.g. `prices.yaml:7: gpu_hour."NVIDIA L4": not a decimal number: 'abc'`.
 """
 from __future__ import annotations
 
@@ -19,16 +20,21 @@ import re
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-import yaml
+from pydantic import Field, PlainValidator, model_validator
 
 from slicemeter.chargeback.money import price_to_micro
 from slicemeter.common import ConfigError
+from slicemeter.config_schema import NonEmpty, Schema, key_path, invalid, load, validate
 
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
-_TOP_KEYS = {"currency", "gpu_hour", "overrides", "electricity"}
-_OVERRIDE_KEYS = {"node", "pool", "model", "gpu_hour"}
+
+
+def _currency(code: Any) -> str:
+    if not isinstance(code, str) or not _CURRENCY.match(code):
+        raise invalid(f"expected an ISO 4217 code like USD, got {code!r}")
+    return code
 
 
 @dataclass(frozen=True)
@@ -67,89 +73,77 @@ class PriceCatalog:
         if hits:
             return max(hits, key=Override.rank).gpu_hour
         if model is None or model not in self.gpu_hour:
-            raise ConfigError(f"gpu_hour[{model!r}]: no price for this GPU model (seen on node {node!r})")
+            raise ConfigError(f"{key_path(('gpu_hour', str(model)))}: no price for this GPU model (seen on node {node!r})")
         return self.gpu_hour[model]
 
     def fingerprint(self) -> str:
         return hashlib.sha256(self.source_text.encode()).hexdigest()[:16]
 
 
-def _decimal(value: Any, key: str, *, allow_zero: bool = True) -> Decimal:
+def _decimal(value: Any) -> Decimal:
     if isinstance(value, float):
-        raise ConfigError(f"{key}: write the price as a quoted string (got float {value!r}, which is inexact)")
+        raise invalid(f"write the price as a quoted string (got float {value!r}, which is inexact)")
     if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise ConfigError(f"{key}: expected a decimal number, got {value!r}")
+        raise invalid(f"expected a decimal string, got {type(value).__name__} {value!r}")
     try:
         d = Decimal(str(value).strip())
     except InvalidOperation:
-        raise ConfigError(f"{key}: not a decimal number: {value!r}") from None
-    if not d.is_finite() or d < 0 or (d == 0 and not allow_zero):
-        raise ConfigError(f"{key}: must be a finite number >= 0, got {value!r}")
+        raise invalid(f"not a decimal number: {value!r}") from None
+    if not d.is_finite() or d < 0:
+        raise invalid(f"must be a finite number >= 0, got {value!r}")
     try:
         price_to_micro(d)
     except ValueError:
-        raise ConfigError(f"{key}: at most 6 decimals, got {value!r}") from None
+        raise invalid(f"at most 6 decimals, got {value!r}") from None
     return d
+
+
+# parsed from the YAML scalar's own text, never through a float
+Price = Annotated[Decimal, PlainValidator(_decimal)]
+# a grid intensity is not money: a float's printed digits are fine
+Intensity = Annotated[Decimal, PlainValidator(lambda v: _decimal(str(v) if isinstance(v, float) else v))]
+
+
+class _OverrideSpec(Schema):
+    gpu_hour: Price
+    node: NonEmpty | None = None
+    pool: NonEmpty | None = None
+    model: NonEmpty | None = None
+
+    @model_validator(mode="after")
+    def _scoped(self):
+        if not (self.node or self.pool):
+            raise invalid("needs node or pool (a model-wide price belongs in gpu_hour)")
+        return self
+
+
+class _Electricity(Schema):
+    price_per_kwh: Price = Decimal("0")
+    carbon_g_per_kwh: Intensity = Decimal("0")
+
+
+class _PriceFile(Schema):
+    currency: Annotated[str, PlainValidator(_currency)]
+    gpu_hour: Annotated[dict[NonEmpty, Price], Field(min_length=1)]
+    overrides: list[_OverrideSpec] = []
+    electricity: _Electricity = _Electricity()
+
+
+def _catalog(spec: _PriceFile, source_text: str) -> PriceCatalog:
+    overrides = tuple(Override(o.gpu_hour, node=o.node, pool=o.pool, model=o.model) for o in spec.overrides)
+    return PriceCatalog(spec.currency, dict(spec.gpu_hour), overrides, spec.electricity.price_per_kwh,
+                        spec.electricity.carbon_g_per_kwh, source_text)
 
 
 def parse_prices(doc: Any, source_text: str = "") -> PriceCatalog:
     """A parsed YAML document -> PriceCatalog (pure)."""
-    if not isinstance(doc, dict):
-        raise ConfigError("prices: the catalog must be a mapping with currency and gpu_hour")
-    unknown = sorted(set(doc) - _TOP_KEYS, key=str)
-    if unknown:
-        raise ConfigError(f"{unknown[0]}: unknown key in the price catalog")
-    currency = doc.get("currency")
-    if not isinstance(currency, str) or not _CURRENCY.match(currency):
-        raise ConfigError(f"currency: expected an ISO 4217 code like USD, got {currency!r}")
-    table = doc.get("gpu_hour")
-    if not isinstance(table, dict) or not table:
-        raise ConfigError("gpu_hour: expected a mapping of GPU model -> hourly price")
-    gpu_hour = {}
-    for model, value in table.items():
-        if not isinstance(model, str) or not model:
-            raise ConfigError(f"gpu_hour[{model!r}]: the model must be a non-empty string")
-        gpu_hour[model] = _decimal(value, f"gpu_hour[{model!r}]")
-    overrides = []
-    raw_over = doc.get("overrides") or []
-    if not isinstance(raw_over, list):
-        raise ConfigError("overrides: expected a list")
-    for i, item in enumerate(raw_over):
-        key = f"overrides[{i}]"
-        if not isinstance(item, dict):
-            raise ConfigError(f"{key}: expected a mapping")
-        bad = sorted(set(item) - _OVERRIDE_KEYS, key=str)
-        if bad:
-            raise ConfigError(f"{key}.{bad[0]}: unknown key (use node, pool, model, gpu_hour)")
-        if "gpu_hour" not in item:
-            raise ConfigError(f"{key}.gpu_hour: missing")
-        for k in ("node", "pool", "model"):
-            if k in item and (not isinstance(item[k], str) or not item[k]):
-                raise ConfigError(f"{key}.{k}: expected a non-empty string")
-        if not any(k in item for k in ("node", "pool")):
-            raise ConfigError(f"{key}: needs node or pool (a model-wide price belongs in gpu_hour)")
-        overrides.append(Override(_decimal(item["gpu_hour"], f"{key}.gpu_hour"),
-                                  node=item.get("node"), pool=item.get("pool"), model=item.get("model")))
-    elec = doc.get("electricity") or {}
-    if not isinstance(elec, dict):
-        raise ConfigError("electricity: expected a mapping with price_per_kwh and carbon_g_per_kwh")
-    bad = sorted(set(elec) - {"price_per_kwh", "carbon_g_per_kwh"}, key=str)
-    if bad:
-        raise ConfigError(f"electricity.{bad[0]}: unknown key")
-    kwh = _decimal(elec.get("price_per_kwh", "0"), "electricity.price_per_kwh")
-    carbon = elec.get("carbon_g_per_kwh", 0)
-    if isinstance(carbon, float):
-        carbon = str(carbon)  # not money: a float intensity is fine, keep its printed digits
-    carbon_d = _decimal(carbon, "electricity.carbon_g_per_kwh")
-    return PriceCatalog(currency, gpu_hour, tuple(overrides), kwh, carbon_d, source_text)
+    return _catalog(validate(_PriceFile, doc), source_text)
 
 
 def parse_prices_text(text: str, name: str = "prices") -> PriceCatalog:
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{name}: not valid YAML: {exc}") from None
-    return parse_prices(doc, source_text=text)
+    """A catalog's YAML text; a mistake is a ConfigFileError naming `name`, the line and the key."""
+    spec, _ = load(_PriceFile, text, name)
+    return _catalog(spec, text)
 
 
 def load_prices(path: str | Path) -> PriceCatalog:

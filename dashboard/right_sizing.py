@@ -15,6 +15,7 @@ from slicemeter.dashboard.data import connection_scope
 from slicemeter.chargeback.prices import DEFAULT_PRICES as PRICES_FILE
 from slicemeter.rightsizing.plan import build_plan
 
+ROWS_SHOWN = 500   # table rows a page sends; a large fleet's full lists are the CLI's
 FLAGS = {"over_requested": "over-requested (grant > 2x p99)",
          "oom_risk": "OOM risk (p99 > 90 % of limit)",
          "idle": "idle reservation"}
@@ -140,11 +141,17 @@ def render(con, month: str) -> None:
                f"{s['slices_ended']} ended before the month's end (not placed; their GPU's "
                "recurring need is). Percentiles are nearest-rank over the month's hourly "
                "values (memory: hourly peaks; SM: hourly means).")
-    st.dataframe(_slice_table(sl.sort_values("memory_saving_mib", ascending=False)),
-                 hide_index=True, width="stretch")
+    top = sl.nlargest(ROWS_SHOWN, "memory_saving_mib") if len(sl) > ROWS_SHOWN else \
+        sl.sort_values("memory_saving_mib", ascending=False)
+    if len(sl) > ROWS_SHOWN:
+        st.caption(f"The {ROWS_SHOWN:,} slices with the largest memory saving; "
+                   "`slicemeter recommend --out DIR` writes them all.")
+    st.dataframe(_slice_table(top), hide_index=True, width="stretch")
 
     with st.expander("Placement per GPU: today beside the plan"):
         p = plan.placement[["tenant", "node", "gpu_uuid", "model", "slices_today",
                             "need_mem_today", "need_sm_today", "slices_planned",
                             "need_mem_planned", "need_sm_planned", "moves_in", "freed"]]
-        st.dataframe(p, hide_index=True, width="stretch")
+        if len(p) > ROWS_SHOWN:
+            st.caption(f"The first {ROWS_SHOWN:,} of {len(p):,} GPUs; `slicemeter recommend --out DIR` writes them all.")
+        st.dataframe(p.head(ROWS_SHOWN), hide_index=True, width="stretch")

@@ -20,9 +20,10 @@ import duckdb
 from prometheus_client.parser import text_string_to_metric_families
 
 from slicemeter.store import sql_text
-from slicemeter.common import ConfigError, read_yaml_file
+from slicemeter.common import ConfigError
+from slicemeter.config_schema import Schema, YamlLines, validate
+from slicemeter.tenant_model import TenantList
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 KAMAJI_INFO = "kamaji_tenant_control_plane_info"
 KAMAJI_UNKNOWN = "unknown"  # Kamaji's label value for an unset version, driver or exposure
 log = logging.getLogger("slicemeter.ingest.tenants")
@@ -65,76 +66,37 @@ class Catalog:
     overrides: list[Override] = field(default_factory=list)
 
 
-def _str(value, key: str, required: bool = False) -> str | None:
-    if value is None:
-        if required:
-            raise ConfigError(f"{key}: required")
-        return None
-    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-        raise ConfigError(f"{key}: expected a string, got {type(value).__name__}")
-    text = str(value)
-    if required and not text.strip():
-        raise ConfigError(f"{key}: must not be empty")
-    return text
+class _CatalogFile(Schema):
+    tenants: TenantList
 
 
-def _mapping(value, key: str) -> dict:
-    if not isinstance(value, dict):
-        raise ConfigError(f"{key}: expected a mapping, got {type(value).__name__}")
-    return value
+def _catalog(spec: _CatalogFile) -> Catalog:
+    tenants = [Tenant(name=t.name, display_name=t.display_name, api_server=t.api_server, cost_center=t.cost_center,
+                      tcp_namespace=t.kamaji.namespace if t.kamaji else None,
+                      tcp_name=t.kamaji.name if t.kamaji else None, aliases=tuple(t.aliases))
+               for t in spec.tenants]
+    return Catalog(tenants=tenants, overrides=[Override(cluster=t.cluster or t.aliases[0], namespace=o.namespace, tenant=o.tenant)
+                                               for t, raw in zip(tenants, spec.tenants) for o in raw.namespace_overrides])
+
+
+def _tenants_only(doc):
+    # a scenario is a catalog too (ingest reads it as --tenants): its other keys are not ours
+    return {"tenants": doc.get("tenants")} if isinstance(doc, dict) else {} if doc is None else doc
 
 
 def parse_catalog(doc) -> Catalog:
     """A catalog from a parsed YAML document (a mapping with a `tenants:` list)."""
-    doc = _mapping(doc if doc is not None else {}, "(document)")
-    items = doc.get("tenants")
-    if not isinstance(items, list):
-        raise ConfigError("tenants: expected a list of tenants")
-    tenants: list[Tenant] = []
-    pending_overrides: list[tuple[str, dict, str]] = []
-    for i, raw in enumerate(items):
-        key = f"tenants[{i}]"
-        raw = _mapping(raw, key)
-        name = _str(raw.get("name"), f"{key}.name", required=True)
-        if not _DNS_LABEL.match(name):
-            raise ConfigError(f"{key}.name: {name!r} is not a lowercase DNS label")
-        kamaji = _mapping(raw.get("kamaji") or {}, f"{key}.kamaji")
-        t = Tenant(
-            name=name,
-            display_name=_str(raw.get("display_name"), f"{key}.display_name"),
-            tcp_namespace=_str(kamaji.get("namespace"), f"{key}.kamaji.namespace", required=bool(kamaji)),
-            tcp_name=_str(kamaji.get("name"), f"{key}.kamaji.name", required=bool(kamaji)),
-            api_server=_str(raw.get("api_server"), f"{key}.api_server"),
-            cost_center=_str(raw.get("cost_center"), f"{key}.cost_center"),
-        )
-        aliases = raw.get("aliases") or []
-        if not isinstance(aliases, list):
-            raise ConfigError(f"{key}.aliases: expected a list of cluster identities")
-        t = replace(t, aliases=tuple(_str(a, f"{key}.aliases[{j}]", required=True) for j, a in enumerate(aliases)))
-        if t.cluster is None and not t.aliases:
-            raise ConfigError(f"{key}: needs api_server, aliases or kamaji {{namespace, name}} to match clusters")
-        if any(o.name == name for o in tenants):
-            raise ConfigError(f"{key}.name: duplicate tenant {name!r}")
-        tenants.append(t)
-        overrides = raw.get("namespace_overrides") or []
-        if not isinstance(overrides, list):
-            raise ConfigError(f"{key}.namespace_overrides: expected a list")
-        for j, o in enumerate(overrides):
-            pending_overrides.append((f"{key}.namespace_overrides[{j}]", _mapping(o, f"{key}.namespace_overrides[{j}]"),
-                                      t.cluster or t.aliases[0]))
-    names = {t.name for t in tenants}
-    overrides_out = []
-    for key, o, cluster in pending_overrides:
-        ns = _str(o.get("namespace"), f"{key}.namespace", required=True)
-        target = _str(o.get("tenant"), f"{key}.tenant", required=True)
-        if target not in names:
-            raise ConfigError(f"{key}.tenant: unknown tenant {target!r}")
-        overrides_out.append(Override(cluster=cluster, namespace=ns, tenant=target))
-    return Catalog(tenants=tenants, overrides=overrides_out)
+    return _catalog(validate(_CatalogFile, _tenants_only(doc)))
 
 
 def load_catalog(path: str | Path) -> Catalog:
-    return parse_catalog(read_yaml_file(path, "--tenants"))
+    """The catalog file's; a mistake is a ConfigFileError naming the key and its line."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"--tenants: cannot read {path}: {exc.strerror}") from None
+    doc = YamlLines(text, str(path))
+    return _catalog(validate(_CatalogFile, _tenants_only(doc.data), doc))
 
 
 def tenant_name(tcp_name: str) -> str:

@@ -4,8 +4,9 @@ A scenario names tenants (the tenant catalog format, so the same file feeds inge
 `--tenants`), nodes (each in one tenant cluster), the GPUs of each node and the pods on it
 with their HAMi requests and a workload pattern. Loading resolves everything the
 simulator needs once: GPU UUIDs, pod UIDs, which GPU each container slice is placed on,
-the memory and cores HAMi grants. Any mistake raises ScenarioError naming the key path
-and the YAML line, so a bad scenario stops start-up with a pointer to the fix.
+the memory and cores HAMi grants. The file's shape is a schema (ScenarioSpec); any mistake
+raises ScenarioError (a ConfigError) naming the YAML line and the key path, so a bad
+scenario stops start-up with a pointer to the fix.
 
 Identities (GPU UUIDs, pod UIDs, region file names) depend only on names, never on the
 seed or on other entries, so adding a pod changes nothing else.
@@ -17,9 +18,13 @@ import hashlib
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-import yaml
+from pydantic import Field, PlainValidator, model_validator
+
+from slicemeter.config_schema import (DNS_LABEL, DNS_SUBDOMAIN, ConfigFileError, DnsName, Loc, Schema, Share,
+                                      YamlLines, invalid, load, matching, one_of)
+from slicemeter.tenant_model import ScenarioTenant, ScenarioTenantList
 
 MIB = 1 << 20
 
@@ -32,14 +37,13 @@ GPU_MODELS: dict[str, tuple[int, float, float]] = {
 }
 
 PATTERNS = ("steady-training", "diurnal-inference", "bursty-notebook", "idle-reservation", "batch-jobs")
-# Optional numeric knobs per pattern (name -> (default, min, max)).
-PATTERN_PARAMS: dict[str, dict[str, tuple[float, float, float]]] = {
-    "steady-training": {"level": (0.85, 0.0, 1.0), "memory": (0.88, 0.0, 1.0)},
-    "diurnal-inference": {"peak": (0.6, 0.0, 1.0), "base": (0.08, 0.0, 1.0), "memory": (0.55, 0.0, 1.0)},
-    "bursty-notebook": {"level": (0.6, 0.0, 1.0), "session_prob": (0.5, 0.0, 1.0), "memory": (0.5, 0.0, 1.0)},
-    "idle-reservation": {"memory": (0.04, 0.0, 1.0)},
-    "batch-jobs": {"level": (0.9, 0.0, 1.0), "jobs_per_day": (6, 1, 48), "duration_min": (45, 15, 1440),
-                   "memory": (0.8, 0.0, 1.0)},
+# The knobs each pattern takes, and their defaults (their ranges: WorkloadSpec).
+PATTERN_PARAMS: dict[str, dict[str, float]] = {
+    "steady-training": {"level": 0.85, "memory": 0.88},
+    "diurnal-inference": {"peak": 0.6, "base": 0.08, "memory": 0.55},
+    "bursty-notebook": {"level": 0.6, "session_prob": 0.5, "memory": 0.5},
+    "idle-reservation": {"memory": 0.04},
+    "batch-jobs": {"level": 0.9, "jobs_per_day": 6, "duration_min": 45, "memory": 0.8},
 }
 # HAMi-core versions by region layout (simulator/hami_region.py); `hami_layout` v0/v1 is the older key
 HAMI_CORE = ("v0", "1.1", "1.2", "1.1-2026-03")
@@ -49,18 +53,7 @@ LAYOUTS = ("v0", "v1")
 HAMI_VERSIONS = ("2.8", "2.10")
 RES_GPU, RES_MEM, RES_MEM_PCT, RES_CORES = (
     "nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-
-
-class ScenarioError(ValueError):
-    """A scenario that cannot be simulated; the message names the key path and line."""
-
-    def __init__(self, message: str, path: str = "", line: int | None = None, source: str = ""):
-        where = f"{source}:" if source else ""
-        where += f"line {line}: " if line else ""
-        super().__init__(f"{where}{path + ': ' if path else ''}{message}")
-        self.path, self.line = path, line
+MAX_REPLICAS = 16
 
 
 def stable_hash(*parts: object) -> int:
@@ -152,7 +145,7 @@ class Node:
 @dataclass
 class Scenario:
     source: str
-    tenants: list[dict[str, Any]]
+    tenants: list[ScenarioTenant]
     nodes: list[Node] = field(default_factory=list)
 
     def node(self, name: str) -> Node:
@@ -162,71 +155,156 @@ class Scenario:
         raise KeyError(f"no node {name!r} in scenario {self.source} (nodes: {', '.join(n.name for n in self.nodes[:10])}...)")
 
     @property
-    def tenant_by_name(self) -> dict[str, dict[str, Any]]:
-        return {t["name"]: t for t in self.tenants}
+    def tenant_by_name(self) -> dict[str, ScenarioTenant]:
+        return {t.name: t for t in self.tenants}
 
 
-# ---------------------------------------------------------------- YAML with line numbers
+# ---------------------------------------------------------------- the file's schema
+# The shape of a scenario (keys, types, ranges, choices) is declared here; the loader below
+# checks only what needs the whole fleet: names, placement of slices on GPUs, living pods.
 
-class _Doc:
-    """Parsed YAML plus the line of every key path, for error messages."""
+Pattern = one_of("workload pattern", PATTERNS)
+Count = Annotated[int, Field(ge=0)]
+Percent = Annotated[int, Field(ge=0, le=100)]
 
-    def __init__(self, text: str, source: str):
-        self.source = source
+
+class WorkloadSpec(Schema):
+    """A pattern and its knobs; `workload: steady-training` is the pattern with its defaults."""
+    pattern: Pattern
+    level: Share | None = None
+    memory: Share | None = None
+    peak: Share | None = None
+    base: Share | None = None
+    session_prob: Share | None = None
+    jobs_per_day: Annotated[float, Field(ge=1, le=48)] | None = None
+    duration_min: Annotated[float, Field(ge=15, le=1440)] | None = None
+
+    @classmethod
+    def shorthand(cls, data: Any) -> Any:
+        return {"pattern": data} if isinstance(data, str) else data
+
+    @model_validator(mode="after")
+    def _knobs_of_the_pattern(self):
+        defaults = PATTERN_PARAMS[self.pattern]
+        if foreign := sorted(self.model_fields_set - {"pattern"} - set(defaults)):
+            raise invalid(f"unknown key for {self.pattern} (allowed: {', '.join(['pattern', *defaults])})", foreign[0])
+        return self
+
+    def resolved(self) -> Workload:
+        params = {k: float(getattr(self, k) if k in self.model_fields_set else v)
+                  for k, v in PATTERN_PARAMS[self.pattern].items()}
+        return Workload(self.pattern, tuple(sorted(params.items())))
+
+
+class Resources(Schema):
+    """HAMi's resource names, as a pod spec's limits write them."""
+    gpu: Count | None = Field(None, alias=RES_GPU)
+    gpumem: Count | None = Field(None, alias=RES_MEM)
+    gpumem_percentage: Percent | None = Field(None, alias=RES_MEM_PCT)
+    gpucores: Percent | None = Field(None, alias=RES_CORES)
+
+    @model_validator(mode="after")
+    def _one_memory_limit(self):
+        if self.gpumem is not None and self.gpumem_percentage is not None:
+            raise invalid(f"give {RES_MEM} or {RES_MEM_PCT}, not both", RES_MEM_PCT)
+        return self
+
+    @property
+    def sliced(self) -> bool:
+        return self.gpumem is not None or self.gpumem_percentage is not None or self.gpucores is not None
+
+
+class ContainerSpec(Schema):
+    name: matching(DNS_LABEL, "a valid container name")
+    resources: Resources = Resources()
+    workload: WorkloadSpec | None = None
+    processes: Annotated[int, Field(ge=1, le=64)] | None = None
+    devices: list[Count] | None = None
+    hami_underreport: Share = 1.0               # 1.0 = honest; <1: HAMi region under-reports buffers
+    hami_writer_killed: bool = False
+
+
+class PodSpec(Schema):
+    name: matching(DNS_SUBDOMAIN, "a valid Kubernetes name")
+    namespace: matching(DNS_LABEL, "a valid Kubernetes namespace") = "default"
+    containers: Annotated[list[ContainerSpec], Field(min_length=1)]
+    init_containers: list[ContainerSpec] = []
+    workload: WorkloadSpec | None = None        # the containers' default
+    lifecycle: one_of("lifecycle", ("sessions",)) | None = None
+    replicas: Annotated[int, Field(ge=2, le=MAX_REPLICAS)] | None = None
+
+    @model_validator(mode="after")
+    def _one_way_of_living(self):
+        if self.lifecycle is not None and self.replicas is not None:
+            raise invalid("give lifecycle or replicas, not both", "replicas")
+        return self
+
+
+class GpuSpec(Schema):
+    model: one_of("GPU model", GPU_MODELS)
+    count: Annotated[int, Field(ge=1)] = 1
+    memory_mib: Annotated[int, Field(ge=1)] | None = None
+
+
+def _joins(value: Any) -> dt.datetime | int:
+    """`joins: 2026-11-15` (a UTC date or date-time), or `joins: {days_before_now: 16}` (-> 16)."""
+    if isinstance(value, dict):
+        for k in value:
+            if k != "days_before_now":
+                raise invalid("unknown key (allowed: days_before_now)", str(k))
+        days = value.get("days_before_now")
+        if isinstance(days, bool) or not isinstance(days, int) or days < 0:
+            raise invalid(f"expected an integer >= 0, got {days!r}", "days_before_now")
+        return days
+    if isinstance(value, str):
         try:
-            root = yaml.compose(text, Loader=yaml.SafeLoader)
-            self.data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            line = mark.line + 1 if mark else None
-            raise ScenarioError(f"bad YAML: {getattr(exc, 'problem', None) or exc}", "", line, source) from None
-        self.lines: dict[str, int] = {}
-        if root is not None:
-            self._walk(root, "")
-
-    def _walk(self, node: yaml.Node, path: str) -> None:
-        self.lines[path] = node.start_mark.line + 1
-        if isinstance(node, yaml.MappingNode):
-            for k, v in node.value:
-                sub = f"{path}.{k.value}" if path else str(k.value)
-                self.lines[sub] = k.start_mark.line + 1
-                self._walk(v, sub)
-                self.lines[sub] = k.start_mark.line + 1
-        elif isinstance(node, yaml.SequenceNode):
-            for i, v in enumerate(node.value):
-                self._walk(v, f"{path}[{i}]")
-
-    def line(self, path: str) -> int | None:
-        while path:
-            if path in self.lines:
-                return self.lines[path]
-            cut = max(path.rfind("."), path.rfind("["))
-            path = path[:cut] if cut > 0 else ""
-        return self.lines.get("")
-
-    def error(self, path: str, message: str) -> ScenarioError:
-        return ScenarioError(message, path, self.line(path), self.source)
+            value = dt.datetime.fromisoformat(value)
+        except ValueError:
+            raise invalid(f"{value!r} is not a date (YYYY-MM-DD) or {{days_before_now: N}}") from None
+    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        value = dt.datetime(value.year, value.month, value.day)
+    if not isinstance(value, dt.datetime):
+        raise invalid(f"expected a date or {{days_before_now: N}}, got {value!r}")
+    return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
 
 
-def _get(doc: _Doc, obj: Any, path: str, key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
-    if not isinstance(obj, dict):
-        raise doc.error(path, f"expected a mapping, got {type(obj).__name__}")
-    sub = f"{path}.{key}" if path else key
-    if key not in obj or obj[key] is None:
-        if default is ...:
-            raise doc.error(sub, "missing required key")
-        return default
-    value = obj[key]
-    if kind is int and isinstance(value, bool) or not isinstance(value, kind):
-        want = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise doc.error(sub, f"expected {want}, got {type(value).__name__} {value!r}")
-    return value
+class NodeSpec(Schema):
+    name: DnsName
+    tenant: str
+    hami_layout: one_of("HAMi layout", LAYOUTS) | None = None      # the older key: v0 | v1
+    hami_core: one_of("HAMi-core version", HAMI_CORE) | None = None
+    hami_version: one_of("HAMi version", HAMI_VERSIONS) = "2.10"
+    hami_watcher_zeroed: Share = 0.0
+    count: Annotated[int, Field(ge=1)] = 1
+    gpus: Annotated[list[GpuSpec], Field(min_length=1)]
+    pods: list[PodSpec] = []
+    nvml_unsupported: list[matching(re.compile(r"^nvml[A-Za-z_]+$"), "an NVML function name")] = []
+    joins: Annotated[dt.datetime | int, PlainValidator(_joins)] | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.hami_layout is not None and self.hami_core is not None:
+            raise invalid("give hami_core or the older hami_layout, not both", "hami_core")
+        if (n := sum(g.count for g in self.gpus)) > 16:
+            raise invalid(f"{n} GPUs: HAMi's region holds at most 16 devices", "gpus")
+        return self
 
 
-def _check_keys(doc: _Doc, obj: dict, path: str, allowed: set[str]) -> None:
-    for k in obj:
-        if k not in allowed:
-            raise doc.error(f"{path}.{k}", f"unknown key (allowed: {', '.join(sorted(allowed))})")
+class ScenarioSpec(Schema):
+    description: str | None = None
+    tenants: ScenarioTenantList
+    nodes: Annotated[list[NodeSpec], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _nodes_of_known_tenants(self):
+        names = [t.name for t in self.tenants]
+        for i, n in enumerate(self.nodes):
+            if n.tenant not in names:
+                raise invalid(f"unknown tenant {n.tenant!r} (tenants: {', '.join(names)})", "nodes", i, "tenant")
+        return self
+
+
+ScenarioError = ConfigFileError   # a scenario's mistake: the key path and the YAML line
 
 
 # ---------------------------------------------------------------- loading
@@ -241,258 +319,117 @@ def load_scenario(path: str | Path) -> Scenario:
 
 
 def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:
-    doc = _Doc(text, source)
-    top = doc.data
-    if not isinstance(top, dict):
-        raise doc.error("", "a scenario is a mapping with tenants: and nodes:")
-    _check_keys(doc, top, "", {"tenants", "nodes", "description"})
-    tenants = _load_tenants(doc, _get(doc, top, "", "tenants", list))
-    by_name = {t["name"]: t for t in tenants}
+    spec, doc = load(ScenarioSpec, text, source)
+    clusters = {t.name: t.api_server for t in spec.tenants}
     nodes: list[Node] = []
     seen: dict[str, str] = {}
-    for i, raw in enumerate(_get(doc, top, "", "nodes", list)):
-        for node in _load_node(doc, raw, f"nodes[{i}]", by_name):
+    for i, raw in enumerate(spec.nodes):
+        for node in _load_node(doc, raw, ("nodes", i), clusters[raw.tenant]):
             if node.name in seen:
-                raise doc.error(f"nodes[{i}].name", f"node {node.name!r} defined twice (first at {seen[node.name]})")
+                raise doc.error(("nodes", i, "name"), f"node {node.name!r} defined twice (first at {seen[node.name]})")
             seen[node.name] = f"nodes[{i}]"
             nodes.append(node)
-    if not nodes:
-        raise doc.error("nodes", "a scenario needs at least one node")
-    return Scenario(source=source, tenants=tenants, nodes=nodes)
+    return Scenario(source=source, tenants=list(spec.tenants), nodes=nodes)
 
 
-def _load_tenants(doc: _Doc, raw: list) -> list[dict[str, Any]]:
-    out = []
-    for i, t in enumerate(raw):
-        p = f"tenants[{i}]"
-        _check_keys(doc, t if isinstance(t, dict) else {}, p,
-                    {"name", "display_name", "kamaji", "api_server", "cost_center", "namespace_overrides", "aliases"})
-        name = _get(doc, t, p, "name", str)
-        if not _DNS_LABEL.match(name):
-            raise doc.error(f"{p}.name", f"tenant name {name!r} is not a lowercase DNS label")
-        api = _get(doc, t, p, "api_server", str)
-        if not re.match(r"^https?://([A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\])(:\d+)?/?$", api):
-            raise doc.error(f"{p}.api_server", f"{api!r} is not an https://host:port URL")
-        kamaji = _get(doc, t, p, "kamaji", dict, {})
-        for k in ("namespace", "name"):
-            if k in kamaji:
-                _get(doc, kamaji, f"{p}.kamaji", k, str)
-        # more identities of the tenant's cluster for the ingest's catalog; the simulator
-        # names its Ticks' cluster by api_server alone
-        for j, alias in enumerate(_get(doc, t, p, "aliases", list, [])):
-            if not isinstance(alias, str):
-                raise doc.error(f"{p}.aliases[{j}]", f"expected str, got {type(alias).__name__} {alias!r}")
-        overrides = _get(doc, t, p, "namespace_overrides", list, [])
-        for j, o in enumerate(overrides):
-            _get(doc, o, f"{p}.namespace_overrides[{j}]", "namespace", str)
-            _get(doc, o, f"{p}.namespace_overrides[{j}]", "tenant", str)
-        out.append(dict(t))
-    names = [t["name"] for t in out]
-    for i, n in enumerate(names):
-        if names.index(n) != i:
-            raise doc.error(f"tenants[{i}].name", f"tenant {n!r} defined twice")
-    for i, t in enumerate(out):
-        for j, o in enumerate(t.get("namespace_overrides") or []):
-            if o["tenant"] not in names:
-                raise doc.error(f"tenants[{i}].namespace_overrides[{j}].tenant", f"unknown tenant {o['tenant']!r}")
-    return out
-
-
-def _load_node(doc: _Doc, raw: Any, p: str, tenants: dict[str, dict]) -> list[Node]:
-    _check_keys(doc, raw if isinstance(raw, dict) else {}, p,
-                {"name", "tenant", "hami_layout", "hami_core", "hami_version", "hami_watcher_zeroed", "count", "gpus",
-                 "pods", "nvml_unsupported"} | LIVING_NODE_KEYS)
-    base = _get(doc, raw, p, "name", str)
-    if not _DNS_SUBDOMAIN.match(base):
-        raise doc.error(f"{p}.name", f"node name {base!r} is not a DNS name")
-    tenant = _get(doc, raw, p, "tenant", str)
-    if tenant not in tenants:
-        raise doc.error(f"{p}.tenant", f"unknown tenant {tenant!r} (tenants: {', '.join(tenants)})")
-    layout = _get(doc, raw, p, "hami_layout", str, "v1")
-    if layout not in LAYOUTS:
-        raise doc.error(f"{p}.hami_layout", f"unknown HAMi layout {layout!r} (known: v0, v1)")
-    if "hami_layout" in raw and "hami_core" in raw:
-        raise doc.error(f"{p}.hami_core", "give hami_core or the older hami_layout, not both")
-    core = str(_get(doc, raw, p, "hami_core", (str, float), "v0" if layout == "v0" else "1.2"))
-    if core not in HAMI_CORE:
-        raise doc.error(f"{p}.hami_core", f"unknown HAMi-core version {core!r} (known: {', '.join(HAMI_CORE)})")
+def _load_node(doc: YamlLines, raw: NodeSpec, at: Loc, cluster: str) -> list[Node]:
+    core = raw.hami_core or ("v0" if raw.hami_layout == "v0" else "1.2")
     layout = {"v0": "v0", "1.1-2026-03": "1.1-2026-03"}.get(core, "v1")
-    hami_version = _get(doc, raw, p, "hami_version", str, "2.10")
-    if hami_version not in HAMI_VERSIONS:
-        raise doc.error(f"{p}.hami_version", f"unknown HAMi version {hami_version!r} (known: {', '.join(HAMI_VERSIONS)})")
-    zeroed = _get(doc, raw, p, "hami_watcher_zeroed", (int, float), 0.0)
-    if isinstance(zeroed, bool) or not 0.0 <= zeroed <= 1.0:
-        raise doc.error(f"{p}.hami_watcher_zeroed", f"{zeroed!r} is outside [0, 1]")
-    count = _get(doc, raw, p, "count", int, 1)
-    if count < 1:
-        raise doc.error(f"{p}.count", "count must be >= 1")
-    unsupported = frozenset(_get(doc, raw, p, "nvml_unsupported", list, []))
-    for fn in unsupported:
-        if not isinstance(fn, str) or not re.match(r"^nvml[A-Za-z_]+$", fn):
-            raise doc.error(f"{p}.nvml_unsupported", f"{fn!r} is not an NVML function name")
-    gpu_specs = []
-    for j, g in enumerate(_get(doc, raw, p, "gpus", list)):
-        gp = f"{p}.gpus[{j}]"
-        _check_keys(doc, g if isinstance(g, dict) else {}, gp, {"model", "count", "memory_mib"})
-        model = _get(doc, g, gp, "model", str)
-        if model not in GPU_MODELS:
-            raise doc.error(f"{gp}.model", f"unknown GPU model {model!r} (known: {', '.join(GPU_MODELS)})")
-        n = _get(doc, g, gp, "count", int, 1)
-        if n < 1:
-            raise doc.error(f"{gp}.count", "count must be >= 1")
-        mem = _get(doc, g, gp, "memory_mib", int, GPU_MODELS[model][0])
-        if mem < 1:
-            raise doc.error(f"{gp}.memory_mib", "memory_mib must be positive")
-        gpu_specs += [(model, mem)] * n
-    if not gpu_specs:
-        raise doc.error(f"{p}.gpus", "a node needs at least one GPU")
-    if len(gpu_specs) > 16:
-        raise doc.error(f"{p}.gpus", f"{len(gpu_specs)} GPUs: HAMi's region holds at most 16 devices")
-    pods_raw = _get(doc, raw, p, "pods", list, [])
-    cluster = tenants[tenant]["api_server"]
+    gpu_specs = [(g.model, g.memory_mib or GPU_MODELS[g.model][0]) for g in raw.gpus for _ in range(g.count)]
     nodes = []
-    for k in range(count):
-        name = base if count == 1 else f"{base}-{k + 1:04d}"
-        suffix = "" if count == 1 else f"-{k + 1:04d}"
+    for k in range(raw.count):
+        suffix = "" if raw.count == 1 else f"-{k + 1:04d}"
+        name = raw.name + suffix
         gpus = tuple(
             Gpu(i, "GPU-" + stable_uuid("gpu", name, i), model, mem, *GPU_MODELS[model][1:])
             for i, (model, mem) in enumerate(gpu_specs)
         )
-        pods = _load_pods(doc, pods_raw, p, name, suffix, cluster, gpus)
-        nodes.append(Node(name, tenant, cluster, layout, gpus, pods, unsupported, core, hami_version, float(zeroed),
-                          _load_joins(doc, raw, p)))
+        pods = _load_pods(doc, raw.pods, at, name, suffix, cluster, gpus)
+        nodes.append(Node(name, raw.tenant, cluster, layout, gpus, pods, frozenset(raw.nvml_unsupported), core,
+                          raw.hami_version, raw.hami_watcher_zeroed, _joins_ms(raw.joins)))
     return nodes
 
 
-def _load_workload(doc: _Doc, raw: Any, p: str) -> Workload:
-    if isinstance(raw, str):
-        raw = {"pattern": raw}
-    pattern = _get(doc, raw, p, "pattern", str)
-    if pattern not in PATTERNS:
-        raise doc.error(f"{p}.pattern", f"unknown workload pattern {pattern!r} (known: {', '.join(PATTERNS)})")
-    spec = PATTERN_PARAMS[pattern]
-    _check_keys(doc, raw, p, {"pattern", *spec})
-    params = {}
-    for k, (default, lo, hi) in spec.items():
-        v = _get(doc, raw, p, k, (int, float), default)
-        if isinstance(v, bool) or not lo <= v <= hi:
-            raise doc.error(f"{p}.{k}", f"{v!r} is outside [{lo}, {hi}]")
-        params[k] = float(v)
-    return Workload(pattern, tuple(sorted(params.items())))
-
-
-def _load_pods(doc: _Doc, pods_raw: list, node_path: str, node: str, suffix: str, cluster: str,
+def _load_pods(doc: YamlLines, pods_raw: list[PodSpec], node_at: Loc, node: str, suffix: str, cluster: str,
                gpus: tuple[Gpu, ...]) -> tuple[Pod, ...]:
     mem_used = [0] * len(gpus)
     cores_used = [0] * len(gpus)
     whole_taken = [False] * len(gpus)
     pods = []
     for i, raw in enumerate(pods_raw):
-        p = f"{node_path}.pods[{i}]"
-        _check_keys(doc, raw if isinstance(raw, dict) else {}, p,
-                    {"name", "namespace", "containers", "init_containers", "workload"} | LIVING_POD_KEYS)
-        name = _get(doc, raw, p, "name", str) + suffix
-        ns = _get(doc, raw, p, "namespace", str, "default")
-        for key, v in (("name", name), ("namespace", ns)):
-            if not _DNS_LABEL.match(v) and not (key == "name" and _DNS_SUBDOMAIN.match(v)):
-                raise doc.error(f"{p}.{key}", f"{v!r} is not a valid Kubernetes {key}")
-        pod_workload = raw.get("workload")
+        at = (*node_at, "pods", i)
+        name, ns = raw.name + suffix, raw.namespace
         # init containers run to completion first: placed on free capacity, which they give back
         inits = tuple(
-            _load_container(doc, c, f"{p}.init_containers[{j}]", "idle-reservation", p, node, name, ns, gpus,
+            _load_container(doc, c, (*at, "init_containers", j), _IDLE, node, name, ns, gpus,
                             list(mem_used), list(cores_used), list(whole_taken))
-            for j, c in enumerate(_get(doc, raw, p, "init_containers", list, [])))
-        containers = []
-        for j, c in enumerate(_get(doc, raw, p, "containers", list)):
-            cp = f"{p}.containers[{j}]"
-            containers.append(_load_container(doc, c, cp, pod_workload, p, node, name, ns,
-                                              gpus, mem_used, cores_used, whole_taken))
-        if not containers:
-            raise doc.error(f"{p}.containers", "a pod needs at least one container")
+            for j, c in enumerate(raw.init_containers))
+        containers = [_load_container(doc, c, (*at, "containers", j), raw.workload, node, name, ns,
+                                      gpus, mem_used, cores_used, whole_taken)
+                      for j, c in enumerate(raw.containers)]
         cnames = [c.name for c in (*inits, *containers)]
         if len(set(cnames)) != len(cnames):
-            raise doc.error(f"{p}.containers", f"duplicate container names {cnames}")
+            raise doc.error((*at, "containers"), f"duplicate container names {cnames}")
         batch = any(c.workload.pattern == "batch-jobs" for c in containers)
         if batch and len({c.workload for c in containers if c.has_gpu}) != 1:
-            raise doc.error(f"{p}.containers", "a batch-jobs pod's GPU containers must share one workload (one schedule)")
+            raise doc.error((*at, "containers"), "a batch-jobs pod's GPU containers must share one workload (one schedule)")
         uid = stable_uuid("pod", cluster, ns, name)
 
-        def replica_containers(replica: str, raw=raw, p=p, pod_workload=pod_workload, ns=ns) -> tuple[Container, ...]:
-            return tuple(_load_container(doc, c, f"{p}.containers[{j}]", pod_workload, p, node, replica, ns,
+        def replica_containers(replica: str, raw=raw, at=at, ns=ns) -> tuple[Container, ...]:
+            return tuple(_load_container(doc, c, (*at, "containers", j), raw.workload, node, replica, ns,
                                          gpus, mem_used, cores_used, whole_taken)
-                         for j, c in enumerate(raw["containers"]))
+                         for j, c in enumerate(raw.containers))
 
-        pods.extend(_living_pods(doc, raw, p, Pod(name, ns, uid, tuple(containers), batch, inits), cluster, replica_containers))
+        pods.extend(_living_pods(doc, raw, at, Pod(name, ns, uid, tuple(containers), batch, inits), cluster, replica_containers))
     names = [(pd.namespace, pd.name) for pd in pods]
     for i, n in enumerate(names):
         if names.index(n) != i:
-            raise doc.error(f"{node_path}.pods[{i}].name", f"pod {n[0]}/{n[1]} defined twice on node {node}")
+            raise doc.error((*node_at, "pods", i, "name"), f"pod {n[0]}/{n[1]} defined twice on node {node}")
     return tuple(pods)
 
 
-def _load_container(doc: _Doc, c: Any, cp: str, pod_workload: Any, pod_path: str, node: str, pod: str, ns: str,
-                    gpus: tuple[Gpu, ...], mem_used: list[int], cores_used: list[int],
+_IDLE = WorkloadSpec(pattern="idle-reservation")
+
+
+def _load_container(doc: YamlLines, c: ContainerSpec, at: Loc, pod_workload: WorkloadSpec | None, node: str,
+                    pod: str, ns: str, gpus: tuple[Gpu, ...], mem_used: list[int], cores_used: list[int],
                     whole_taken: list[bool]) -> Container:
-    _check_keys(doc, c if isinstance(c, dict) else {}, cp,
-                {"name", "resources", "workload", "processes", "devices", "hami_underreport", "hami_writer_killed"})
-    cname = _get(doc, c, cp, "name", str)
-    if not _DNS_LABEL.match(cname):
-        raise doc.error(f"{cp}.name", f"{cname!r} is not a valid container name")
-    res = _get(doc, c, cp, "resources", dict, {})
-    rp = f"{cp}.resources"
-    _check_keys(doc, res, rp, {RES_GPU, RES_MEM, RES_MEM_PCT, RES_CORES})
-    for k in res:
-        v = _get(doc, res, rp, k, int)
-        if v < 0:
-            raise doc.error(f"{rp}.{k}", "must be >= 0")
-    n_gpu = res.get(RES_GPU, 1 if (RES_MEM in res or RES_MEM_PCT in res or RES_CORES in res) else 0)
-    if RES_MEM in res and RES_MEM_PCT in res:
-        raise doc.error(f"{rp}.{RES_MEM_PCT}", f"give {RES_MEM} or {RES_MEM_PCT}, not both")
-    if res.get(RES_MEM_PCT, 0) > 100 or res.get(RES_CORES, 0) > 100:
-        raise doc.error(rp, "percentages must be <= 100")
-    whole = n_gpu > 0 and not (RES_MEM in res or RES_MEM_PCT in res or RES_CORES in res)
-    wl_raw = c.get("workload", pod_workload)
-    wl_path = f"{cp}.workload" if "workload" in c else f"{pod_path}.workload"
-    if n_gpu and wl_raw is None:
-        raise doc.error(f"{cp}.workload", "missing required key (a GPU container needs a workload pattern)")
-    workload = _load_workload(doc, wl_raw, wl_path) if wl_raw is not None else Workload("idle-reservation", (("memory", 0.0),))
-    processes = _get(doc, c, cp, "processes", int, max(1, n_gpu))
-    if not 1 <= processes <= 64:
-        raise doc.error(f"{cp}.processes", "processes must be within 1..64")
-    under = float(_get(doc, c, cp, "hami_underreport", (int, float), 1.0))
-    if not 0.0 <= under <= 1.0:
-        raise doc.error(f"{cp}.hami_underreport", "must be within [0, 1]")
-    killed = _get(doc, c, cp, "hami_writer_killed", bool, False)
+    res = c.resources
+    n_gpu = res.gpu if res.gpu is not None else int(res.sliced)
+    whole = n_gpu > 0 and not res.sliced
+    spec = c.workload or pod_workload
+    if n_gpu and spec is None:
+        raise doc.error((*at, "workload"), "missing required key (a GPU container needs a workload pattern)")
+    workload = spec.resolved() if spec is not None else Workload("idle-reservation", (("memory", 0.0),))
     if n_gpu > len(gpus):
-        raise doc.error(f"{rp}.{RES_GPU}", f"asks for {n_gpu} GPUs, node {node} has {len(gpus)}")
+        raise doc.error((*at, "resources", RES_GPU), f"asks for {n_gpu} GPUs, node {node} has {len(gpus)}")
 
     def mem_for(g: Gpu) -> int:
         if whole:
             return g.memory_mib
-        if RES_MEM in res:
-            return res[RES_MEM]
-        if RES_MEM_PCT in res:
-            return g.memory_mib * res[RES_MEM_PCT] // 100
+        if res.gpumem is not None:
+            return res.gpumem
+        if res.gpumem_percentage is not None:
+            return g.memory_mib * res.gpumem_percentage // 100
         return g.memory_mib  # cores only: HAMi's default is the device's whole memory
 
-    cores = 100 if whole else res.get(RES_CORES, 0)
-    devices_raw = c.get("devices")
-    if devices_raw is not None:
-        devices = _get(doc, c, cp, "devices", list)
+    cores = 100 if whole else res.gpucores or 0
+    if c.devices is not None:
+        devices = c.devices
         if len(devices) != n_gpu or len(set(devices)) != len(devices):
-            raise doc.error(f"{cp}.devices", f"needs {n_gpu} distinct GPU indices, got {devices}")
+            raise doc.error((*at, "devices"), f"needs {n_gpu} distinct GPU indices, got {devices}")
         for d in devices:
-            if not isinstance(d, int) or not 0 <= d < len(gpus):
-                raise doc.error(f"{cp}.devices", f"GPU index {d!r} is not on node {node} (0..{len(gpus) - 1})")
+            if d >= len(gpus):
+                raise doc.error((*at, "devices"), f"GPU index {d!r} is not on node {node} (0..{len(gpus) - 1})")
         for d in devices:
             g = gpus[d]
             if mem_used[d] + mem_for(g) > g.memory_mib:
                 raise doc.error(
-                    f"{cp}.resources",
+                    (*at, "resources"),
                     f"slices on node {node} GPU {d} ({g.model}) ask for {mem_used[d] + mem_for(g)} MiB, "
                     f"the GPU has {g.memory_mib} MiB")
             if whole_taken[d] or (whole and mem_used[d]):
-                raise doc.error(f"{cp}.devices", f"node {node} GPU {d} is already taken by a whole-GPU pod or shared")
+                raise doc.error((*at, "devices"), f"node {node} GPU {d} is already taken by a whole-GPU pod or shared")
     else:
         devices = []
         for d, g in enumerate(gpus):
@@ -504,7 +441,7 @@ def _load_container(doc: _Doc, c: Any, cp: str, pod_workload: Any, pod_path: str
                 devices.append(d)
         if len(devices) < n_gpu:
             raise doc.error(
-                f"{cp}.resources",
+                (*at, "resources"),
                 f"no room on node {node}: slices would ask for more memory than a GPU has "
                 f"({n_gpu} GPU(s) x {mem_for(gpus[0])} MiB requested, free MiB per GPU: "
                 f"{[g.memory_mib - mem_used[i] for i, g in enumerate(gpus)]})")
@@ -512,13 +449,14 @@ def _load_container(doc: _Doc, c: Any, cp: str, pod_workload: Any, pod_path: str
         mem_used[d] += mem_for(gpus[d])
         cores_used[d] += cores
         whole_taken[d] = whole_taken[d] or whole
-    requests = {k: int(v) for k, v in res.items()}
+    requests = res.model_dump(by_alias=True, exclude_none=True)
     if n_gpu and RES_GPU not in requests:
         requests[RES_GPU] = n_gpu
+    processes = c.processes if c.processes is not None else max(1, n_gpu)
     return Container(
-        name=cname, devices=tuple(devices), mem_mib=tuple(mem_for(gpus[d]) for d in devices), cores=cores, whole_gpu=whole,
-        workload=workload, processes=processes if n_gpu else 0, hami_underreport=under, writer_killed=killed,
-        requests=requests, key=stable_hash("container", node, ns, pod, cname),
+        name=c.name, devices=tuple(devices), mem_mib=tuple(mem_for(gpus[d]) for d in devices), cores=cores, whole_gpu=whole,
+        workload=workload, processes=processes if n_gpu else 0, hami_underreport=c.hami_underreport,
+        writer_killed=c.hami_writer_killed, requests=requests, key=stable_hash("container", node, ns, pod, c.name),
         sched_key=stable_hash("pod", node, ns, pod),
     )
 
@@ -528,39 +466,27 @@ def _load_container(doc: _Doc, c: Any, cp: str, pod_workload: Any, pod_path: str
 # closed, a deployment's extra replicas scaled with its diurnal load, nodes of a tenant that
 # onboards part-way through the history. Batch jobs (the batch-jobs pattern) already come and go.
 
-LIVING_POD_KEYS = {"lifecycle", "replicas"}
-LIVING_NODE_KEYS = {"joins"}
-MAX_REPLICAS = 16
-
-
 def _gpu_patterns(pod: Pod) -> set[str]:
     return {c.workload.pattern for c in pod.containers if c.has_gpu}
 
 
-def _living_pods(doc: _Doc, raw: dict, p: str, pod: Pod, cluster: str, load_replica) -> list[Pod]:
+def _living_pods(doc: YamlLines, raw: PodSpec, at: Loc, pod: Pod, cluster: str, load_replica) -> list[Pod]:
     """The pod as given, or as a living one: `lifecycle: sessions` (a notebook that exists
     only while its user has it open, or a slice reserved on a working day and left idle for
     hours) or `replicas: N` (replica 0 always up, replica k up
     while the service's load is at least k/N of its peak; each replica is its own slice)."""
-    lifecycle, replicas = raw.get("lifecycle"), raw.get("replicas")
-    if lifecycle is None and replicas is None:
-        return [pod]
-    if lifecycle is not None and replicas is not None:
-        raise doc.error(f"{p}.replicas", "give lifecycle or replicas, not both")
-    if lifecycle is not None:
-        if lifecycle != "sessions":
-            raise doc.error(f"{p}.lifecycle", f"unknown lifecycle {lifecycle!r} (known: sessions)")
+    if raw.lifecycle is not None:
         if _gpu_patterns(pod) not in ({"bursty-notebook"}, {"idle-reservation"}):
-            raise doc.error(f"{p}.lifecycle", "sessions follow a notebook's schedule or an idle reservation's "
-                                              "working-day habit: the pod's GPU containers need the "
-                                              "bursty-notebook or the idle-reservation pattern")
+            raise doc.error((*at, "lifecycle"), "sessions follow a notebook's schedule or an idle reservation's "
+                                                "working-day habit: the pod's GPU containers need the "
+                                                "bursty-notebook or the idle-reservation pattern")
         return [replace(pod, batch=True, lifecycle="sessions")]
-    n = _get(doc, raw, p, "replicas", int)
-    if not 2 <= n <= MAX_REPLICAS:
-        raise doc.error(f"{p}.replicas", f"replicas must be within 2..{MAX_REPLICAS}, got {n}")
+    if raw.replicas is None:
+        return [pod]
+    n = raw.replicas
     if _gpu_patterns(pod) != {"diurnal-inference"}:
-        raise doc.error(f"{p}.replicas", "replicas scale with a diurnal load: the pod's GPU containers need "
-                                         "the diurnal-inference pattern")
+        raise doc.error((*at, "replicas"), "replicas scale with a diurnal load: the pod's GPU containers need "
+                                           "the diurnal-inference pattern")
     out = [pod]
     for k in range(1, n):
         name = f"{pod.name}-r{k}"
@@ -569,34 +495,14 @@ def _living_pods(doc: _Doc, raw: dict, p: str, pod: Pod, cluster: str, load_repl
     return out
 
 
-def _load_joins(doc: _Doc, raw: dict, p: str) -> int | None:
-    """`joins: 2026-11-15` (a UTC date or date-time), or `joins: {days_before_now: 16}`:
-    that many days before today's UTC midnight on slicemeter's clock, so a demo run on any
-    day shows the onboarding inside its history."""
-    value = raw.get("joins")
-    if value is None:
+def _joins_ms(joins: dt.datetime | int | None) -> int | None:
+    """A node's first instant; `days_before_now` counts back from today's UTC midnight on
+    slicemeter's clock, so a demo run on any day shows the onboarding inside its history."""
+    if joins is None:
         return None
-    key = f"{p}.joins"
-    if isinstance(value, dict):
-        _check_keys(doc, value, key, {"days_before_now"})
-        days = _get(doc, value, key, "days_before_now", int)
-        if days < 0:
-            raise doc.error(f"{key}.days_before_now", "must be >= 0")
+    if isinstance(joins, int):
         from slicemeter import clock
 
         today = clock.now().replace(hour=0, minute=0, second=0, microsecond=0)
-        return int((today - dt.timedelta(days=days)).timestamp() * 1000)
-    if isinstance(value, dt.datetime):
-        when = value
-    elif isinstance(value, dt.date):
-        when = dt.datetime(value.year, value.month, value.day)
-    elif isinstance(value, str):
-        try:
-            when = dt.datetime.fromisoformat(value)
-        except ValueError:
-            raise doc.error(key, f"{value!r} is not a date (YYYY-MM-DD) or {{days_before_now: N}}") from None
-    else:
-        raise doc.error(key, f"expected a date or {{days_before_now: N}}, got {value!r}")
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
-    return int(when.timestamp() * 1000)
+        return int((today - dt.timedelta(days=joins)).timestamp() * 1000)
+    return int(joins.timestamp() * 1000)

@@ -13,3 +13,24 @@ def synthesize_month(con, month: str, gpus: int, tenants: int = 4, seed: int = 0
     m_start, m_end = parse_month(month)
     execute_script(con, "testkit/synth_month.sql",
                    {"m_start": m_start, "m_end": m_end, "gpus": int(gpus), "tenants": int(tenants), "seed": int(seed)})
+
+
+def synth_month_db(path, month: str, gpus: int, fresh: bool = False):
+    """A store file holding a generated month of `gpus` GPUs, kept for reuse (benchmarks
+    cache it under var/bench/: generating 8,000 GPUs takes minutes)."""
+    from pathlib import Path
+
+    from slicemeter.store import connect
+
+    path = Path(path)
+    if path.exists() and not fresh:
+        return path
+    for p in (path, path.with_name(path.name + ".wal")):
+        p.unlink(missing_ok=True)
+    con = connect(path)
+    try:
+        synthesize_month(con, month, gpus=gpus)
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
+    return path

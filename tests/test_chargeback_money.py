@@ -58,24 +58,42 @@ overrides:
     assert cat.price("Tesla T4", "n1", "https://b:6443") == Decimal("0.35")
 
 
-@pytest.mark.parametrize("text, key", [
-    ('currency: USD\ngpu_hour: {"NVIDIA L4": 0.8}', 'gpu_hour[\'NVIDIA L4\']'),          # float: inexact
-    ('currency: USD\ngpu_hour: {"NVIDIA L4": "abc"}', "gpu_hour['NVIDIA L4']"),
-    ('currency: USD\ngpu_hour: {"NVIDIA L4": "-1"}', "gpu_hour['NVIDIA L4']"),
-    ('currency: USD\ngpu_hour: {"NVIDIA L4": "0.1234567"}', "gpu_hour['NVIDIA L4']"),
-    ('currency: dollars\ngpu_hour: {"NVIDIA L4": "1"}', "currency"),
-    ('currency: USD\ngpu_hour: {"NVIDIA L4": "1"}\nelectricity: {price_per_kwh: x}', "electricity.price_per_kwh"),
-    ('currency: USD\ngpu_hour: {"NVIDIA L4": "1"}\noverrides: [{node: n, gpu_hour: "1", zone: z}]', "overrides[0].zone"),
-    ('currency: USD\ngpu_hour: {"NVIDIA L4": "1"}\ncolour: red', "colour"),
-    ('currency: USD\n', "gpu_hour"),
+@pytest.mark.parametrize("text, where", [
+    ('currency: USD\ngpu_hour: {"NVIDIA L4": 0.8}', 'prices:2: gpu_hour."NVIDIA L4": write the price as a quoted'),
+    ('currency: USD\ngpu_hour:\n  "NVIDIA L4": "2.40"\n  "Tesla T4": abc', 'prices:4: gpu_hour."Tesla T4": not a decimal'),
+    ('currency: USD\ngpu_hour: {"NVIDIA L4": "-1"}', 'prices:2: gpu_hour."NVIDIA L4": must be a finite number >= 0'),
+    ('currency: USD\ngpu_hour: {"NVIDIA L4": "0.1234567"}', 'prices:2: gpu_hour."NVIDIA L4": at most 6 decimals'),
+    ('currency: USD\ngpu_hour: {"NVIDIA L4": true}', 'prices:2: gpu_hour."NVIDIA L4": expected a decimal string'),
+    ('currency: USD\ngpu_hour: {}', "prices:2: gpu_hour: must not be empty"),
+    ('currency: dollars\ngpu_hour: {"NVIDIA L4": "1"}', "prices:1: currency: expected an ISO 4217 code"),
+    ('currency: USD\ngpu_hour: {"NVIDIA L4": "1"}\nelectricity: {price_per_kwh: x}', "prices:3: electricity.price_per_kwh:"),
+    ('currency: USD\ngpu_hour: {"NVIDIA L4": "1"}\nelectricity: {price_per_kwh: 0.14}', "prices:3: electricity.price_per_kwh: write"),
+    ('currency: USD\ngpu_hour: {"NVIDIA L4": "1"}\noverrides:\n  - {node: n, gpu_hour: "1", zone: z}',
+     "prices:4: overrides[0].zone: unknown key (allowed: gpu_hour, model, node, pool)"),
+    ('currency: USD\ngpu_hour: {"NVIDIA L4": "1"}\noverrides:\n  - {node: n, gpu_hour: "1"}\n  - {model: m, gpu_hour: "1"}',
+     "prices:5: overrides[1]: needs node or pool"),
+    ('currency: USD\ngpu_hour: {"NVIDIA L4": "1"}\ncolour: red', "prices:3: colour: unknown key"),
+    ('currency: USD\n', "prices:1: gpu_hour: missing required key"),
+    ('currency: [USD\n', "prices:2: not valid YAML"),
 ])
-def test_bad_catalog_names_the_key(text, key):
+def test_bad_catalog_names_the_line_and_key(text, where):
     with pytest.raises(ConfigError) as exc:
         parse_prices_text(text)
-    assert str(exc.value).startswith(key)
+    assert str(exc.value).startswith(where), str(exc.value)
+
+
+def test_every_mistake_is_listed_first_in_file_order(tmp_path):
+    bad = tmp_path / "p.yaml"
+    bad.write_text('currency: usd\ngpu_hour:\n  "NVIDIA L4": 0.8\nelectricity: {price_per_kwh: "-1"}\n')
+    with pytest.raises(ConfigError) as exc:
+        load_prices(bad)
+    assert str(exc.value).splitlines() == [
+        f"{bad}:1: currency: expected an ISO 4217 code like USD, got 'usd'",
+        f'  and {bad}:3: gpu_hour."NVIDIA L4": write the price as a quoted string (got float 0.8, which is inexact)',
+        f"  and {bad}:4: electricity.price_per_kwh: must be a finite number >= 0, got '-1'"]
 
 
 def test_unknown_model_names_the_key():
     cat = load_prices(DEFAULT_PRICES)
-    with pytest.raises(ConfigError, match=r"gpu_hour\['NVIDIA B200'\]"):
+    with pytest.raises(ConfigError, match=r'gpu_hour\."NVIDIA B200": no price'):
         cat.price("NVIDIA B200", "n1", "c")

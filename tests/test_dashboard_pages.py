@@ -289,3 +289,41 @@ def test_no_database_is_a_clear_error(monkeypatch, tmp_path):
     at = AppTest.from_file(APP, default_timeout=30).run()
     assert not at.exception
     assert any("database file not found" in e.body for e in at.error)
+
+
+def heatmap_rows(at: AppTest):
+    """The heatmap's y-axis order and its data rows (gpu, day, utilization) as drawn."""
+    import json
+
+    import pyarrow as pa
+
+    chart = next(e for e in at.get("vega_lite_chart") + at.get("arrow_vega_lite_chart")
+                 if json.loads(e.proto.spec).get("mark", {}).get("type") == "rect")
+    spec = json.loads(chart.proto.spec)
+    blob = chart.proto.datasets[0].data.data if chart.proto.datasets else chart.proto.data.data
+    table = pa.ipc.open_stream(blob).read_all().to_pandas()
+    return spec["encoding"]["y"]["sort"], table
+
+
+def test_gpus_heatmap_pages_through_a_large_fleet(tmp_path, monkeypatch):
+    """50 GPUs: the heatmap draws one page of 40 by day, the second page the other 10,
+    each with the month's per-GPU daily figures computed here."""
+    db = build_fleet_db(tmp_path / "fleet5.duckdb", MONTH, days=3, copies=5)
+    at = app(db, monkeypatch, "gpus")
+    con = duckdb.connect(str(db), read_only=True)
+    gpus = con.execute(f"""SELECT DISTINCT node, gpu_uuid FROM gpu_hour WHERE {NOV} ORDER BY node, gpu_uuid""").fetchall()
+    assert len(gpus) == 50
+    labels = [f"{n} · {u[4:12]}" for n, u in gpus]
+    order, rows = heatmap_rows(at)
+    assert order == labels[:40] and set(rows["gpu"]) == set(labels[:40])
+    at.number_input(key="gpu_page").set_value(2).run()
+    assert not at.exception, at.exception
+    order, rows = heatmap_rows(at)
+    assert order == labels[40:] and set(rows["gpu"]) == set(labels[40:])
+    node, uuid = gpus[45]
+    want = con.execute(f"""SELECT date_trunc('day', hour), sum(sm_util_s) / sum(metered_s) FROM gpu_hour
+        WHERE gpu_uuid = ? AND node = ? AND {NOV} GROUP BY 1 ORDER BY 1""", [uuid, node]).fetchall()
+    con.close()
+    got = rows[rows["gpu"] == labels[45]].sort_values("bucket")
+    assert len(got) == len(want) == 3
+    assert got["utilization"].tolist() == pytest.approx([u for _, u in want])

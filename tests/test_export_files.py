@@ -100,7 +100,7 @@ def test_bad_month_and_prices(month_db, tmp_path, capsys):
     bad = tmp_path / "p.yaml"
     bad.write_text('currency: USD\ngpu_hour: {"NVIDIA L4": "cheap"}\n')
     assert export(month_db, tmp_path / "x", "2026-11", "--prices", str(bad)) == 2
-    assert "gpu_hour['NVIDIA L4']" in capsys.readouterr().err
+    assert 'p.yaml:2: gpu_hour."NVIDIA L4": not a decimal' in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- close and corrections

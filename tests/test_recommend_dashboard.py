@@ -1,9 +1,6 @@
 """dashboard/right_sizing.py render(con, month) under Streamlit's AppTest, on a real
-DuckDB file. The module is loaded by file path inside the AppTest script, because AppTest runs
-the function's source on its own, without the test module's imports."""
+DuckDB file."""
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -11,20 +8,13 @@ from streamlit.testing.v1 import AppTest
 from slicemeter.store import connect
 from slicemeter.testkit.recommend_rows import build_fleet
 
-PAGE = Path(__file__).resolve().parent.parent / "dashboard" / "views" / "right_sizing.py"
-
-
-def app(db_path: str, page_path: str, month: str) -> None:
-    import importlib.util
-
+def app(db_path: str, month: str) -> None:
+    from slicemeter.dashboard.right_sizing import render
     from slicemeter.store import connect
 
-    spec = importlib.util.spec_from_file_location("right_sizing_page", page_path)
-    page = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(page)
     con = connect(db_path, read_only=True)
     try:
-        page.render(con, month)
+        render(con, month)
     finally:
         con.close()
 
@@ -39,7 +29,7 @@ def db(tmp_path):
 
 
 def run(db, month="2026-11"):
-    at = AppTest.from_function(app, args=(db, str(PAGE), month), default_timeout=60)
+    at = AppTest.from_function(app, args=(db, month), default_timeout=60)
     return at.run()
 
 

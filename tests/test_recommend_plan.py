@@ -129,9 +129,9 @@ def test_cli_prints_and_writes_csv(fleet, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("content, key", [
-    ('currency: USD\ngpu_hour: {"NVIDIA L4": "cheap"}\n', "gpu_hour['NVIDIA L4']: not a decimal"),
-    ('currency: 12\ngpu_hour: {"NVIDIA L4": "1"}\n', "currency: expected an ISO 4217 code"),
-    ("currency: USD\n", "gpu_hour: expected a mapping"),
+    ('currency: USD\ngpu_hour: {"NVIDIA L4": "cheap"}\n', 'prices.yaml:2: gpu_hour."NVIDIA L4": not a decimal'),
+    ('currency: 12\ngpu_hour: {"NVIDIA L4": "1"}\n', "prices.yaml:1: currency: expected an ISO 4217 code"),
+    ("currency: USD\n", "prices.yaml:1: gpu_hour: missing required key"),
     ("[1, 2", "not valid YAML"),
     # recommend reads prices through the catalog loader, with its checks
     ('currency: USD\ngpu_hour: {"NVIDIA L4": 0.8}\n', "write the price as a quoted string"),

@@ -171,9 +171,9 @@ def test_the_unreleased_layout_is_refused_live_and_in_time_travel(tmp_path):
 
 @pytest.mark.parametrize("opts, words", [
     ('hami_core: "1.3"', "unknown HAMi-core version"),
-    ("hami_version: 2.8", "expected str"),
+    ("hami_version: 2.8", 'hami_version: expected a string, got float 2.8 \\(quote it: "2.8"\\)'),
     ('hami_version: "2.7"', "unknown HAMi version"),
-    ("hami_watcher_zeroed: 1.5", r"hami_watcher_zeroed: 1.5 is outside \[0, 1\]"),
+    ("hami_watcher_zeroed: 1.5", r"hami_watcher_zeroed: 1.5 must be <= 1"),
     ('hami_layout: v0\n    hami_core: "1.2"', "not both"),
 ])
 def test_bad_options_name_the_key(opts, words):

@@ -44,7 +44,7 @@ def test_demo_scenario_covers_the_issue():
     assert any(c.has_gpu and c.cores == 0 and not c.whole_gpu for c in containers), "a memory-only slice"
     assert any(c.has_gpu for n in s.nodes for p in n.pods for c in p.init_containers), "a GPU init container"
     assert any(n.watcher_zeroed > 0 for n in s.nodes)
-    assert {n.cluster for n in s.nodes} == {t["api_server"] for t in s.tenants}
+    assert {n.cluster for n in s.nodes} == {t.api_server for t in s.tenants}
     # HAMi's grant never exceeds a GPU
     for n in s.nodes:
         for g in n.gpus:
@@ -62,13 +62,13 @@ def test_large_scenario_size():
 
 def test_bad_yaml_names_the_line():
     e = _err(HEAD + "    gpus: [{model: 'NVIDIA L4'\n    pods: []\n")
-    assert "bad YAML" in str(e) and e.line in (9, 10)
+    assert "not valid YAML" in str(e) and e.line in (9, 10) and str(e).startswith(f"s.yaml:{e.line}: ")
 
 
 def test_unknown_gpu_model_names_key_and_line():
     e = _err(HEAD + "    gpus:\n      - {model: NVIDIA L4}\n      - {model: NVIDIA Z9000}\n")
     assert e.path == "nodes[0].gpus[1].model" and e.line == 10
-    assert "unknown GPU model 'NVIDIA Z9000'" in str(e) and "s.yaml:line 10" in str(e)
+    assert "unknown GPU model 'NVIDIA Z9000'" in str(e) and str(e).startswith("s.yaml:10: nodes[0].gpus[1].model: ")
 
 
 def test_slices_over_gpu_memory_name_the_container_and_line():
@@ -94,17 +94,42 @@ def test_slices_over_gpu_memory_name_the_container_and_line():
     assert "ask for 24000 MiB, the GPU has 23034 MiB" in str(e) and e.line == 18
 
 
-@pytest.mark.parametrize("tail,path,needle", [
-    ("    gpus: [{model: NVIDIA L4}]\n    pods:\n      - name: a\n        containers:\n          - name: c\n"
-     "            resources: {nvidia.com/gpumem: 100}\n            workload: crypto-mining\n",
-     "nodes[0].pods[0].containers[0].workload.pattern", "unknown workload pattern"),
-    ("    pods: []\n", "nodes[0].gpus", "missing required key"),
-    ("    gpus: [{model: NVIDIA L4}]\n    hami_layout: v7\n", "nodes[0].hami_layout", "unknown HAMi layout"),
-    ("    gpus: [{model: NVIDIA L4}]\n    colour: red\n", "nodes[0].colour", "unknown key"),
+POD = "    gpus: [{model: NVIDIA L4}]\n    pods:\n      - name: a\n        containers:\n          - name: c\n"
+
+
+@pytest.mark.parametrize("tail,path,line,needle", [
+    (POD + "            resources: {nvidia.com/gpumem: 100}\n            workload: crypto-mining\n",
+     "nodes[0].pods[0].containers[0].workload.pattern", 14, "unknown workload pattern 'crypto-mining'"),
+    (POD + "            resources: {nvidia.com/gpumem: 100}\n            workload: {pattern: steady-training, peak: 0.5}\n",
+     "nodes[0].pods[0].containers[0].workload.peak", 14, "unknown key for steady-training (allowed: pattern, level, memory)"),
+    (POD + "            resources: {nvidia.com/gpumem: 100}\n            workload: {pattern: batch-jobs, jobs_per_day: 0}\n",
+     "nodes[0].pods[0].containers[0].workload.jobs_per_day", 14, "0 must be >= 1"),
+    (POD + "            resources: {nvidia.com/gpumem: 100, nvidia.com/gpumem-percentage: 5}\n            workload: batch-jobs\n",
+     'nodes[0].pods[0].containers[0].resources."nvidia.com/gpumem-percentage"', 13, "not both"),
+    (POD + "            resources: {nvidia.com/gpucores: 101}\n            workload: batch-jobs\n",
+     'nodes[0].pods[0].containers[0].resources."nvidia.com/gpucores"', 13, "101 must be <= 100"),
+    (POD + "            processes: 65\n", "nodes[0].pods[0].containers[0].processes", 13, "65 must be <= 64"),
+    (POD + "            resources: {nvidia.com/gpu: 1}\n",
+     "nodes[0].pods[0].containers[0].workload", 12, "a GPU container needs a workload pattern"),
+    ("    gpus: [{model: NVIDIA L4}]\n    pods:\n      - name: a\n        containers: []\n",
+     "nodes[0].pods[0].containers", 11, "must not be empty"),
+    ("    pods: []\n", "nodes[0].gpus", 6, "missing required key"),
+    ("    gpus: [{model: NVIDIA L4}]\n    pods:\n      - name: a..b\n        containers: [{name: c}]\n",
+     "nodes[0].pods[0].name", 10, "'a..b' is not a valid Kubernetes name"),
+    ("    gpus: [{model: NVIDIA L4}]\n    pods:\n      - name: a\n        namespace: " + "n" * 64 + "\n"
+     "        containers: [{name: c}]\n", "nodes[0].pods[0].namespace", 11, "is not a valid Kubernetes namespace"),
+    ("    gpus: [{model: NVIDIA L4}]\n    hami_layout: v7\n", "nodes[0].hami_layout", 9, "unknown HAMi layout 'v7'"),
+    ("    gpus: [{model: NVIDIA L4}]\n    colour: red\n", "nodes[0].colour", 9, "unknown key (allowed: count, gpus,"),
+    ("    gpus: [{model: NVIDIA L4, count: 17}]\n", "nodes[0].gpus", 8, "17 GPUs: HAMi's region holds at most 16"),
+    ("    gpus: [{model: NVIDIA L4}]\n    nvml_unsupported: [nvmlInit, power]\n", "nodes[0].nvml_unsupported[1]", 9,
+     "'power' is not an NVML function name"),
+    ("    gpus: [{model: NVIDIA L4}]\n    joins: {days_before_now: -1}\n", "nodes[0].joins.days_before_now", 9,
+     "expected an integer >= 0, got -1"),
 ])
-def test_other_errors_name_the_key(tail, path, needle):
+def test_other_errors_name_the_key_and_line(tail, path, line, needle):
     e = _err(HEAD + tail)
-    assert e.path == path and needle in str(e) and e.line is not None
+    assert (e.path, e.line) == (path, line) and needle in str(e), str(e)
+    assert str(e).startswith(f"s.yaml:{line}: {path}: ")
 
 
 def test_unknown_tenant_and_count_expansion():
@@ -125,5 +150,5 @@ def test_simulate_cli_stops_on_a_bad_scenario_naming_the_key(tmp_path):
     res = subprocess.run([str(Path(sys.executable).parent / "slicemeter"), "simulate", "--scenario", str(bad),
                           "--hami-dir", str(tmp_path / "h")], capture_output=True, text=True, timeout=60)
     assert res.returncode == 2
-    assert "configuration error" in res.stderr and "line 8: nodes[0].gpus[0].count" in res.stderr
+    assert "configuration error" in res.stderr and "bad.yaml:8: nodes[0].gpus[0].count: 0 must be >= 1" in res.stderr
     assert not (tmp_path / "h").exists()

@@ -10,24 +10,31 @@ gpus = data.query("gpu_list", **b)
 if common.no_rows(gpus, "GPUs"):
     st.stop()
 
-c1, c2 = st.columns(2)
+GPUS_PER_PAGE = 40   # heatmap rows a screen shows; a large fleet is paged through
+c1, c2, c3 = st.columns(3)
 measure = c1.radio("Show", ["utilization", "allocation"], horizontal=True, key="gpu_measure",
                    format_func={"allocation": "allocated share", "utilization": "SM utilization"}.get)
 bucket = c2.radio("Resolution", ["hour", "day"], horizontal=True, key="gpu_bucket", index=0 if len(gpus) <= 24 else 1)
-heat = data.query("gpu_heatmap", bucket=bucket, **b)
+pages = -(-len(gpus) // GPUS_PER_PAGE)
+page = c3.number_input(f"GPUs page (of {pages})", 1, pages, 1, key="gpu_page") if pages > 1 else 1
+first = (page - 1) * GPUS_PER_PAGE
+heat = data.query("gpu_heatmap", bucket=bucket, offset=first, limit=GPUS_PER_PAGE, **b)
+shown = gpus.iloc[first:first + GPUS_PER_PAGE]
+if pages > 1:
+    st.caption(f"GPUs {first + 1}-{first + len(shown)} of {len(gpus)}, in the order of the list below")
 
 pick = alt.selection_point(fields=["gpu"], name="pick")
 event = st.altair_chart(
     alt.Chart(heat).mark_rect().encode(
         x=alt.X("bucket:T", title=None), x2="bucket_end:T",
-        y=alt.Y("gpu:N", title=None, sort=gpus["gpu"].tolist(), axis=alt.Axis(labelLimit=260)),
+        y=alt.Y("gpu:N", title=None, sort=shown["gpu"].tolist(), axis=alt.Axis(labelLimit=260)),
         color=alt.Color(f"{measure}:Q", title=None, scale=alt.Scale(domain=[0, 1], scheme="viridis"),
                         legend=alt.Legend(format="%")),
         opacity=alt.condition(pick, alt.value(1.0), alt.value(0.45)),
         tooltip=["gpu:N", "model:N", alt.Tooltip("bucket:T", title="from"),
                  alt.Tooltip("allocation:Q", format=".0%"), alt.Tooltip("utilization:Q", format=".0%")],
-    ).add_params(pick).properties(height=max(160, 24 * len(gpus))),
-    width="stretch", height=max(160, 24 * len(gpus)) + 70, on_select="rerun", key="heatmap",
+    ).add_params(pick).properties(height=max(160, 24 * len(shown))),
+    width="stretch", height=max(160, 24 * len(shown)) + 70, on_select="rerun", key="heatmap",
 )
 picked = [p.get("gpu") for p in (event.selection.get("pick") or [])] if event else []
 labels = gpus["gpu"].tolist()

@@ -28,10 +28,14 @@ CREATE TEMP TABLE IF NOT EXISTS cb_gpu_t (
     hour TIMESTAMP, cluster VARCHAR, node VARCHAR, gpu_uuid VARCHAR, model VARCHAR, gid BIGINT, pid BIGINT,
     price_micro BIGINT, k BIGINT, cap_u BIGINT, cost_raw HUGEINT, energy_mj BIGINT
 );
--- Every priced slice-hour of the month (cb_calc), read by the detail and per-hour sums.
-CREATE TEMP TABLE IF NOT EXISTS cb_calc_t (
-    k BIGINT, pid BIGINT, tenant VARCHAR, namespace VARCHAR, pod VARCHAR, pod_uid VARCHAR, container VARCHAR,
-    price_micro BIGINT, a_u BIGINT, u_u BIGINT, b_u BIGINT, waste_u BIGINT, energy_mj_slice BIGINT
+-- The priced slice-hours of the month (cb_calc) summed in one pass two ways (cb_calc_sums):
+-- per slice and placement (per_slice, the detail lines) and per GPU-hour (k, what its
+-- slices paid). The slice-hours themselves are never stored: at fleet scale they are the
+-- bulk of the month.
+CREATE TEMP TABLE IF NOT EXISTS cb_calc_sum_t (
+    per_slice BOOLEAN, k BIGINT, pid BIGINT, tenant VARCHAR, namespace VARCHAR, pod VARCHAR, pod_uid VARCHAR,
+    container VARCHAR, price_micro BIGINT, alloc_u HUGEINT, used_u HUGEINT, billed_u HUGEINT, waste_u HUGEINT,
+    energy_mj HUGEINT, charged_raw HUGEINT, n BIGINT
 );
 -- What the slices of each GPU-hour paid (cb_hour_charge), the GPU side of the invariant.
 CREATE TEMP TABLE IF NOT EXISTS cb_hour_charge_t (
@@ -70,34 +74,37 @@ WHERE as_of = src_asof AND hour >= m_start AND hour < m_end;
 -- Ticks, so the slices extend the GPU's time only by the samples NVML missed.
 -- A GPU-hour belongs to the cluster and node it was metered on in that hour (a GPU that
 -- moves is billed on each side of the move). Without a GPU row the placement is the
--- slices' (the longest-seen slice's) and the model the GPU's last known one: earlier in
--- the month, else before the month, else the first one seen later in the month.
-CREATE OR REPLACE TEMP MACRO cb_hours(m_start, m_end, src_asof) AS TABLE
+-- slices' (the longest-seen slice's) and the model is unknown here (see cb_hours).
+CREATE OR REPLACE TEMP MACRO cb_hours_placed(m_start, m_end, src_asof) AS TABLE
 WITH g AS (
     SELECT * FROM cb_gpu_src(m_start, m_end, src_asof)
 ), s AS (
-    SELECT hour, gpu_uuid, max(least(greatest(metered_s, 0), 3600.0)) AS slice_metered_s
+    -- per GPU-hour its slices' longest metered time, and where the longest-seen slice was
+    -- (ties: the smallest cluster, then node, so the same data always gives the same bill):
+    -- the placement of GPU-hours only slices saw
+    SELECT hour, gpu_uuid, max(least(greatest(metered_s, 0), 3600.0)) AS slice_metered_s,
+           min(struct_pack(neg_s := -metered_s, c := cluster, n := node)) AS place
     FROM cb_slice_src(m_start, m_end, src_asof) GROUP BY hour, gpu_uuid
-), orphan AS (
-    -- GPU-hours only slices saw: placed where the longest-seen slice was (ties: the
-    -- smallest cluster, then node, so the same data always gives the same bill)
-    SELECT x.hour, x.gpu_uuid, min(struct_pack(neg_s := -x.metered_s, c := x.cluster, n := x.node)) AS place
-    FROM cb_slice_src(m_start, m_end, src_asof) x
-    SEMI JOIN (SELECT hour, gpu_uuid FROM s ANTI JOIN g USING (hour, gpu_uuid)) o USING (hour, gpu_uuid)
-    GROUP BY x.hour, x.gpu_uuid
-), j AS (
-    SELECT coalesce(g.hour, s.hour) AS hour, coalesce(g.gpu_uuid, s.gpu_uuid) AS gpu_uuid,
-           coalesce(g.cluster, o.place.c) AS cluster, coalesce(g.node, o.place.n) AS node,
-           g.model, g.gpu_uuid IS NOT NULL AS has_gpu_row,
-           coalesce(least(greatest(g.metered_s, 0), 3600.0), 0) AS gpu_metered_s,
-           greatest(coalesce(least(greatest(g.metered_s, 0), 3600.0), 0), coalesce(s.slice_metered_s, 0)) AS metered_s,
-           g.energy_joules
-    FROM g FULL OUTER JOIN s ON g.hour = s.hour AND g.gpu_uuid = s.gpu_uuid
-    LEFT JOIN orphan o ON o.hour = s.hour AND o.gpu_uuid = s.gpu_uuid
+)
+SELECT coalesce(g.hour, s.hour) AS hour, coalesce(g.gpu_uuid, s.gpu_uuid) AS gpu_uuid,
+       coalesce(g.cluster, s.place.c) AS cluster, coalesce(g.node, s.place.n) AS node,
+       g.model,
+       coalesce(least(greatest(g.metered_s, 0), 3600.0), 0) AS gpu_metered_s,
+       greatest(coalesce(least(greatest(g.metered_s, 0), 3600.0), 0), coalesce(s.slice_metered_s, 0)) AS metered_s,
+       g.energy_joules, g.gpu_uuid IS NOT NULL AS has_gpu_row
+FROM g FULL OUTER JOIN s ON g.hour = s.hour AND g.gpu_uuid = s.gpu_uuid;
+
+-- cb_hours_placed with the model filled in where the hour has no GPU row: the GPU's last
+-- known model earlier in the month, else before the month, else the first one seen later
+-- in the month. (The caller reads cb_hours_placed alone when every hour has a model: the
+-- look-ups below sort the whole month once more.)
+CREATE OR REPLACE TEMP MACRO cb_hours(m_start, m_end, src_asof) AS TABLE
+WITH j AS (
+    SELECT * FROM cb_hours_placed(m_start, m_end, src_asof)
 ), unknown AS (
     SELECT hour, gpu_uuid FROM j WHERE model IS NULL
 ), known AS (
-    SELECT hour, gpu_uuid, model FROM g WHERE model IS NOT NULL
+    SELECT hour, gpu_uuid, model FROM cb_gpu_src(m_start, m_end, src_asof) WHERE model IS NOT NULL
 ), before_h AS (
     SELECT u.hour, u.gpu_uuid, k.model FROM unknown u ASOF JOIN known k ON u.gpu_uuid = k.gpu_uuid AND u.hour >= k.hour
 ), after_h AS (
@@ -184,35 +191,35 @@ SELECT *,
             ELSE 0 END::BIGINT AS energy_mj_slice
 FROM scaled;
 
--- Per slice, placement and month: the bill's detail lines before the idle policy.
--- Reads cb_calc_t, which the caller fills from cb_calc(...) first (once for both sums).
+-- cb_calc's slice-hours summed per slice and placement and per GPU-hour, in one pass
+-- (the caller keeps them in cb_calc_sum_t). Integer sums; charges (price x share) of the
+-- detail lines are multiplied out on the aggregated rows (one price per placement).
+CREATE OR REPLACE TEMP MACRO cb_calc_sums(m_start, m_end, src_asof, share_kind, basis) AS TABLE
+SELECT grouping(k) = 1 AS per_slice, k, pid, tenant, namespace, pod, pod_uid, container, price_micro,
+       sum(a_u)::HUGEINT AS alloc_u, sum(u_u)::HUGEINT AS used_u, sum(b_u)::HUGEINT AS billed_u,
+       sum(waste_u)::HUGEINT AS waste_u, sum(energy_mj_slice)::HUGEINT AS energy_mj,
+       sum(price_micro::HUGEINT * b_u)::HUGEINT AS charged_raw, count(*)::BIGINT AS n
+FROM cb_calc(m_start, m_end, src_asof, share_kind, basis)
+GROUP BY GROUPING SETS ((pid, tenant, namespace, pod, pod_uid, container, price_micro), (k));
+
+-- Per slice, placement and month: the bill's detail lines before the idle policy
+-- (cb_calc_sum_t).
 CREATE OR REPLACE TEMP MACRO cb_detail() AS TABLE
-WITH d AS (
-    -- integer sums first; charges (price x share) are multiplied out on the aggregated
-    -- rows, not on every slice-hour (one price per placement)
-    SELECT pid, tenant, namespace, pod, pod_uid, container, price_micro,
-           sum(a_u)::HUGEINT AS alloc_u, sum(u_u)::HUGEINT AS used_u, sum(b_u)::HUGEINT AS billed_u,
-           sum(waste_u)::HUGEINT AS waste_u, sum(energy_mj_slice)::HUGEINT AS energy_mj, count(*)::BIGINT AS slice_hours
-    FROM cb_calc_t
-    GROUP BY pid, tenant, namespace, pod, pod_uid, container, price_micro
-), pids AS (
+WITH pids AS (
     SELECT DISTINCT pid, cluster, node, gpu_uuid, model FROM cb_gpu_t
 )
 SELECT d.tenant, coalesce(d.namespace, '') AS namespace, coalesce(d.pod, '') AS pod, d.pod_uid, d.container,
        pids.cluster, pids.node, pids.gpu_uuid, coalesce(pids.model, '') AS model, d.price_micro,
        d.alloc_u, d.used_u, d.billed_u, (d.price_micro::HUGEINT * d.billed_u)::HUGEINT AS charge_raw,
-       (d.price_micro::HUGEINT * d.waste_u)::HUGEINT AS waste_raw, d.energy_mj, d.slice_hours
-FROM d JOIN pids USING (pid);
+       (d.price_micro::HUGEINT * d.waste_u)::HUGEINT AS waste_raw, d.energy_mj, d.n AS slice_hours
+FROM cb_calc_sum_t d JOIN pids USING (pid)
+WHERE d.per_slice;
 
--- Per GPU-hour: what its slices paid (raw) and their billed micro-seconds (cb_calc_t).
+-- Per GPU-hour: what its slices paid (raw) and their billed micro-seconds (cb_calc_sum_t).
 CREATE OR REPLACE TEMP MACRO cb_hour_charge() AS TABLE
-WITH c AS (
-    SELECT k, sum(price_micro::HUGEINT * b_u)::HUGEINT AS charged_raw, sum(b_u)::HUGEINT AS billed_u,
-           count(*)::BIGINT AS slice_rows
-    FROM cb_calc_t GROUP BY k
-)
-SELECT g.hour, g.gpu_uuid, c.charged_raw, c.billed_u, c.slice_rows
-FROM c JOIN cb_gpu_t g USING (k);
+SELECT g.hour, g.gpu_uuid, c.charged_raw, c.billed_u, c.n AS slice_rows
+FROM cb_calc_sum_t c JOIN cb_gpu_t g USING (k)
+WHERE NOT c.per_slice;
 
 -- Per placement and month: capacity, cost, what the slices paid and idle, each summed
 -- from the GPU-hours (cb_hour_charge_t), independently of the detail lines.
@@ -262,17 +269,21 @@ ORDER BY 1, 2;
 -- A GPU is listed from the month's first to its last hour once any sample saw it in the
 -- month; an hour without samples carries the GPU's last placement before it (else the next).
 CREATE OR REPLACE TEMP MACRO cb_unmetered_hours(m_start, m_end) AS TABLE
-WITH gpus AS (SELECT DISTINCT gpu_uuid FROM cb_hour_t),
-hours AS (SELECT unnest(generate_series(m_start::TIMESTAMP, m_end::TIMESTAMP - INTERVAL 1 HOUR, INTERVAL 1 HOUR)) AS hour),
-missing AS (
-    SELECT gpus.gpu_uuid, hours.hour FROM gpus CROSS JOIN hours ANTI JOIN cb_hour_t h USING (gpu_uuid, hour)
-), placed_before AS (
-    SELECT m.gpu_uuid, m.hour, h.cluster, h.node, h.model
-    FROM missing m ASOF LEFT JOIN cb_hour_t h ON m.gpu_uuid = h.gpu_uuid AND m.hour >= h.hour
+WITH seen AS (
+    SELECT gpu_uuid, hour, cluster, node, model,
+           lag(hour) OVER w IS NULL AS first_seen, coalesce(lead(hour) OVER w, m_end::TIMESTAMP) AS next_hour
+    FROM cb_hour_t WINDOW w AS (PARTITION BY gpu_uuid ORDER BY hour)
+), gaps AS (
+    -- the hours without samples are the gaps between the hours seen: after a seen hour
+    -- (up to the next, or the month's end) at its placement, before the first one at that one's
+    SELECT gpu_uuid, cluster, node, model, hour + INTERVAL 1 HOUR AS gap_start, next_hour AS gap_end
+    FROM seen WHERE next_hour > hour + INTERVAL 1 HOUR
+    UNION ALL
+    SELECT gpu_uuid, cluster, node, model, m_start::TIMESTAMP, hour FROM seen WHERE first_seen AND hour > m_start::TIMESTAMP
 ), placed AS (
-    SELECT b.gpu_uuid, b.hour, coalesce(b.cluster, a.cluster) AS cluster, coalesce(b.node, a.node) AS node,
-           coalesce(b.model, a.model) AS model
-    FROM placed_before b ASOF LEFT JOIN cb_hour_t a ON b.gpu_uuid = a.gpu_uuid AND b.hour <= a.hour
+    SELECT gpu_uuid, unnest(generate_series(gap_start, gap_end - INTERVAL 1 HOUR, INTERVAL 1 HOUR)) AS hour,
+           cluster, node, model
+    FROM gaps
 )
 SELECT hour, cluster, node, gpu_uuid, coalesce(model, '') AS model, 0.0::DOUBLE AS metered_s,
        0.0::DOUBLE AS gpu_metered_s, 3600.0::DOUBLE AS unmetered_s, 'no samples' AS reason
