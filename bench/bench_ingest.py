@@ -3,7 +3,7 @@
 Prints the ingest rate of one `slicemeter ingest` process (a child process, so its peak
 RSS is its own), DuckDB's own Arrow insert rate for the very rows that process stored
 (same run, same machine), their ratio, and the ingest's peak RSS. As context (not the
-issue's reference) it also prints DuckDB inserting the same rows under the ingest's own
+reference of the ratio) it also prints DuckDB inserting the same rows under the ingest's own
 constraints: one transaction per batch and the ingest's DuckDB settings (100 MB memory).
 
     python bench/bench_ingest.py                      # 10 M samples

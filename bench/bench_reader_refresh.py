@@ -11,7 +11,7 @@ would) and the same rollups.
 
 For each scale it prints:
 
-- old: the whole-file copy readers used to get (CHECKPOINT, copy the file, fsync, rename),
+- old: the reference, a copy of the whole live file (CHECKPOINT, copy the file, fsync, rename),
   all of it on the ingest thread: ingest stops for it;
 - new: slicemeter.store.reader_file.ReaderFile: the time on the ingest thread (pinning a read
   transaction) and the copy of the reader-facing tables that runs beside ingest, up to the
@@ -41,7 +41,7 @@ DEMO = {"gpus": 12, "slices": 20, "interval_ms": 10_000, "days": 30}
 
 
 def whole_file_copy(con, db: Path, dest: Path) -> float:
-    """The former snapshot: seconds the ingest thread spends on it."""
+    """The whole-file copy (the reference): seconds the ingest thread spends on it."""
     started = time.perf_counter()
     con.execute("CHECKPOINT")
     tmp = dest.with_name(f".{dest.name}.tmp")

@@ -2,7 +2,7 @@
 
 Default (`--scenario examples/large.yaml`): a month of that scenario's hourly rollups,
 built in a real DuckDB file through the project's own code path, then `build_plan` timed
-against the issue's target (<= 10 s):
+against the 10 s target:
 
 1. slicemeter.simulator.timetravel.generate(scenario, month start, month end, interval_s=3600): the
    simulator's workload model, columnar, in the Tick schema;

@@ -4,8 +4,8 @@ The wire carries node, cluster, GPU, pod, namespace, container, model and source
 dictionary-encoded; a batch of a quarter of a million rows has a few hundred distinct
 values. `encode_batch` concatenates a batch's messages and unifies their dictionaries (in
 Arrow, no Python per row), looks each distinct value up once (Python dict), then `take`
-turns the dictionary indices into id columns without touching a string per row. Mapping
-message by message cost ~1 ms of Python per message, more than decoding it. New strings
+turns the dictionary indices into id columns without touching a string per row. A mapping
+per message would cost ~1 ms of Python per message, more than decoding it. New strings
 are written in the same transaction as the rows that use them (ingest/writer.py); after a
 failed transaction `reload` forgets ids that never reached the store.
 """

@@ -32,7 +32,7 @@ from slicemeter.store import registered, sql_text
 
 @dataclass(frozen=True)
 class Thresholds:
-    """When a slice is flagged. Defaults follow the issue: over-requested when the grant is
+    """When a slice is flagged. Defaults: over-requested when the grant is
     more than twice the p99 need; OOM risk when p99 memory is above 90 % of the limit; idle
     when no kernel ran for a day at the latest sample, or p99 SM use is below 1 %."""
     over_request_factor: float = 2.0
@@ -53,7 +53,7 @@ class Plan:
 
 def _price_table(prices) -> tuple[dict[str, Decimal], str | None]:
     """Accept {model: Decimal per GPU-hour}, or a catalog object with `.gpu_hour` and
-    `.currency` (the chargeback branch's loader)."""
+    `.currency` (slicemeter.chargeback.prices' catalog)."""
     if prices is None:
         return {}, None
     currency = getattr(prices, "currency", None)
@@ -400,7 +400,7 @@ def build_plan(con, month: str, headroom: float = 0.2, prices=None, *, currency:
 
 
 def headline_metrics(plan: Plan) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """Prometheus samples for the lead's collector: metric name -> [(labels, value)].
+    """Prometheus samples for ingest's collector (ingest/metrics.py): metric name -> [(labels, value)].
     Floats are fine here: a gauge on a dashboard, never summed into a bill."""
     s = plan.summary
     out: dict[str, list[tuple[dict[str, str], float]]] = {

@@ -120,7 +120,7 @@ def ingest_metrics_port(args: argparse.Namespace, nodes: dict[str, str]) -> int:
 
 
 def plan(args: argparse.Namespace, kafka: str, nodes: dict[str, str], paths: Paths, now: datetime) -> dict[str, list[str]]:
-    """The child command lines, by name, in start order (the CLIs in the BRIEF). `nodes`:
+    """The child command lines, by name, in start order (the subcommands' documented CLIs). `nodes`:
     node name -> its tenant, the `tenant` label on that exporter's metrics."""
     start = backfill_start(now, args.days, args.interval)
     scenario = str(args.scenario)

@@ -42,7 +42,7 @@ def reference_insert(stored: tuple, scratch: Path) -> tuple[int, float, float]:
 
 
 def reference_insert_in_batches(stored: tuple, scratch: Path, batch_samples: int) -> tuple[int, float, float]:
-    """Context for the ratio, not the issue's reference: DuckDB inserting the `stored` rows
+    """Context for the ratio, not its reference: DuckDB inserting the `stored` rows
     under the ingest's own constraints, i.e. one transaction per batch of about
     `batch_samples` samples (its slice rows in whole row groups, like the ingest's) and the
     ingest's DuckDB settings (memory limit, checkpoint threshold). (rows, seconds, CPU s)"""
@@ -56,7 +56,7 @@ def reference_insert_in_batches(stored: tuple, scratch: Path, batch_samples: int
 
 
 def print_references(db: Path, tmp: Path, rate: float, batch_samples: int, what: str = "ingest") -> None:
-    """The issue's reference and ratio, then the in-batches one as context; the stored rows
+    """The reference and the ratio to it, then the in-batches one as context; the stored rows
     are read from `db` once for both."""
     stored = _stored_rows(db)
     rows, seconds, cpu = reference_insert(stored, tmp / "reference.duckdb")

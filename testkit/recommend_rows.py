@@ -1,5 +1,6 @@
 """Row builders for the recommend tests: write slice_hour / gpu_hour rows straight into a
-real DuckDB store (the ingest contract), so the tests do not depend on the ingest branch."""
+real DuckDB store (the ingest contract), so the recommend tests choose exact rollups without
+running ingest."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta

@@ -88,7 +88,7 @@ def test_images_are_pinned_and_the_project_image_is_built_here():
 
 def parse_cli(argv: list[str]) -> argparse.Namespace | None:
     """argv (subcommand first) parsed by that subcommand's own parser; None when the module
-    implementing it is not in this checkout yet. A bad option fails the test with argparse's
+    implementing it is not installed. A bad option fails the test with argparse's
     message."""
     module_name = COMMANDS[argv[0]][0]
     try:

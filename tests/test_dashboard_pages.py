@@ -153,8 +153,8 @@ def test_tenants_gpu_hours_equal_independent_sql(fleet_db, raw, monkeypatch):
 
 
 def test_tenants_costs_come_from_chargeback(fleet_db, monkeypatch):
-    """Costs are slicemeter.chargeback.bill's (the exports' code); until that branch is merged the page
-    says so instead of inventing money."""
+    """Costs are slicemeter.chargeback.bill's (the exports' code); where that module is not installed
+    the page says so instead of inventing money."""
     at = app(fleet_db, monkeypatch, "tenants")
     if importlib.util.find_spec("slicemeter.chargeback.bill") is None:
         assert any("chargeback module not installed" in w.body for w in at.warning)

@@ -1,4 +1,4 @@
-"""`slicemeter demo`: its command plan against the BRIEF's CLIs, its progress measure on a
+"""`slicemeter demo`: its command plan against the subcommands' documented CLIs, its progress measure on a
 real DuckDB file, and that stopping really stops every child (real processes)."""
 from __future__ import annotations
 

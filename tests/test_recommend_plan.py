@@ -133,7 +133,7 @@ def test_cli_prints_and_writes_csv(fleet, tmp_path, capsys):
     ('currency: 12\ngpu_hour: {"NVIDIA L4": "1"}\n', "prices.yaml:1: currency: expected an ISO 4217 code"),
     ("currency: USD\n", "prices.yaml:1: gpu_hour: missing required key"),
     ("[1, 2", "not valid YAML"),
-    # the catalog loader's own checks now apply to recommend too
+    # recommend reads prices through the catalog loader, with its checks
     ('currency: USD\ngpu_hour: {"NVIDIA L4": 0.8}\n', "write the price as a quoted string"),
     ('currency: USD\ngpu_hour: {"NVIDIA L4": "1"}\ncolour: red\n', "colour: unknown key"),
 ])

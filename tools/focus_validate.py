@@ -17,7 +17,7 @@ What the validator needs besides (handled below): it opens
 focus_validator/rules/currency_codes.csv relative to the working directory; its exit code
 is 0 even when rules fail, so its JUnit report is read; rules with applicability criteria
 are skipped unless the criteria are declared, so the provider profile is part of the
-check; InvoiceId is modelled as OR(all null, all non-null) and the losing branch is
+check; InvoiceId is modelled as OR(all null, all non-null) and the losing alternative is
 reported as a failure of its own, so only the OR's verdict counts; and a rule with several
 applicability criteria runs when any one of them is declared, where the spec means all of
 them ("when the provider supports virtual currency and publishes unit prices"), so the

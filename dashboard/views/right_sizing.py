@@ -1,4 +1,5 @@
-"""Right-sizing: the recommend branch's page (dashboard/right_sizing.py, render(con, month))."""
+"""Right-sizing page: the rendering lives in slicemeter.dashboard.right_sizing (render(con, month)),
+which the tests drive without a page script."""
 import importlib
 
 import streamlit as st
