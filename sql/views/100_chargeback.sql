@@ -199,13 +199,24 @@ FROM scaled;
 
 -- cb_calc's slice-hours summed per slice and placement and per GPU-hour, in one pass
 -- (the caller keeps them in cb_calc_sum_t). Integer sums; charges (price x share) are
--- multiplied out on the aggregated rows (one price per placement and per GPU-hour).
+-- multiplied out on the aggregated rows (one price per placement and per GPU-hour). The
+-- two groupings are separate aggregates over one streamed input rather than GROUPING
+-- SETS, which would compute every sum for the GPU-hours too, where only the billed time
+-- and the count are read.
 CREATE OR REPLACE TEMP MACRO cb_calc_sums(m_start, m_end, src_asof, share_kind, basis) AS TABLE
-SELECT grouping(k) = 1 AS per_slice, k, pid, tenant, namespace, pod, pod_uid, container, price_micro,
-       sum(a_u)::HUGEINT AS alloc_u, sum(u_u)::HUGEINT AS used_u, sum(b_u)::HUGEINT AS billed_u,
-       sum(waste_u)::HUGEINT AS waste_u, sum(energy_mj_slice)::HUGEINT AS energy_mj, count(*)::BIGINT AS n
-FROM cb_calc(m_start, m_end, src_asof, share_kind, basis)
-GROUP BY GROUPING SETS ((pid, tenant, namespace, pod, pod_uid, container, price_micro), (k));
+WITH c AS (
+    SELECT * FROM cb_calc(m_start, m_end, src_asof, share_kind, basis)
+)
+SELECT false AS per_slice, k, NULL::BIGINT AS pid, NULL::VARCHAR AS tenant, NULL::VARCHAR AS namespace,
+       NULL::VARCHAR AS pod, NULL::VARCHAR AS pod_uid, NULL::VARCHAR AS container, NULL::BIGINT AS price_micro,
+       NULL::HUGEINT AS alloc_u, NULL::HUGEINT AS used_u, sum(b_u)::HUGEINT AS billed_u, NULL::HUGEINT AS waste_u,
+       NULL::HUGEINT AS energy_mj, count(*)::BIGINT AS n
+FROM c GROUP BY k
+UNION ALL
+SELECT true, NULL, pid, tenant, namespace, pod, pod_uid, container, price_micro,
+       sum(a_u)::HUGEINT, sum(u_u)::HUGEINT, sum(b_u)::HUGEINT, sum(waste_u)::HUGEINT,
+       sum(energy_mj_slice)::HUGEINT, count(*)::BIGINT
+FROM c GROUP BY pid, tenant, namespace, pod, pod_uid, container, price_micro;
 
 -- Per slice, placement and month: the bill's detail lines before the idle policy
 -- (cb_calc_sum_t).
