@@ -183,6 +183,19 @@ def _slice_lines(con) -> list[dict]:
         ("alloc_u", "used_u", "billed_u", "charge_raw", "waste_raw", "energy_mj"))
 
 
+def fill_hours(con, args: list) -> None:
+    """cb_hour_t: the month's GPU-hours (args: month start, end, src_asof), placed and with
+    a model. The look-ups for hours only slices saw run only where there are such hours."""
+    con.execute("DELETE FROM cb_hour_t")
+    con.execute("INSERT INTO cb_hour_t BY NAME SELECT * FROM cb_hours_placed(?, ?, ?)", args)
+    if con.execute("SELECT EXISTS (SELECT 1 FROM cb_hour_t WHERE NOT has_gpu_row)").fetchone()[0]:
+        con.execute("UPDATE cb_hour_t h SET cluster = p.cluster, node = p.node FROM cb_slice_placement(?, ?, ?) p "
+                    "WHERE p.hour = h.hour AND p.gpu_uuid = h.gpu_uuid", args)
+    if con.execute("SELECT EXISTS (SELECT 1 FROM cb_hour_t WHERE model IS NULL)").fetchone()[0]:
+        con.execute("UPDATE cb_hour_t h SET model = m.model FROM cb_hour_models(?, ?, ?) m "
+                    "WHERE m.hour = h.hour AND m.gpu_uuid = h.gpu_uuid", args)
+
+
 def month_lines(con, month_start: date, src_asof: date | None, catalog: PriceCatalog,
                 basis: str, idle: str, share: str) -> tuple[list[dict], list[dict]]:
     """Raw lines of one month's data (live rollups, or a frozen copy when src_asof is set),
@@ -190,11 +203,7 @@ def month_lines(con, month_start: date, src_asof: date | None, catalog: PriceCat
     Leaves the month's GPU-hours in cb_hour_t (for the unmetered report)."""
     m_end = parse_month(month_str(month_start))[1]
     args = [month_start, m_end, src_asof]
-    con.execute("DELETE FROM cb_hour_t")
-    con.execute("INSERT INTO cb_hour_t BY NAME SELECT * FROM cb_hours_placed(?, ?, ?)", args)
-    if con.execute("SELECT EXISTS (SELECT 1 FROM cb_hour_t WHERE model IS NULL)").fetchone()[0]:
-        con.execute("DELETE FROM cb_hour_t")   # hours only slices saw: look their GPU's model up
-        con.execute("INSERT INTO cb_hour_t BY NAME SELECT * FROM cb_hours(?, ?, ?)", args)
+    fill_hours(con, args)
     _register_prices(con, catalog)
     con.execute("DELETE FROM cb_gpu_t")
     con.execute("INSERT INTO cb_gpu_t BY NAME SELECT * FROM cb_gpu_calc()")

@@ -27,7 +27,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 # DuckDB's buffer pool defaults to 80 % of the machine's memory and holds the month's
 # GPU-hour working tables: a bound keeps a large fleet's export beside ingest and the
 # dashboards on one host (DuckDB spills to its temp directory past it).
-MEMORY_LIMIT = "1GB"
+MEMORY_LIMIT = "768MB"
 
 
 def _open(db: str):

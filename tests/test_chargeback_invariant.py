@@ -275,7 +275,7 @@ def test_hour_check_finds_overpaid_and_unbilled_gpu_hours(db):
     with_con(db, fill)
     con = connect(db)
     args = [date(2026, 11, 1), date(2026, 12, 1), None]
-    con.execute("INSERT INTO cb_hour_t BY NAME SELECT * FROM cb_hours(?, ?, ?)", args)
+    cb.fill_hours(con, args)
     cb._register_prices(con, load_prices(DEFAULT_PRICES))
     con.execute("INSERT INTO cb_gpu_t BY NAME SELECT * FROM cb_gpu_calc()")
     cost = 2_400_000 * 3_600_000_000

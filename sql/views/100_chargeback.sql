@@ -12,7 +12,7 @@
 -- Working tables the caller fills per computation (TEMP: per connection, also on
 -- read-only connections). Declared here because macros bind their tables when created.
 CREATE TEMP TABLE IF NOT EXISTS cb_price (cluster VARCHAR, node VARCHAR, model VARCHAR, price_micro BIGINT);
--- The month's GPU-hours (cb_hours), before pricing.
+-- The month's GPU-hours (cb_hours_placed, completed by bill.fill_hours), before pricing.
 CREATE TEMP TABLE IF NOT EXISTS cb_hour_t (
     hour TIMESTAMP, gpu_uuid VARCHAR, cluster VARCHAR, node VARCHAR, model VARCHAR,
     gpu_metered_s DOUBLE, metered_s DOUBLE, energy_joules DOUBLE, has_gpu_row BOOLEAN
@@ -35,7 +35,7 @@ CREATE TEMP TABLE IF NOT EXISTS cb_gpu_t (
 CREATE TEMP TABLE IF NOT EXISTS cb_calc_sum_t (
     per_slice BOOLEAN, k BIGINT, pid BIGINT, tenant VARCHAR, namespace VARCHAR, pod VARCHAR, pod_uid VARCHAR,
     container VARCHAR, price_micro BIGINT, alloc_u HUGEINT, used_u HUGEINT, billed_u HUGEINT, waste_u HUGEINT,
-    energy_mj HUGEINT, charged_raw HUGEINT, n BIGINT
+    energy_mj HUGEINT, n BIGINT
 );
 -- What the slices of each GPU-hour paid (cb_hour_charge), the GPU side of the invariant.
 CREATE TEMP TABLE IF NOT EXISTS cb_hour_charge_t (
@@ -73,36 +73,44 @@ WHERE as_of = src_asof AND hour >= m_start AND hour < m_end;
 -- longer of the GPU's and its longest-seen slice's seconds: both come from the same
 -- Ticks, so the slices extend the GPU's time only by the samples NVML missed.
 -- A GPU-hour belongs to the cluster and node it was metered on in that hour (a GPU that
--- moves is billed on each side of the move). Without a GPU row the placement is the
--- slices' (the longest-seen slice's) and the model is unknown here (see cb_hours).
+-- moves is billed on each side of the move). Without a GPU row the placement and model
+-- are unknown here: the caller fills them in (cb_slice_placement, cb_hour_models).
 CREATE OR REPLACE TEMP MACRO cb_hours_placed(m_start, m_end, src_asof) AS TABLE
 WITH g AS (
     SELECT * FROM cb_gpu_src(m_start, m_end, src_asof)
 ), s AS (
-    -- per GPU-hour its slices' longest metered time, and where the longest-seen slice was
-    -- (ties: the smallest cluster, then node, so the same data always gives the same bill):
-    -- the placement of GPU-hours only slices saw
-    SELECT hour, gpu_uuid, max(least(greatest(metered_s, 0), 3600.0)) AS slice_metered_s,
-           min(struct_pack(neg_s := -metered_s, c := cluster, n := node)) AS place
+    -- per GPU-hour its slices' longest metered time
+    SELECT hour, gpu_uuid, max(least(greatest(metered_s, 0), 3600.0)) AS slice_metered_s
     FROM cb_slice_src(m_start, m_end, src_asof) GROUP BY hour, gpu_uuid
 )
 SELECT coalesce(g.hour, s.hour) AS hour, coalesce(g.gpu_uuid, s.gpu_uuid) AS gpu_uuid,
-       coalesce(g.cluster, s.place.c) AS cluster, coalesce(g.node, s.place.n) AS node,
-       g.model,
+       g.cluster, g.node, g.model,
        coalesce(least(greatest(g.metered_s, 0), 3600.0), 0) AS gpu_metered_s,
        greatest(coalesce(least(greatest(g.metered_s, 0), 3600.0), 0), coalesce(s.slice_metered_s, 0)) AS metered_s,
        g.energy_joules, g.gpu_uuid IS NOT NULL AS has_gpu_row
 FROM g FULL OUTER JOIN s ON g.hour = s.hour AND g.gpu_uuid = s.gpu_uuid;
 
--- cb_hours_placed with the model filled in where the hour has no GPU row: the GPU's last
--- known model earlier in the month, else before the month, else the first one seen later
--- in the month. (The caller reads cb_hours_placed alone when every hour has a model: the
--- look-ups below sort the whole month once more.)
-CREATE OR REPLACE TEMP MACRO cb_hours(m_start, m_end, src_asof) AS TABLE
-WITH j AS (
-    SELECT * FROM cb_hours_placed(m_start, m_end, src_asof)
-), unknown AS (
-    SELECT hour, gpu_uuid FROM j WHERE model IS NULL
+-- The placement of the GPU-hours in cb_hour_t that only slices saw: where the
+-- longest-seen slice was (ties: the smallest cluster, then node, so the same data always
+-- gives the same bill). A second, rare read of those hours' slices: the struct minimum
+-- over every slice-hour of the month costs more than the rest of the placement.
+CREATE OR REPLACE TEMP MACRO cb_slice_placement(m_start, m_end, src_asof) AS TABLE
+WITH only_slices AS (
+    SELECT hour, gpu_uuid FROM cb_hour_t WHERE NOT has_gpu_row
+), p AS (
+    SELECT x.hour, x.gpu_uuid, min(struct_pack(neg_s := -x.metered_s, c := x.cluster, n := x.node)) AS place
+    FROM cb_slice_src(m_start, m_end, src_asof) x SEMI JOIN only_slices o ON o.hour = x.hour AND o.gpu_uuid = x.gpu_uuid
+    GROUP BY x.hour, x.gpu_uuid
+)
+SELECT hour, gpu_uuid, place.c AS cluster, place.n AS node FROM p;
+
+-- The model of the GPU-hours in cb_hour_t without one (hours only slices saw): the GPU's
+-- last known model earlier in the month, else before the month, else the first one seen
+-- later in the month. (The caller runs it only where some hour has no model: the look-ups
+-- below sort the whole month once more.)
+CREATE OR REPLACE TEMP MACRO cb_hour_models(m_start, m_end, src_asof) AS TABLE
+WITH unknown AS (
+    SELECT hour, gpu_uuid FROM cb_hour_t WHERE model IS NULL
 ), known AS (
     SELECT hour, gpu_uuid, model FROM cb_gpu_src(m_start, m_end, src_asof) WHERE model IS NOT NULL
 ), before_h AS (
@@ -115,13 +123,11 @@ WITH j AS (
     WHERE hour < m_start AND model IS NOT NULL AND gpu_uuid IN (SELECT gpu_uuid FROM unknown)
     GROUP BY gpu_uuid
 )
-SELECT j.hour, j.gpu_uuid, j.cluster, j.node,
-       coalesce(j.model, before_h.model, prior.model, after_h.model) AS model,
-       j.gpu_metered_s, j.metered_s, j.energy_joules, j.has_gpu_row
-FROM j
-LEFT JOIN before_h ON before_h.hour = j.hour AND before_h.gpu_uuid = j.gpu_uuid
-LEFT JOIN after_h ON after_h.hour = j.hour AND after_h.gpu_uuid = j.gpu_uuid
-LEFT JOIN prior ON prior.gpu_uuid = j.gpu_uuid;
+SELECT u.hour, u.gpu_uuid, coalesce(before_h.model, prior.model, after_h.model) AS model
+FROM unknown u
+LEFT JOIN before_h ON before_h.hour = u.hour AND before_h.gpu_uuid = u.gpu_uuid
+LEFT JOIN after_h ON after_h.hour = u.hour AND after_h.gpu_uuid = u.gpu_uuid
+LEFT JOIN prior ON prior.gpu_uuid = u.gpu_uuid;
 
 -- Priced GPU-hours from cb_hour_t (the caller keeps them in cb_gpu_t): capacity in
 -- micro-seconds and its cost in raw units.
@@ -192,15 +198,25 @@ SELECT *,
 FROM scaled;
 
 -- cb_calc's slice-hours summed per slice and placement and per GPU-hour, in one pass
--- (the caller keeps them in cb_calc_sum_t). Integer sums; charges (price x share) of the
--- detail lines are multiplied out on the aggregated rows (one price per placement).
+-- (the caller keeps them in cb_calc_sum_t). Integer sums; charges (price x share) are
+-- multiplied out on the aggregated rows (one price per placement and per GPU-hour). The
+-- two groupings are separate aggregates over one streamed input rather than GROUPING
+-- SETS, which would compute every sum for the GPU-hours too, where only the billed time
+-- and the count are read.
 CREATE OR REPLACE TEMP MACRO cb_calc_sums(m_start, m_end, src_asof, share_kind, basis) AS TABLE
-SELECT grouping(k) = 1 AS per_slice, k, pid, tenant, namespace, pod, pod_uid, container, price_micro,
-       sum(a_u)::HUGEINT AS alloc_u, sum(u_u)::HUGEINT AS used_u, sum(b_u)::HUGEINT AS billed_u,
-       sum(waste_u)::HUGEINT AS waste_u, sum(energy_mj_slice)::HUGEINT AS energy_mj,
-       sum(price_micro::HUGEINT * b_u)::HUGEINT AS charged_raw, count(*)::BIGINT AS n
-FROM cb_calc(m_start, m_end, src_asof, share_kind, basis)
-GROUP BY GROUPING SETS ((pid, tenant, namespace, pod, pod_uid, container, price_micro), (k));
+WITH c AS (
+    SELECT * FROM cb_calc(m_start, m_end, src_asof, share_kind, basis)
+)
+SELECT false AS per_slice, k, NULL::BIGINT AS pid, NULL::VARCHAR AS tenant, NULL::VARCHAR AS namespace,
+       NULL::VARCHAR AS pod, NULL::VARCHAR AS pod_uid, NULL::VARCHAR AS container, NULL::BIGINT AS price_micro,
+       NULL::HUGEINT AS alloc_u, NULL::HUGEINT AS used_u, sum(b_u)::HUGEINT AS billed_u, NULL::HUGEINT AS waste_u,
+       NULL::HUGEINT AS energy_mj, count(*)::BIGINT AS n
+FROM c GROUP BY k
+UNION ALL
+SELECT true, NULL, pid, tenant, namespace, pod, pod_uid, container, price_micro,
+       sum(a_u)::HUGEINT, sum(u_u)::HUGEINT, sum(b_u)::HUGEINT, sum(waste_u)::HUGEINT,
+       sum(energy_mj_slice)::HUGEINT, count(*)::BIGINT
+FROM c GROUP BY pid, tenant, namespace, pod, pod_uid, container, price_micro;
 
 -- Per slice, placement and month: the bill's detail lines before the idle policy
 -- (cb_calc_sum_t).
@@ -217,7 +233,7 @@ WHERE d.per_slice;
 
 -- Per GPU-hour: what its slices paid (raw) and their billed micro-seconds (cb_calc_sum_t).
 CREATE OR REPLACE TEMP MACRO cb_hour_charge() AS TABLE
-SELECT g.hour, g.gpu_uuid, c.charged_raw, c.billed_u, c.n AS slice_rows
+SELECT g.hour, g.gpu_uuid, (g.price_micro::HUGEINT * c.billed_u)::HUGEINT AS charged_raw, c.billed_u, c.n AS slice_rows
 FROM cb_calc_sum_t c JOIN cb_gpu_t g USING (k)
 WHERE NOT c.per_slice;
 
