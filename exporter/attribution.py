@@ -25,7 +25,8 @@ from typing import Callable, Protocol
 from slicemeter.exporter.hami import Region, RegionError, RegionFile, aggregate
 from slicemeter.exporter.nvml import GpuSample, MigSample, NvmlSnapshot
 from slicemeter.exporter.pods import Grant, PodIndex, PodInfo
-from slicemeter.exporter.shares import MiB, clamp01, core_limit_ratio, grant_cores_ratio, larger, memory_disagrees
+from slicemeter.common import MiB
+from slicemeter.exporter.shares import clamp01, core_limit_ratio, grant_cores_ratio, larger, memory_disagrees
 from slicemeter.tick import SliceReading
 
 

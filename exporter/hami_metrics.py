@@ -23,7 +23,7 @@ import sys
 from slicemeter.exporter.catalogue import group
 from slicemeter.exporter.exposition import Samples
 from slicemeter.exporter.scrape import FamilyCollector, Scrape
-from slicemeter.exporter.shares import MiB
+from slicemeter.common import MiB
 
 HAMI_METRICS_MODES = ("monitor", "full", "off")
 ZONE = "vGPU"                 # the zone label both HAMi collectors are registered under

@@ -5,10 +5,8 @@ cores (whole GPU = 1), the usage share the larger of memory and SM.
 """
 from __future__ import annotations
 
-from slicemeter.common import MiB  # noqa: F401  (the exporter modules take it from here)
 from slicemeter.exporter.pods import Grant
 from slicemeter.tick import SliceReading
-
 
 
 def clamp01(v: float | None) -> float | None:

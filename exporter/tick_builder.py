@@ -25,8 +25,8 @@ from slicemeter.exporter.attribution import (AnnotationStrategy, CgroupStrategy,
 from slicemeter.exporter.hami import RegionError, RegionSource, parse_dir_name
 from slicemeter.exporter.nvml import GpuSample, MigSample, NvmlReader
 from slicemeter.exporter.pods import PodCache, PodIndex, PodInfo, pid_to_pod
-# the shares are the Tick's consumers' too: importable from here
-from slicemeter.exporter.shares import MiB, allocation_share, clamp01, usage_share  # noqa: F401
+from slicemeter.common import MiB
+from slicemeter.exporter.shares import clamp01
 from slicemeter.tick import GpuReading, Tick
 
 log = logging.getLogger(__name__)

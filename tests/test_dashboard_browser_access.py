@@ -7,6 +7,7 @@ the page's text every websocket frame the server sends the browser is searched: 
 tenant's rows would have to travel in one of them."""
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 from decimal import Decimal
@@ -123,6 +124,16 @@ def test_tenant_dashboard_shows_and_exports_only_that_tenant(fleet_db, browser, 
     assert {r["ResourceName"].split("/")[1] for r in focus} == ACME_PODS   # every acme slice, no other
 
 
+@contextlib.contextmanager
+def signed_in(browser, email: str, groups: str):
+    """A page whose requests carry the sign-in proxy's headers for `email` in `groups`."""
+    context = browser.new_context(extra_http_headers={"X-Forwarded-Email": email, "X-Forwarded-Groups": groups})
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
+
+
 def test_signed_in_user_sees_the_tenants_of_their_groups(fleet_db, browser, artifacts_dir, tmp_path):
     cfg = tmp_path / "access.yaml"
     cfg.write_text("groups:\n  acme-finops: [acme]\n  finance: [acme, globex]\n  platform-ops: '*'\n")
@@ -135,30 +146,24 @@ def test_signed_in_user_sees_the_tenants_of_their_groups(fleet_db, browser, arti
         anonymous.goto(url)
         anonymous.wait_for_selector("text=No single signed-in user", timeout=60_000)
         nobody_text = anonymous.inner_text("body")
-        eve = browser.new_context(extra_http_headers={"X-Forwarded-Email": "eve@example", "X-Forwarded-Groups": "staff"})
-        eve_page = eve.new_page()
-        eve_page.goto(url + "tenants")
-        eve_page.wait_for_selector("text=none of your groups may see a tenant", timeout=60_000)
-        eve_text = eve_page.inner_text("body")
-        eve.close()
-        ops = browser.new_context(extra_http_headers={"X-Forwarded-Email": "op@platform", "X-Forwarded-Groups": "platform-ops"})
-        ops_page = ops.new_page()
-        ops_page.goto(url)
-        ops_page.wait_for_selector("[data-testid=stTable] td", timeout=60_000)
-        ops_text = ops_page.inner_text("body")
-        ops.close()
+        with signed_in(browser, "eve@example", "staff") as eve_page:
+            eve_page.goto(url + "tenants")
+            eve_page.wait_for_selector("text=none of your groups may see a tenant", timeout=60_000)
+            eve_text = eve_page.inner_text("body")
+        with signed_in(browser, "op@platform", "platform-ops") as ops_page:
+            ops_page.goto(url)
+            ops_page.wait_for_selector("[data-testid=stTable] td", timeout=60_000)
+            ops_text = ops_page.inner_text("body")
         # granted two tenants: a picker, acme first; choosing globex shows globex alone
-        fin = browser.new_context(extra_http_headers={"X-Forwarded-Email": "fin@corp", "X-Forwarded-Groups": "finance"})
-        fin_page = fin.new_page()
-        fin_page.goto(url)
-        fin_page.wait_for_selector("[data-testid=stTable] td", timeout=60_000)
-        fin_acme = fin_page.inner_text("[data-testid=stTable]")
-        fin_page.locator("[data-testid=stSidebar] [data-testid=stSelectbox]").filter(has_text="Tenant").click()
-        fin_page.get_by_role("option", name="globex").click()
-        fin_page.wait_for_selector("text=Tenant: globex", timeout=60_000)
-        fin_page.wait_for_selector("[data-testid=stTable] td:has-text('Globex Inference')", timeout=60_000)
-        fin_globex = fin_page.inner_text("[data-testid=stTable]")
-        fin.close()
+        with signed_in(browser, "fin@corp", "finance") as fin_page:
+            fin_page.goto(url)
+            fin_page.wait_for_selector("[data-testid=stTable] td", timeout=60_000)
+            fin_acme = fin_page.inner_text("[data-testid=stTable]")
+            fin_page.locator("[data-testid=stSidebar] [data-testid=stSelectbox]").filter(has_text="Tenant").click()
+            fin_page.get_by_role("option", name="globex").click()
+            fin_page.wait_for_selector("text=Tenant: globex", timeout=60_000)
+            fin_page.wait_for_selector("[data-testid=stTable] td:has-text('Globex Inference')", timeout=60_000)
+            fin_globex = fin_page.inner_text("[data-testid=stTable]")
     assert "Signed in as ann@acme.example" in texts["fleet"] and "Tenant: acme" in texts["fleet"]
     assert {p: seen(t) for p, t in texts.items() if seen(t)} == {}
     for text in (nobody_text, eve_text):

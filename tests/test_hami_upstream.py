@@ -33,7 +33,8 @@ import pytest
 from slicemeter.exporter.hami import LAYOUT_V0, LAYOUT_V1, Region, RegionError, parse_region, parse_region_bytes
 from slicemeter.exporter.nvml import NvmlReader
 from slicemeter.exporter.pods import AnnotationError, Grant, PodCache, assign_grants, parse_vgpu_allocated
-from slicemeter.exporter.tick_builder import TickBuilder, allocation_share
+from slicemeter.exporter.shares import allocation_share
+from slicemeter.exporter.tick_builder import TickBuilder
 from slicemeter.testkit.hami_bytes import LAYOUTS, MiB, Proc, build_region, file_size
 from slicemeter.simulator.nvml import FakeNvml, GpuNow, ProcNow
 

@@ -12,7 +12,8 @@ import pytest
 
 from slicemeter.exporter.nvml import NvmlReader
 from slicemeter.exporter.pods import PodCache
-from slicemeter.exporter.tick_builder import TickBuilder, allocation_share
+from slicemeter.exporter.shares import allocation_share
+from slicemeter.exporter.tick_builder import TickBuilder
 from slicemeter.testkit.hami_bytes import LAYOUTS, file_size
 from slicemeter.simulator.node import SimulatedNode
 from slicemeter.common import MiB
