@@ -11,11 +11,12 @@ from slicemeter.chargeback.bill import BASES, IDLE_POLICIES, SHARES, InvariantEr
 from slicemeter.chargeback.exports import check_tenant, write_exports
 from slicemeter.chargeback.prices import DEFAULT_PRICES, load_prices
 from slicemeter.store import connect
+from slicemeter.store.lake import is_lake
 from slicemeter.common import ConfigError
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", required=True, help="DuckDB file (a snapshot is fine)")
+    p.add_argument("--db", required=True, help="DuckDB file (a snapshot is fine), or a DuckLake ducklake:postgres:CONNINFO")
     p.add_argument("--month", required=True, help="invoice month, YYYY-MM (UTC)")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--basis", default="allocation", help=f"{' | '.join(BASES)} (default allocation)")
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     check_options(args.basis, args.idle, args.share)
     check_tenant(args.tenant)
     catalog = load_prices(args.prices)
-    if not Path(args.db).exists():
+    if not is_lake(args.db) and not Path(args.db).exists():
         raise ConfigError(f"--db: no such database file: {args.db}")
     con = _open(args.db)
     try:

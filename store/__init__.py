@@ -27,8 +27,17 @@ def _numbered(folder: str) -> list[Path]:
 
 
 def apply_views(con: duckdb.DuckDBPyConnection) -> None:
+    """The views and macros, on every connection; on a connection (or cursor) with a lake
+    attached, over the lake's tables, then the lake's own views (store/lake.py)."""
+    from slicemeter.store import lake
+
+    on_lake = lake.is_lake_connection(con)
+    if on_lake:
+        con.execute(f"USE {lake.ALIAS}")   # a cursor starts on the in-memory database
     for path in _numbered("views"):
         con.execute(path.read_text())
+    if on_lake:
+        lake.apply_lake_views(con)
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
@@ -79,14 +88,21 @@ def has_pending_rollups(con: duckdb.DuckDBPyConnection) -> bool:
     return con.execute("SELECT " + " OR ".join(f"EXISTS (FROM {name})" for name in sorted(present))).fetchall()[0][0]
 
 
-def connect(path: str | Path, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+def connect(path: str | Path, read_only: bool = False, lake_data: str | Path | None = None) -> duckdb.DuckDBPyConnection:
     """Open the store; every connection gets the views. Read-write connections migrate first
     and fold the rollup deltas an ingest that crashed left pending.
+
+    `path` may name a DuckLake instead of a file, `ducklake:postgres:<conninfo>`
+    (store/lake.py; `lake_data`: its Parquet folder, needed to create it).
 
     A read-only connection must not show gpu_hour / slice_hour without those deltas (an
     export would bill short): where it finds some, no ingest holds the file (DuckDB lets a
     reader in only then; a running or cleanly stopped ingest leaves none behind), so the
     file is opened read-write once to fold them, then read-only again."""
+    from slicemeter.store import lake
+
+    if lake.is_lake(path):
+        return lake.connect(str(path), read_only=read_only, data_path=lake_data)
     con = duckdb.connect(str(path), read_only=read_only)
     if read_only and has_pending_rollups(con):
         con.close()

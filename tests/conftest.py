@@ -22,3 +22,14 @@ def broker(tmp_path):
 def artifacts_dir() -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A PostgreSQL cluster of the session's own (Debian's binaries, a temporary folder):
+    the catalog of the DuckLake tests' lakes."""
+    from slicemeter.testkit.postgres import start_cluster
+
+    cluster = start_cluster()
+    yield cluster
+    cluster.stop()

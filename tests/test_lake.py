@@ -1,0 +1,170 @@
+"""DuckLake (store/lake.py): ingest workers of one consumer group writing one lake whose
+catalog is a real PostgreSQL cluster (testkit/postgres.py) and whose data is Parquet in a
+folder, against the real Tansu broker; readers attaching it read-only meanwhile."""
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pytest
+
+from slicemeter import store
+from slicemeter.store import lake
+from slicemeter.testkit.ingest_helpers import (SLICEMETER, create_topic, expected_checksum, produce_chunks,
+                                               sigkill_within, wait_for_line)
+from slicemeter.testkit.synth_ticks import fleet, messages, recent_midnight_ms
+
+REPO = Path(__file__).resolve().parent.parent
+START = recent_midnight_ms()
+pytestmark = pytest.mark.broker
+
+
+@pytest.fixture
+def lake_db(postgres, tmp_path, request):
+    """A new lake: its own catalog database in the session's cluster, data under tmp_path."""
+    name = "lake_" + "".join(ch for ch in request.node.name if ch.isalnum())[-40:].lower()
+    postgres.create_database(name)
+    target, data = postgres.lake(name), tmp_path / "lake-data"
+    store.connect(target, lake_data=data).close()    # creates its tables once
+    return target, data
+
+
+def _checksum(con) -> tuple[int, int]:
+    return con.execute(store.sql_text("testkit/sample_checksum.sql")).fetchone()
+
+
+def _frame(con, sql: str, keys: list[str]) -> pd.DataFrame:
+    return con.execute(sql).df().sort_values(keys).reset_index(drop=True)
+
+
+def test_extensions_load_from_the_wheels_by_path():
+    con = duckdb.connect()
+    lake.load_extensions(con)
+    loaded = dict(con.execute("SELECT extension_name, install_mode FROM duckdb_extensions() "
+                              "WHERE extension_name IN ('ducklake', 'postgres_scanner') AND loaded").fetchall())
+    assert sorted(loaded) == ["ducklake", "postgres_scanner"]
+    # loaded from a file: nothing was installed into (or fetched to) DuckDB's extension folder
+    assert set(loaded.values()) == {"NOT_INSTALLED"}
+
+
+def test_a_lake_name_is_validated():
+    with pytest.raises(lake.LakeError, match="ducklake:postgres:"):
+        store.connect("ducklake:sqlite:/tmp/x.db")
+    with pytest.raises(lake.LakeError, match="control character"):
+        store.connect("ducklake:postgres:dbname=x\n")
+
+
+def test_a_reader_cannot_write_the_lake(lake_db):
+    target, _ = lake_db
+    con = store.connect(target, read_only=True)
+    try:
+        with pytest.raises(duckdb.Error, match="read-only"):
+            con.execute("INSERT INTO dead_letters (topic) VALUES ('x')")
+    finally:
+        con.close()
+
+
+def _assignments(log: Path) -> list[list[int]]:
+    lines = [ln for ln in log.read_text().splitlines() if "assigned partitions [" in ln] if log.exists() else []
+    return [[int(x) for x in ln.split("assigned partitions [", 1)[1].split("]", 1)[0].split(",") if x.strip()]
+            for ln in lines]
+
+
+def test_two_workers_one_killed_at_random_moments_lose_and_double_nothing(broker, lake_db, tmp_path):
+    target, data = lake_db
+    create_topic(broker.bootstrap, partitions=4)
+    chunks = list(messages(fleet(24, ["https://acme:6443", "https://beta:6443"]), START, 960, 30))
+    _, produced = produce_chunks(broker.bootstrap, chunks)
+    want = expected_checksum(chunks)
+    cmd = [*SLICEMETER, "ingest", "--kafka", broker.bootstrap, "--db", target, "--lake-data", str(data),
+           "--group", "lake", "--session-timeout-ms", "3000", "--batch-samples", "20000",
+           "--batch-max-seconds", "0.5"]
+    steady_log = tmp_path / "steady.log"
+    steady = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(steady_log, "w"))
+    rng = random.Random(20261201)
+    kills, readers = 0, []
+    killed_log = tmp_path / "killed.log"
+    try:
+        for i in range(2):
+            log = tmp_path / f"killed{i}.log"
+            proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+            assert wait_for_line(proc, log, "stored batch", 1, deadline_s=120), log.read_text()[-3000:]
+            if i == 0:
+                readers = _read_while_writing(target, tmp_path)
+            kills += sigkill_within(proc, rng.uniform(0.0, 0.6))
+            killed_log = log
+        # the last restart runs to the end beside the steady worker
+        final = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(killed_log, "a"))
+        _wait_until_stored(target, produced, steady, deadline_s=120)
+        for p in (final, steady):
+            p.send_signal(signal.SIGTERM)
+        assert final.wait(timeout=60) == 0 and steady.wait(timeout=60) == 0, steady_log.read_text()[-3000:]
+    finally:
+        for p in (steady,):
+            if p.poll() is None:
+                p.kill()
+    assert kills == 2
+    # the steady worker took the killed one's partitions over: all four at some point
+    assert [0, 1, 2, 3] in _assignments(steady_log), _assignments(steady_log)
+    for reader in readers:
+        out, err = reader.communicate(timeout=120)
+        assert reader.returncode == 0, err
+    con = store.connect(target, read_only=True)
+    try:
+        assert _checksum(con) == want
+        keys = ["hour", "gpu_uuid", "pod_uid", "container"]
+        got = _frame(con, "SELECT * FROM slice_hour", keys)
+        ref = _frame(con, store.sql_text("testkit/slice_hour_from_raw.sql"), keys)
+        assert len(got) == len(ref) > 0 and got["sample_count"].sum() == sum(s.num_rows for _, _, s in chunks)
+        pd.testing.assert_frame_equal(got[ref.columns], ref, check_dtype=False, rtol=1e-9)
+        keys = ["hour", "gpu_uuid"]
+        got = _frame(con, "SELECT * FROM gpu_hour", keys)
+        ref = _frame(con, store.sql_text("testkit/gpu_hour_from_raw.sql"), keys)
+        pd.testing.assert_frame_equal(got[ref.columns], ref, check_dtype=False, rtol=1e-9)
+    finally:
+        con.close()
+
+
+def _wait_until_stored(target: str, produced: int, worker: subprocess.Popen, deadline_s: float) -> None:
+    """Poll the lake (a reader's snapshot) until it holds `produced` samples, while `worker` runs."""
+    deadline = time.monotonic() + deadline_s
+    con = store.connect(target, read_only=True)
+    try:
+        while True:
+            stored = con.execute("SELECT (SELECT count(*) FROM raw_gpu_rows) + (SELECT count(*) FROM raw_slice_rows)"
+                                 ).fetchone()[0]
+            if stored >= produced:
+                return
+            assert time.monotonic() < deadline, f"{stored} of {produced} samples stored"
+            with pytest.raises(subprocess.TimeoutExpired):
+                worker.wait(timeout=0.2)
+    finally:
+        con.close()
+
+
+def _read_while_writing(target: str, tmp_path: Path) -> list[subprocess.Popen]:
+    """A dashboard query in this process and an export in a child, against the lake while
+    both workers write: they see a committed snapshot (whole batches only)."""
+    con = store.connect(target, read_only=True)
+    try:
+        day = pd.Timestamp(START, unit="ms").floor("D")
+        summary = con.execute(store.sql_text("dashboard/fleet_summary.sql"),
+                              {"start": day.to_pydatetime(), "end": (day + pd.Timedelta(days=1)).to_pydatetime()}).df()
+        assert len(summary) > 0
+        con.execute("BEGIN TRANSACTION")   # one snapshot for both reads
+        hours, rows = con.execute("SELECT (SELECT sum(sample_count) FROM slice_hour), "
+                                  "(SELECT count(*) FROM raw_slice_rows)").fetchone()
+        con.execute("COMMIT")
+        # rows and rollup deltas commit together: a snapshot's rollups count its rows exactly
+        assert hours == rows > 0
+    finally:
+        con.close()
+    month = pd.Timestamp(START, unit="ms").strftime("%Y-%m")
+    export = subprocess.Popen([*SLICEMETER, "export", "--db", target, "--month", month, "--out", str(tmp_path / "out")],
+                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return [export]
