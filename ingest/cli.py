@@ -137,6 +137,15 @@ def run(args: argparse.Namespace) -> int:
                     max_age_ms=int(args.raw_retention_days * 86_400_000) + slack_ms, future_slack_ms=slack_ms)
     prices = load_prices_or_default(args.prices) if args.recommend_interval else None
     sources = catalog_sources(args)
+    # SIGTERM stops cleanly from here on: attaching a lake takes seconds
+    stop_requested: list[int] = []
+    ingestor = None
+
+    def stop(signum, frame):
+        stop_requested.append(signum)
+        if ingestor is not None:
+            ingestor.stopping = True
+    signal.signal(signal.SIGTERM, stop)
     con = store.connect(args.db, lake_data=args.lake_data)
     catalog_sync = None
     if args.tenants or sources:
@@ -161,10 +170,7 @@ def run(args: argparse.Namespace) -> int:
         limits=limits, publishers=publishers, dedupe_window_s=args.dedupe_window_seconds, kafka_security=security,
     )
     ingestor = Ingestor(cfg, metrics=metrics, con=con)
-
-    def stop(signum, frame):
-        ingestor.stopping = True
-    signal.signal(signal.SIGTERM, stop)
+    ingestor.stopping = bool(stop_requested)
     if catalog_sync:
         catalog_sync.start()
     try:

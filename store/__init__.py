@@ -32,12 +32,22 @@ def apply_views(con: duckdb.DuckDBPyConnection) -> None:
     from slicemeter.store import lake
 
     on_lake = lake.is_lake_connection(con)
-    if on_lake:
-        con.execute(f"USE {lake.ALIAS}")   # a cursor starts on the in-memory database
-    for path in _numbered("views"):
-        con.execute(path.read_text())
-    if on_lake:
+    if not on_lake:
+        for path in _numbered("views"):
+            con.execute(path.read_text())
+        return
+    con.execute(f"USE {lake.ALIAS}")   # a cursor starts on the in-memory database
+    # one transaction: each statement would otherwise read the lake's catalog afresh
+    # (measured on a loaded machine: 4.7 s for the views, 0.2 s in one transaction)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for path in _numbered("views"):
+            con.execute(path.read_text())
         lake.apply_lake_views(con)
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:

@@ -164,7 +164,8 @@ def connect(target: str, read_only: bool = False, data_path: str | Path | None =
     made the default, so the store's SQL reads and appends the lake's tables.
 
     `data_path`: where Parquet files go, needed when the lake is created (a lake keeps it
-    in its catalog). Read-write connections create the lake's tables where missing."""
+    in its catalog). Read-write connections create the lake's tables where missing;
+    read-only ones hold one snapshot (a transaction) until closed."""
     from slicemeter.store import apply_views
 
     target = _check_target(str(target))
@@ -184,7 +185,17 @@ def connect(target: str, read_only: bool = False, data_path: str | Path | None =
         if not read_only:
             ensure_schema(con)
         apply_views(con)
+        if read_only:
+            # a reader sees one committed snapshot for as long as it is connected, as a
+            # reader file would be: an export's many queries then agree with each other
+            con.execute("BEGIN TRANSACTION")
     except BaseException:
         con.close()
         raise
     return con
+
+
+def refresh(con: duckdb.DuckDBPyConnection) -> None:
+    """Move a read-only connection on to the lake's latest snapshot."""
+    con.execute("COMMIT")
+    con.execute("BEGIN TRANSACTION")

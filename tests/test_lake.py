@@ -143,6 +143,7 @@ def _wait_until_stored(target: str, produced: int, worker: subprocess.Popen, dea
             assert time.monotonic() < deadline, f"{stored} of {produced} samples stored"
             with pytest.raises(subprocess.TimeoutExpired):
                 worker.wait(timeout=0.2)
+            lake.refresh(con)
     finally:
         con.close()
 
@@ -156,11 +157,10 @@ def _read_while_writing(target: str, tmp_path: Path) -> list[subprocess.Popen]:
         summary = con.execute(store.sql_text("dashboard/fleet_summary.sql"),
                               {"start": day.to_pydatetime(), "end": (day + pd.Timedelta(days=1)).to_pydatetime()}).df()
         assert len(summary) > 0
-        con.execute("BEGIN TRANSACTION")   # one snapshot for both reads
-        hours, rows = con.execute("SELECT (SELECT sum(sample_count) FROM slice_hour), "
-                                  "(SELECT count(*) FROM raw_slice_rows)").fetchone()
-        con.execute("COMMIT")
-        # rows and rollup deltas commit together: a snapshot's rollups count its rows exactly
+        hours = con.execute("SELECT sum(sample_count) FROM slice_hour").fetchone()[0]
+        rows = con.execute("SELECT count(*) FROM raw_slice_rows").fetchone()[0]
+        # rows and rollup deltas commit together, and a reader holds one snapshot: its
+        # rollups count its rows exactly
         assert hours == rows > 0
     finally:
         con.close()
