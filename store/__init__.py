@@ -22,6 +22,11 @@ def sql_text(name: str) -> str:
     return (SQL_DIR / name).read_text()
 
 
+def quote_literal(text: str) -> str:
+    """A SQL string literal, for the few statements that take no parameters (ATTACH, LOAD)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
 def _numbered(folder: str) -> list[Path]:
     return sorted((SQL_DIR / folder).glob("[0-9][0-9][0-9]_*.sql"))
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import duckdb
 
-from slicemeter.store import migrate, sql_text
+from slicemeter.store import migrate, quote_literal, sql_text
 
 PREFIX = "ducklake:"
 ALIAS = "lake"            # the lake's name in every connection (sql/lake/*.sql use it)
@@ -50,10 +50,6 @@ def _check_target(target: str) -> str:
     if any(ord(ch) < 32 for ch in target):
         raise LakeError("the lake's name holds a control character")
     return target
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 _ext_dir: Path | None = None
@@ -91,7 +87,7 @@ def load_extensions(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("SET autoinstall_known_extensions = false")
     con.execute("SET autoload_known_extensions = false")
     for path in extension_files():
-        con.execute(f"LOAD {_literal(str(path))}")
+        con.execute(f"LOAD {quote_literal(str(path))}")
 
 
 def _lake_columns() -> dict[str, list[tuple[str, str]]]:
@@ -175,11 +171,11 @@ def connect(target: str, read_only: bool = False, data_path: str | Path | None =
         options = []
         if data_path is not None:
             Path(data_path).mkdir(parents=True, exist_ok=True)
-            options.append(f"DATA_PATH {_literal(str(Path(data_path).resolve()))}")
+            options.append(f"DATA_PATH {quote_literal(str(Path(data_path).resolve()))}")
         if read_only:
             options.append("READ_ONLY")
         suffix = f" ({', '.join(options)})" if options else ""
-        con.execute(f"ATTACH {_literal(target)} AS {ALIAS}{suffix}")
+        con.execute(f"ATTACH {quote_literal(target)} AS {ALIAS}{suffix}")
         con.execute(f"USE {ALIAS}")
         con.execute(f"SET GLOBAL ducklake_max_retry_count = {_MAX_RETRIES}")
         if not read_only:
