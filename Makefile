@@ -3,7 +3,7 @@ PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
-DEBS    := prometheus chromium
+DEBS    := prometheus chromium postgresql
 
 .PHONY: setup system-deps focus-validator test demo bench clean
 
@@ -17,9 +17,12 @@ $(STAMP): pyproject.toml
 	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/python -m pip install -q -e '.[dev]'
 	touch $@
 
-# Debian packages the tests drive for real: Prometheus (server and promtool) and Chromium.
+# Debian packages the tests drive for real: Prometheus (server and promtool), Chromium, and
+# PostgreSQL (the DuckLake tests' catalog: its binaries only, testkit/postgres.py starts a
+# cluster of its own in a temporary folder).
 system-deps:
 	@missing=""; for b in prometheus promtool chromium; do command -v $$b >/dev/null || missing=1; done; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing=1; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $(DEBS) >/dev/null; \

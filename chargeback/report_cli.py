@@ -13,7 +13,7 @@ FORMATS = {".md": "render_markdown", ".markdown": "render_markdown", ".html": "r
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", required=True, type=Path, help="DuckDB file (a snapshot is fine)")
+    p.add_argument("--db", required=True, help="DuckDB file (a snapshot is fine), or a DuckLake ducklake:postgres:CONNINFO")
     p.add_argument("--month", required=True, help="month, YYYY-MM (UTC)")
     p.add_argument("--prices", type=Path, default=DEFAULT_PRICES,
                    help="price catalog YAML: GPU prices and the grid's carbon intensity (default examples/prices.yaml)")
@@ -25,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
     from slicemeter.chargeback import report
     from slicemeter.chargeback.dividend import dividend, month_range
     from slicemeter.store import connect
+    from slicemeter.store.lake import is_lake
 
     try:
         month_range(args.month)
@@ -33,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     for out in args.out:
         if out.suffix.lower() not in FORMATS:
             raise ConfigError(f"--out: {out} must end in .md or .html")
-    if not args.db.is_file():
+    if not is_lake(args.db) and not Path(args.db).is_file():
         raise ConfigError(f"--db: no such database file: {args.db}")
     catalog = load_prices(args.prices)
     con = connect(args.db, read_only=True)

@@ -20,7 +20,7 @@ GROUP_COLUMNS = ["tenant", "model", "gpus_today", "gpus_with_slices_today", "gpu
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", required=True, help="DuckDB file (or the ingest snapshot)")
+    parser.add_argument("--db", required=True, help="DuckDB file (or the ingest snapshot), or a DuckLake ducklake:postgres:CONNINFO")
     parser.add_argument("--month", required=True, help="YYYY-MM (UTC)")
     parser.add_argument("--headroom", type=float, default=0.2,
                         help="margin over observed p99/p95 needs, e.g. 0.2 = 20 %%")
@@ -60,6 +60,7 @@ def format_summary(s: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     from slicemeter.rightsizing.plan import build_plan, month_window
     from slicemeter.store import connect
+    from slicemeter.store.lake import is_lake
 
     try:
         month_window(args.month)
@@ -67,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--month: {exc}") from None
     if not (args.headroom >= 0 and args.headroom < 10):
         raise ConfigError(f"--headroom: must be in [0, 10), got {args.headroom}")
-    db = Path(args.db)
-    if not db.is_file():
+    db = args.db if is_lake(args.db) else Path(args.db)
+    if not is_lake(db) and not db.is_file():
         raise ConfigError(f"--db: no such file: {db}")
     # the chargeback catalog; recommend prices a freed GPU by model (gpu_hour) only
     catalog = load_prices_or_default(args.prices)

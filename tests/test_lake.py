@@ -69,6 +69,47 @@ def test_a_reader_cannot_write_the_lake(lake_db):
         con.close()
 
 
+def test_appends_commit_side_by_side_and_a_delete_beside_them_conflicts(lake_db):
+    """Why workers only append (sql/lake/views.sql): two transactions inserting into one
+    table both commit; a delete from a table another transaction inserted into fails."""
+    target, _ = lake_db
+    a, b = store.connect(target), store.connect(target)
+    try:
+        for con in (a, b):
+            con.execute("BEGIN TRANSACTION")
+            con.execute("INSERT INTO lake.main.ingest_offsets VALUES ('t', 0, 5, NULL)")
+        a.execute("COMMIT")
+        b.execute("COMMIT")
+        b.execute("BEGIN TRANSACTION")
+        b.execute("DELETE FROM lake.main.ingest_offsets")
+        a.execute("INSERT INTO lake.main.ingest_offsets VALUES ('t', 1, 7, NULL)")
+        with pytest.raises(duckdb.TransactionException, match="[Cc]onflict"):
+            b.execute("COMMIT")
+        assert a.execute("SELECT count(*) FROM lake.main.ingest_offsets").fetchone() == (3,)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_partitions_offset_is_its_latest_commit(lake_db):
+    """Offsets are appended; a partition read again from a replaced log's start restarts
+    lower, and that later row wins over the higher one before it."""
+    from slicemeter.ingest.writer import reset_offset
+
+    target, _ = lake_db
+    con = store.connect(target)
+    try:
+        con.execute("INSERT INTO lake.main.ingest_offsets VALUES ('t', 0, 40, NULL), ('t', 1, 9, NULL)")
+        con.execute("INSERT INTO lake.main.ingest_offsets VALUES ('t', 0, 50, NULL)")
+        assert con.execute("SELECT next_offset FROM ingest_offsets WHERE \"partition\" = 0").fetchone() == (50,)
+        reset_offset(con, "t", 0, 0, 50, 0, 3, "the log was replaced", "lake/reset_offset.sql")
+        rows = con.execute('SELECT "partition", next_offset FROM ingest_offsets ORDER BY 1').fetchall()
+        assert rows == [(0, 0), (1, 9)]
+        assert con.execute("SELECT reason FROM ingest_offset_events").fetchall() == [("the log was replaced",)]
+    finally:
+        con.close()
+
+
 def _assignments(log: Path) -> list[list[int]]:
     lines = [ln for ln in log.read_text().splitlines() if "assigned partitions [" in ln] if log.exists() else []
     return [[int(x) for x in ln.split("assigned partitions [", 1)[1].split("]", 1)[0].split(",") if x.strip()]
