@@ -31,7 +31,7 @@ from slicemeter.ingest.strings import HashedStringIds, StringIds
 from slicemeter.ingest.trust import Bindings, Publisher, RecentInstants, verify
 from slicemeter.ingest.writer import (Batch, BatchWriterThread, InventoryCache, apply_retention, dead_letter,
                            configure_writes, fold_only, held_after, held_slice_table, prepare, record_digest,
-                           rejected_message, reset_offset, stored_positions, write_lake, write_prepared)
+                           rejected_message, reset_offset, stored_positions, write_lake)
 from slicemeter.store import lake
 from slicemeter import clock
 from slicemeter.tick import Limits, TickBatch, TickDecodeError, decode, implausible, repeated_key
@@ -119,7 +119,7 @@ class Ingestor:
         self.bindings = Bindings(self.con)
         self.instants = RecentInstants(self.con, int(cfg.dedupe_window_s * 1000))
         self._lock = threading.RLock()
-        self.writer = BatchWriterThread(self.con, write_lake if self.lake else write_prepared)
+        self.writer = BatchWriterThread(self.con, write_lake if self.lake else None)
 
     # ---- Kafka side -------------------------------------------------------------------
     def _consumer(self) -> KafkaConsumer:

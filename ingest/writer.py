@@ -466,7 +466,7 @@ class BatchWriterThread:
 
         self._con = con.cursor()          # its own connection to the same database
         apply_views(self._con)            # TEMP macros and views are per connection
-        self._write = write or write_prepared   # write_lake on a lake
+        self._write = write or write_prepared   # write_lake on a lake; looked up now (tests patch it)
         self._queue: queue.Queue = queue.Queue(maxsize=1)
         self._done: queue.Queue = queue.Queue()
         self._error: BaseException | None = None
