@@ -167,6 +167,7 @@ def connect(target: str, read_only: bool = False, data_path: str | Path | None =
     target = _check_target(str(target))
     con = duckdb.connect()
     try:
+        con.execute("SET enable_progress_bar = false")   # lake reads can be slow: no bars on stdout
         load_extensions(con)
         options = []
         if data_path is not None:
