@@ -21,6 +21,7 @@ import atexit
 import importlib.util
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import duckdb
@@ -155,6 +156,19 @@ def apply_lake_views(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(sql_text("lake/views.sql"))
 
 
+def _attach(con: duckdb.DuckDBPyConnection, statement: str, attempts: int = 5) -> None:
+    """ATTACH; workers that start together on a new lake race to create its catalog
+    tables in PostgreSQL, and the losers find them on a later attempt."""
+    for attempt in range(1, attempts + 1):
+        try:
+            con.execute(statement)
+            return
+        except duckdb.Error as exc:
+            if "Failed to initialize DuckLake" not in str(exc) or attempt == attempts:
+                raise
+            time.sleep(0.2 * attempt)
+
+
 def connect(target: str, read_only: bool = False, data_path: str | Path | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB (TEMP views, batch tables) with the lake attached as `lake` and
     made the default, so the store's SQL reads and appends the lake's tables.
@@ -176,7 +190,7 @@ def connect(target: str, read_only: bool = False, data_path: str | Path | None =
         if read_only:
             options.append("READ_ONLY")
         suffix = f" ({', '.join(options)})" if options else ""
-        con.execute(f"ATTACH {quote_literal(target)} AS {ALIAS}{suffix}")
+        _attach(con, f"ATTACH {quote_literal(target)} AS {ALIAS}{suffix}")
         con.execute(f"USE {ALIAS}")
         con.execute(f"SET GLOBAL ducklake_max_retry_count = {_MAX_RETRIES}")
         if not read_only:
