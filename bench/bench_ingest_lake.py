@@ -61,6 +61,7 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=2_000_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--batch-samples", type=int, default=250_000)
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="lake runs to make (default 1 2)")
     args = ap.parse_args()
     nodes = fleet(40, ["https://acme.tenants.example:6443", "https://beta.tenants.example:6443"])
     ticks = max(1, args.samples // (nodes[0].samples_per_tick * len(nodes)))
@@ -79,7 +80,7 @@ def main() -> int:
         pg = start_cluster()
         try:
             one = None
-            for workers in (1, 2):
+            for workers in args.workers:
                 stored, seconds, files = lake_run(broker.bootstrap, pg, tmp, f"lake{workers}", workers, batch)
                 if stored != produced:
                     raise SystemExit(f"{workers} lake worker(s) stored {stored} samples, produced {produced}")

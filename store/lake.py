@@ -141,7 +141,10 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
             con.execute("COMMIT")
             return
         except duckdb.Error:
-            con.execute("ROLLBACK")
+            try:
+                con.execute("ROLLBACK")
+            except duckdb.TransactionException:
+                pass   # a failed COMMIT (lost the race) has ended the transaction already
             if attempt == 4:
                 raise
 
