@@ -59,7 +59,7 @@ class IngestConfig:
     snapshot: Path | None = None
     snapshot_interval_s: float = 60.0
     overlap: bool = True                        # store batch N while fetching batch N+1
-    duckdb_memory: str = "100MB"                # DuckDB's memory limit (part of the RSS bound)
+    duckdb_memory: str = "200MB"                # DuckDB's memory limit (part of the RSS bound; 1.5 needs more than 2.0)
     client_id: str = "slicemeter-ingest"
     limits: Limits = field(default_factory=Limits)   # what a stored sample may claim (slicemeter.tick)
     publishers: dict[str, Publisher] | None = None   # signing keys and their clusters; None: unsigned accepted
