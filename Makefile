@@ -3,9 +3,9 @@ PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
-DEBS    := prometheus chromium
+DEBS    := prometheus chromium postgresql
 
-.PHONY: setup system-deps focus-validator test demo bench clean
+.PHONY: setup lake-setup system-deps focus-validator test demo bench clean
 
 setup: $(STAMP)
 
@@ -17,9 +17,24 @@ $(STAMP): pyproject.toml
 	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/python -m pip install -q -e '.[dev]'
 	touch $@
 
-# Debian packages the tests drive for real: Prometheus (server and promtool) and Chromium.
+# The DuckLake environment (.venv-lake: the `lake` extra pins DuckDB 1.5.5, the one version
+# its extension wheels are built for); tests/lake/ runs in it.
+LAKE_VENV  ?= .venv-lake
+LAKE_STAMP := $(LAKE_VENV)/.installed
+lake-setup: $(LAKE_STAMP)
+
+$(LAKE_STAMP): pyproject.toml
+	test -x $(LAKE_VENV)/bin/python || $(PY) -m venv $(LAKE_VENV)
+	$(LAKE_VENV)/bin/python -m pip install -q --upgrade pip
+	PYTHONWARNINGS='ignore:Editable installation' $(LAKE_VENV)/bin/python -m pip install -q -e '.[lake,test]'
+	touch $@
+
+# Debian packages the tests drive for real: Prometheus (server and promtool), Chromium, and
+# PostgreSQL (the DuckLake tests' catalog: its binaries only, testkit/postgres.py starts a
+# cluster of its own in a temporary folder).
 system-deps:
 	@missing=""; for b in prometheus promtool chromium; do command -v $$b >/dev/null || missing=1; done; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing=1; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $(DEBS) >/dev/null; \
@@ -31,8 +46,9 @@ FOCUS_VENV ?= .venv-focus
 focus-validator: setup
 	FOCUS_VALIDATOR_VENV=$(FOCUS_VENV) $(BIN)/python tools/focus_validate.py --install >/dev/null
 
-test: setup system-deps focus-validator
+test: setup lake-setup system-deps focus-validator
 	$(BIN)/pytest -q
+	$(LAKE_VENV)/bin/pytest -q tests/lake
 
 # e.g. make demo DEMO_ARGS="--now 2026-12-01T09:00 --port 8600" (slicemeter demo --help)
 DEMO_ARGS ?=
@@ -43,4 +59,4 @@ bench: setup
 	@for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) $(FOCUS_VENV) var out test-artifacts .pytest_cache
+	rm -rf $(VENV) $(LAKE_VENV) $(FOCUS_VENV) var out test-artifacts .pytest_cache

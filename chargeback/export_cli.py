@@ -14,7 +14,7 @@ from slicemeter.common import check_choice, existing_db, named
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", required=True, help="DuckDB file (a snapshot is fine)")
+    p.add_argument("--db", required=True, help="DuckDB file (a snapshot is fine), or a DuckLake ducklake:postgres:CONNINFO")
     p.add_argument("--month", required=True, help="invoice month, YYYY-MM (UTC)")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--basis", default="allocation", help=f"{' | '.join(BASES)} (default allocation)")

@@ -13,7 +13,7 @@ FORMATS = {".md": "render_markdown", ".markdown": "render_markdown", ".html": "r
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", required=True, type=Path, help="DuckDB file (a snapshot is fine)")
+    p.add_argument("--db", required=True, help="DuckDB file (a snapshot is fine), or a DuckLake ducklake:postgres:CONNINFO")
     p.add_argument("--month", required=True, help="month, YYYY-MM (UTC)")
     p.add_argument("--prices", type=Path, default=DEFAULT_PRICES,
                    help="price catalog YAML: GPU prices and the grid's carbon intensity (default examples/prices.yaml)")

@@ -14,7 +14,11 @@ log = logging.getLogger("slicemeter.ingest")
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kafka", required=True, metavar="HOST:PORT", help="bootstrap server(s), comma separated")
-    p.add_argument("--db", required=True, type=Path, help="DuckDB file (created and migrated if new)")
+    p.add_argument("--db", required=True, type=_store_target,
+                   help="DuckDB file (created and migrated if new), or a DuckLake ducklake:postgres:CONNINFO "
+                        "that several ingest workers share (docs/ingest.md, Scaling past one process)")
+    p.add_argument("--lake-data", type=Path, metavar="DIR",
+                   help="the lake's Parquet folder, needed when --db names a lake that does not exist yet")
     p.add_argument("--tenants", type=Path, help="tenant catalog YAML (a scenario's tenants: list)")
     p.add_argument("--kamaji-kubeconfig", type=Path, metavar="FILE",
                    help="import tenants from the management cluster's TenantControlPlanes (docs/ingest.md)")
@@ -61,7 +65,20 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="price catalog for --recommend-interval (default examples/prices.yaml when present)")
 
 
+def _store_target(value: str) -> Path | str:
+    """A file as a Path; a lake's name as it is (a path would fold a URI's slashes)."""
+    from slicemeter.store.lake import is_lake
+    return value if is_lake(value) else Path(value)
+
+
 def _check(args: argparse.Namespace) -> None:
+    from slicemeter.store.lake import is_lake
+    if is_lake(args.db):
+        if args.snapshot or args.recommend_interval:
+            raise ConfigError("--snapshot and --recommend-interval read a reader file of a DuckDB file; "
+                              "readers of a lake attach the lake itself (--db ducklake:...)")
+    elif args.lake_data:
+        raise ConfigError("--lake-data goes with --db ducklake:postgres:CONNINFO")
     if args.snapshot_interval <= 0:
         raise ConfigError(f"--snapshot-interval must be > 0, got {args.snapshot_interval}")
     if args.raw_retention_days <= 0:
@@ -120,7 +137,16 @@ def run(args: argparse.Namespace) -> int:
                     max_age_ms=int(args.raw_retention_days * 86_400_000) + slack_ms, future_slack_ms=slack_ms)
     prices = load_prices_or_default(args.prices) if args.recommend_interval else None
     sources = catalog_sources(args)
-    con = store.connect(args.db)
+    # SIGTERM stops cleanly from here on: attaching a lake takes seconds
+    stop_requested: list[int] = []
+    ingestor = None
+
+    def stop(signum, frame):
+        stop_requested.append(signum)
+        if ingestor is not None:
+            ingestor.stopping = True
+    signal.signal(signal.SIGTERM, stop)
+    con = store.connect(args.db, lake_data=args.lake_data)
     catalog_sync = None
     if args.tenants or sources:
         catalog_sync = CatalogSync(con.cursor(), args.tenants, sources, args.catalog_interval)
@@ -144,10 +170,7 @@ def run(args: argparse.Namespace) -> int:
         limits=limits, publishers=publishers, dedupe_window_s=args.dedupe_window_seconds, kafka_security=security,
     )
     ingestor = Ingestor(cfg, metrics=metrics, con=con)
-
-    def stop(signum, frame):
-        ingestor.stopping = True
-    signal.signal(signal.SIGTERM, stop)
+    ingestor.stopping = bool(stop_requested)
     if catalog_sync:
         catalog_sync.start()
     try:

@@ -27,15 +27,19 @@ from kafka.structs import OffsetAndMetadata
 from slicemeter import store
 from slicemeter.ingest.metrics import IngestMetrics
 from slicemeter.store.reader_file import ReaderFile
-from slicemeter.ingest.strings import StringIds
+from slicemeter.ingest.strings import HashedStringIds, StringIds
 from slicemeter.ingest.trust import Bindings, Publisher, RecentInstants, verify
 from slicemeter.ingest.writer import (Batch, BatchWriterThread, InventoryCache, apply_retention, dead_letter,
                            configure_writes, fold_only, held_after, held_slice_table, prepare, record_digest,
-                           rejected_message, reset_offset, stored_positions)
+                           rejected_message, reset_offset, stored_positions, write_lake)
+from slicemeter.store import lake
 from slicemeter import clock
 from slicemeter.tick import Limits, TickBatch, TickDecodeError, decode, implausible, repeated_key
 
 log = logging.getLogger("slicemeter.ingest")
+# DuckDB 1.5 (a lake install's version, pyproject) runs out of 100 MB folding the demo's
+# rollups, which 2.0 folds within it
+DEFAULT_DUCKDB_MEMORY = "100MB" if int(duckdb.__version__.split(".")[0]) >= 2 else "200MB"
 
 
 @dataclass
@@ -58,7 +62,7 @@ class IngestConfig:
     snapshot: Path | None = None
     snapshot_interval_s: float = 60.0
     overlap: bool = True                        # store batch N while fetching batch N+1
-    duckdb_memory: str = "100MB"                # DuckDB's memory limit (part of the RSS bound)
+    duckdb_memory: str = DEFAULT_DUCKDB_MEMORY  # DuckDB's memory limit (part of the RSS bound)
     client_id: str = "slicemeter-ingest"
     limits: Limits = field(default_factory=Limits)   # what a stored sample may claim (slicemeter.tick)
     publishers: dict[str, Publisher] | None = None   # signing keys and their clusters; None: unsigned accepted
@@ -87,7 +91,10 @@ class Ingestor:
         self.metrics = metrics or IngestMetrics()
         self.con = con or store.connect(cfg.db)
         configure_writes(self.con, cfg.duckdb_memory)
-        self.strings = StringIds(self.con)
+        # a DuckLake shared by the workers of the group (store/lake.py): string ids every
+        # worker derives alike, appends only, no slice rows held back, no retention pass
+        self.lake = lake.is_lake_connection(self.con)
+        self.strings = (HashedStringIds if self.lake else StringIds)(self.con)
         self.inventory = InventoryCache(self.con)
         # the slice rows raw_slice_tail holds once the batches handed over are stored: the
         # next batch starts with them (writer.prepare), and batches close where these and
@@ -115,7 +122,7 @@ class Ingestor:
         self.bindings = Bindings(self.con)
         self.instants = RecentInstants(self.con, int(cfg.dedupe_window_s * 1000))
         self._lock = threading.RLock()
-        self.writer = BatchWriterThread(self.con)
+        self.writer = BatchWriterThread(self.con, write_lake if self.lake else None)
 
     # ---- Kafka side -------------------------------------------------------------------
     def _consumer(self) -> KafkaConsumer:
@@ -244,7 +251,8 @@ class Ingestor:
             stored = stored_positions(self.con, topic).get(partition, (None, None))[0]
             log.error("partition %s/%d: %s (stored offset %s, log start %s, high watermark %s); "
                       "reading it again from %d", topic, partition, reason, stored, start, high_watermark, start)
-            reset_offset(self.con, topic, partition, start, stored, start, high_watermark, reason)
+            reset_offset(self.con, topic, partition, start, stored, start, high_watermark, reason,
+                         *(["lake/reset_offset.sql"] if self.lake else []))
             self.metrics.offset_resets.labels(partition=str(partition), reason="log_replaced").inc()
             self._verify.pop((topic, partition), None)
             self._seeks += 1
@@ -314,7 +322,8 @@ class Ingestor:
                     self._recover_rejected(b.next_offsets, b.first_offsets)
                     return
                 prepared = rejected_message(b, exc, self.strings.take_pending())
-            held = held_after(prepared, self.held_slices)  # before the writer drops the rows
+            # before the writer drops the rows; a lake stores them all
+            held = self.held_slices if self.lake else held_after(prepared, self.held_slices)
             prepared.fold_rollups = fold or self.unfolded_batches + 1 >= self.cfg.fold_every_batches
             if not self.writer.put(prepared):
                 self._recover_rejected()
@@ -464,7 +473,7 @@ class Ingestor:
                 self._check_high_watermarks()
                 self._update_lag()
                 now = time.monotonic()
-                if now - last_retention >= cfg.retention_every_s:
+                if not self.lake and now - last_retention >= cfg.retention_every_s:
                     self.flush()
                     apply_retention(self.con, cfg.raw_retention_days)
                     self.held_slices = held_slice_table(self.con)  # it may have deleted held rows

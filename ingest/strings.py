@@ -11,14 +11,15 @@ failed transaction `reload` forgets ids that never reached the store.
 """
 from __future__ import annotations
 
+import hashlib
+
 import duckdb
 import numpy as np
 import pyarrow as pa
 
-_ID = pa.int32()
-
-
 class StringIds:
+    id_type = pa.int32()    # store/lake.py: 64-bit hashes
+
     def __init__(self, con: duckdb.DuckDBPyConnection):
         self._con = con
         self.reload()
@@ -29,13 +30,16 @@ class StringIds:
         self._next = max(self._ids.values(), default=0) + 1
         self.pending: list[tuple[int, str]] = []
 
+    def new_id(self, value: str) -> int:
+        got, self._next = self._next, self._next + 1
+        return got
+
     def ids(self, values: list) -> np.ndarray:
-        out = np.empty(len(values), dtype=np.int32)
+        out = np.empty(len(values), dtype=self.id_type.to_pandas_dtype())
         for i, v in enumerate(values):
             got = self._ids.get(v)
             if got is None:
-                got = self._ids[v] = self._next
-                self._next += 1
+                got = self._ids[v] = self.new_id(v)
                 self.pending.append((got, v))
             out[i] = got
         return out
@@ -44,20 +48,20 @@ class StringIds:
         """New (id, value) rows since the last call, for the batch's transaction."""
         ids, values = zip(*self.pending) if self.pending else ((), ())
         self.pending = []
-        return pa.table({"id": pa.array(ids, _ID), "value": pa.array(values, pa.string())})
+        return pa.table({"id": pa.array(ids, self.id_type), "value": pa.array(values, pa.string())})
 
     def _column(self, col: pa.ChunkedArray) -> pa.ChunkedArray:
         if pa.types.is_dictionary(col.type):
             # one array: dictionaries are unified (encode_batch), so only indices concatenate
             arr = col.combine_chunks()
-            mapping = pa.array(self.ids(arr.dictionary.to_pylist()), _ID)
-            return pa.chunked_array([mapping.take(arr.indices)], _ID)
+            mapping = pa.array(self.ids(arr.dictionary.to_pylist()), self.id_type)
+            return pa.chunked_array([mapping.take(arr.indices)], self.id_type)
         chunks = []
         for chunk in col.chunks:  # plain strings (a producer that did not dictionary-encode)
             uniq, inverse = np.unique(np.asarray(chunk.to_pylist(), dtype=object).astype(str), return_inverse=True)
             nulls = chunk.is_null().to_numpy(zero_copy_only=False)
             chunks.append(pa.array(self.ids(list(uniq))[inverse], _ID, mask=nulls))
-        return pa.chunked_array(chunks, _ID)
+        return pa.chunked_array(chunks, self.id_type)
 
     def encode(self, table: pa.Table) -> pa.Table:
         """The table with every string column `c` replaced by an int32 column `c_id`."""
@@ -87,3 +91,21 @@ class StringIds:
         if first is not None and first.num_rows:
             encoded = pa.concat_tables([first.select(encoded.schema.names).cast(encoded.schema), encoded])
         return encoded.combine_chunks()
+
+
+class HashedStringIds(StringIds):
+    """Ids that writers which never talk to each other agree on: a 63-bit hash of the
+    value (store/lake.py, where several ingest workers append string ids to one lake).
+    A clash stops the batch rather than store it; at a million strings its odds are 1e-7."""
+
+    id_type = pa.int64()
+
+    def reload(self) -> None:
+        super().reload()
+        self._taken = {i: v for v, i in self._ids.items()}
+
+    def new_id(self, value: str) -> int:
+        got = int.from_bytes(hashlib.blake2b(value.encode(), digest_size=8).digest(), "little") >> 1
+        if self._taken.setdefault(got, value) != value:
+            raise ValueError(f"string ids clash: {value!r} and {self._taken[got]!r} hash alike")
+        return got

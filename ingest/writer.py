@@ -225,12 +225,9 @@ def rejected_message(batch: Batch | PreparedBatch, error: Exception, strings: pa
                          source=None, samples=0, messages=batch.messages, digests=batch.digests)
 
 
-def write_prepared(con: duckdb.DuckDBPyConnection, batch: PreparedBatch) -> float:
-    """Store a prepared batch in one transaction; returns the seconds taken. Drops
-    `batch.slice` (a rejected batch is read again from Kafka, never stored from memory).
-
-    On error the transaction is rolled back and the error re-raised."""
-    started = time.perf_counter()
+def _batch_tables(batch: PreparedBatch) -> dict[str, pa.Table]:
+    """The Arrow tables a batch's transaction reads (sql/ingest/apply_batch.sql, the
+    offsets, dead letters and bindings); the slice rows are split by the caller."""
     tables = {
         "batch_strings": batch.strings,
         "batch_offsets": pa.Table.from_pylist(
@@ -243,6 +240,54 @@ def write_prepared(con: duckdb.DuckDBPyConnection, batch: PreparedBatch) -> floa
     if batch.gpu is not None and batch.slice is not None:
         tables |= {"batch_gpu": batch.gpu, "batch_inventory": batch.inventory,
                    "gpu_hour_delta": batch.gpu_hours, "slice_hour_delta": batch.slice_hours}
+    return tables
+
+
+def _store_letters_bindings_offsets(con: duckdb.DuckDBPyConnection, batch: PreparedBatch,
+                                    tables: dict[str, pa.Table], folder: str) -> None:
+    """The end of every batch's transaction: its dead letters, bindings and offsets
+    (`folder`: sql/ingest, or sql/lake for a lake)."""
+    if batch.dead:
+        con.execute(sql_text("ingest/save_dead_letters.sql"))
+    if "batch_bindings" in tables:
+        con.execute(sql_text(f"{folder}/save_bindings.sql"))
+    con.execute(sql_text(f"{folder}/save_offsets.sql"))
+
+
+def write_lake(con: duckdb.DuckDBPyConnection, batch: PreparedBatch) -> float:
+    """`write_prepared` for a DuckLake (store/lake.py): the batch's rows, rollup deltas,
+    strings, dead letters and offsets appended in one lake transaction (exactly once
+    across the workers of a group). Every slice row is stored: Parquet files need no
+    whole row groups, so nothing is held back.
+
+    A data error (duckdb.Error) is raised as it is: the consumer reads the batch again
+    message by message. A commit the lake refused after its retries (another worker won
+    every race) is no fault of the data: raised as a RuntimeError, which stops the process;
+    a restart resumes from the lake's offsets."""
+    started = time.perf_counter()
+    tables = _batch_tables(batch)
+    if "batch_gpu" in tables:
+        tables["batch_slice_rows"] = batch.slice
+        batch.slice = None
+    try:
+        with transaction(con), registered(con, **tables):
+            if "batch_gpu" in tables:
+                con.execute(sql_text("lake/apply_batch.sql"))
+            elif batch.strings.num_rows:
+                con.execute(sql_text("lake/save_strings.sql"))
+            _store_letters_bindings_offsets(con, batch, tables, "lake")
+    except duckdb.TransactionException as exc:
+        raise RuntimeError(f"the lake refused the batch's commit: {exc}") from exc
+    return time.perf_counter() - started
+
+
+def write_prepared(con: duckdb.DuckDBPyConnection, batch: PreparedBatch) -> float:
+    """Store a prepared batch in one transaction; returns the seconds taken. Drops
+    `batch.slice` (a rejected batch is read again from Kafka, never stored from memory).
+
+    On error the transaction is rolled back and the error re-raised."""
+    started = time.perf_counter()
+    tables = _batch_tables(batch)
     with transaction(con):
         if "batch_gpu" in tables:
             tables |= _split_slice_rows(con, batch.slice, batch.slice_held)
@@ -263,11 +308,7 @@ def _apply(con: duckdb.DuckDBPyConnection, batch: PreparedBatch, tables: dict) -
         con.execute("INSERT INTO ingest_strings SELECT id, value FROM batch_strings")
     if batch.fold_rollups:
         con.execute(sql_text("ingest/fold_rollups.sql"))
-    if batch.dead:
-        con.execute(sql_text("ingest/save_dead_letters.sql"))
-    if "batch_bindings" in tables:
-        con.execute(sql_text("ingest/save_bindings.sql"))
-    con.execute(sql_text("ingest/save_offsets.sql"))
+    _store_letters_bindings_offsets(con, batch, tables, "ingest")
 
 
 def held_slice_rows(con: duckdb.DuckDBPyConnection) -> int:
@@ -350,12 +391,14 @@ def stored_positions(con: duckdb.DuckDBPyConnection, topic: str) -> dict[int, tu
 
 
 def reset_offset(con: duckdb.DuckDBPyConnection, topic: str, partition: int, resume: int, stored: int | None,
-                 log_start: int | None, high_watermark: int | None, reason: str) -> None:
-    """Move a stored offset that does not fit the broker's log, recording why."""
+                 log_start: int | None, high_watermark: int | None, reason: str,
+                 script: str = "ingest/reset_offset.sql") -> None:
+    """Move a stored offset that does not fit the broker's log, recording why (`script`:
+    sql/lake/reset_offset.sql on a lake)."""
     params = {"topic": topic, "partition": partition, "resume": resume, "stored": stored,
               "log_start": log_start, "high_watermark": high_watermark, "reason": reason}
     with transaction(con):
-        execute_script(con, "ingest/reset_offset.sql", params)
+        execute_script(con, script, params)
 
 
 def apply_retention(con: duckdb.DuckDBPyConnection, days: float, now_ms: int | None = None) -> None:
@@ -384,11 +427,12 @@ class BatchWriterThread:
     caller (the process exits; restart replays from DuckDB).
     """
 
-    def __init__(self, con: duckdb.DuckDBPyConnection):
+    def __init__(self, con: duckdb.DuckDBPyConnection, write=None):
         from slicemeter.store import apply_views
 
         self._con = con.cursor()          # its own connection to the same database
         apply_views(self._con)            # TEMP macros and views are per connection
+        self._write = write or write_prepared   # write_lake on a lake; looked up now (tests patch it)
         self._queue: queue.Queue = queue.Queue(maxsize=1)
         self._done: queue.Queue = queue.Queue()
         self._error: BaseException | None = None
@@ -411,7 +455,7 @@ class BatchWriterThread:
 
     def _store(self, batch: PreparedBatch) -> None:
         try:
-            seconds = write_prepared(self._con, batch)
+            seconds = self._write(self._con, batch)
         except duckdb.Error as exc:
             if batch.source is None:
                 log.warning("batch rejected by the store (%s); its %d messages are read again one by one",
@@ -419,7 +463,7 @@ class BatchWriterThread:
                 self._rejected = batch
                 return
             batch = rejected_message(batch, exc, batch.strings)
-            seconds = write_prepared(self._con, batch)
+            seconds = self._write(self._con, batch)
         dead = len(batch.dead)
         log.info("stored batch: %d samples, %d messages, %d dead letters, %.3f s",
                  batch.samples, batch.messages, dead, seconds)

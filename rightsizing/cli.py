@@ -20,7 +20,7 @@ GROUP_COLUMNS = ["tenant", "model", "gpus_today", "gpus_with_slices_today", "gpu
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", required=True, help="DuckDB file (or the ingest snapshot)")
+    parser.add_argument("--db", required=True, help="DuckDB file (or the ingest snapshot), or a DuckLake ducklake:postgres:CONNINFO")
     parser.add_argument("--month", required=True, help="YYYY-MM (UTC)")
     parser.add_argument("--headroom", type=float, default=0.2,
                         help="margin over observed p99/p95 needs, e.g. 0.2 = 20 %%")

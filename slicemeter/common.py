@@ -71,11 +71,17 @@ def named(name: str):
         raise ConfigError(f"{name}: {exc}") from None
 
 
-def existing_db(path) -> Path:
-    """The database file `--db` names; ConfigError where there is none (DuckDB would create one)."""
-    if not Path(path).is_file():
-        raise ConfigError(f"--db: no such database file: {path}")
-    return Path(path)
+LAKE_PREFIX = "ducklake:"   # a --db naming a DuckLake (store/lake.py), not a file
+
+
+def existing_db(target) -> Path | str:
+    """The store `--db` names: a lake name as given, or a database file that exists;
+    ConfigError where there is none (DuckDB would create one)."""
+    if str(target).startswith(LAKE_PREFIX):
+        return str(target)
+    if not Path(target).is_file():
+        raise ConfigError(f"--db: no such database file: {target}")
+    return Path(target)
 
 
 def read_yaml_file(path, option: str):

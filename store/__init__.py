@@ -47,13 +47,37 @@ def registered(con: duckdb.DuckDBPyConnection, **tables):
             con.unregister(name)
 
 
+def quote_literal(text: str) -> str:
+    """A SQL string literal, for the few statements that take no parameters (ATTACH, LOAD)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
 def _numbered(folder: str) -> list[Path]:
     return sorted((SQL_DIR / folder).glob("[0-9][0-9][0-9]_*.sql"))
 
 
 def apply_views(con: duckdb.DuckDBPyConnection) -> None:
-    for path in _numbered("views"):
-        con.execute(path.read_text())
+    """The views and macros, on every connection; on a connection (or cursor) with a lake
+    attached, over the lake's tables, then the lake's own views (store/lake.py)."""
+    from slicemeter.store import lake
+
+    on_lake = lake.is_lake_connection(con)
+    if not on_lake:
+        for path in _numbered("views"):
+            con.execute(path.read_text())
+        return
+    con.execute(f"USE {lake.ALIAS}")   # a cursor starts on the in-memory database
+    # one transaction: each statement would otherwise read the lake's catalog afresh
+    # (measured on a loaded machine: 4.7 s for the views, 0.2 s in one transaction)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for path in _numbered("views"):
+            con.execute(path.read_text())
+        lake.apply_lake_views(con)
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
@@ -94,14 +118,21 @@ def has_pending_rollups(con: duckdb.DuckDBPyConnection) -> bool:
     return con.execute("SELECT " + " OR ".join(f"EXISTS (FROM {name})" for name in sorted(present))).fetchall()[0][0]
 
 
-def connect(path: str | Path, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+def connect(path: str | Path, read_only: bool = False, lake_data: str | Path | None = None) -> duckdb.DuckDBPyConnection:
     """Open the store; every connection gets the views. Read-write connections migrate first
     and fold the rollup deltas an ingest that crashed left pending.
+
+    `path` may name a DuckLake instead of a file, `ducklake:postgres:<conninfo>`
+    (store/lake.py; `lake_data`: its Parquet folder, needed to create it).
 
     A read-only connection must not show gpu_hour / slice_hour without those deltas (an
     export would bill short): where it finds some, no ingest holds the file (DuckDB lets a
     reader in only then; a running or cleanly stopped ingest leaves none behind), so the
     file is opened read-write once to fold them, then read-only again."""
+    from slicemeter.store import lake
+
+    if lake.is_lake(path):
+        return lake.connect(str(path), read_only=read_only, data_path=lake_data)
     con = duckdb.connect(str(path), read_only=read_only)
     if read_only and has_pending_rollups(con):
         con.close()

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import duckdb
 
-from slicemeter.store import has_pending_rollups, sql_text
+from slicemeter.store import has_pending_rollups, quote_literal, sql_text
 
 log = logging.getLogger("slicemeter.ingest")
 
@@ -96,7 +96,7 @@ class ReaderFile:
 
     def _copy(self, cur: duckdb.DuckDBPyConnection, tmp: Path, started: float) -> None:
         try:
-            cur.execute("ATTACH ? AS " + _ALIAS, [str(tmp)])
+            cur.execute(f"ATTACH {quote_literal(str(tmp))} AS {_ALIAS}")   # DuckDB 1.5 binds no ATTACH parameter
             source = _ident(cur.execute("SELECT current_database()").fetchone()[0])
             for name, with_rows in cur.execute(sql_text("ingest/reader_tables.sql")).fetchall():
                 cur.execute(f"CREATE TABLE {_ALIAS}.{_ident(name)} AS SELECT * FROM {source}.main.{_ident(name)}"

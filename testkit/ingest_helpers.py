@@ -2,12 +2,19 @@
 messages, and an order-independent checksum of stored samples."""
 from __future__ import annotations
 
+import signal
+import subprocess
 import sys
 import time
+from pathlib import Path
 
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
 from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 
+from slicemeter import store
 from slicemeter.tick import encode_tables
 
 TOPIC = "slicemeter.ticks"
@@ -69,3 +76,42 @@ def store_ticks(con, ticks, offset: int = 0) -> None:
     tb = decode(encode_ticks(ticks))
     write_batch(con, Batch(gpus=[tb.gpus], slices=[tb.slices], samples=tb.sample_count,
                            slice_rows=tb.slices.num_rows, next_offsets={("t", 0): offset}), StringIds(con))
+
+
+def _plain(table: pa.Table) -> pa.Table:
+    return pa.table({n: pc.dictionary_decode(c) if pa.types.is_dictionary(c.type) else c
+                     for n, c in zip(table.column_names, table.columns)})
+
+
+def expected_checksum(chunks) -> tuple[int, int]:
+    """Count and checksum of the produced samples, by the same SQL the store is checked with."""
+    con = duckdb.connect()
+    raw_gpu = pa.concat_tables([_plain(g) for _, g, _ in chunks])  # noqa: F841 (scanned by DuckDB)
+    raw_slice = pa.concat_tables([_plain(s) for _, _, s in chunks])  # noqa: F841
+    con.execute("CREATE TABLE raw_gpu AS SELECT * FROM raw_gpu")
+    con.execute("CREATE TABLE raw_slice AS SELECT * FROM raw_slice")
+    return con.execute(store.sql_text("testkit/sample_checksum.sql")).fetchone()
+
+
+def wait_for_line(proc: subprocess.Popen, log: Path, text: str, count: int, deadline_s: float = 60) -> bool:
+    """Poll the child's log until `text` appeared `count` times; False if the child exited."""
+    deadline = time.monotonic() + deadline_s
+    while log.read_text().count(text) < count:
+        assert time.monotonic() < deadline, f"no {text!r} x{count} in {deadline_s} s:\n{log.read_text()[-2000:]}"
+        try:
+            proc.wait(timeout=0.05)
+            return False
+        except subprocess.TimeoutExpired:
+            pass
+    return True
+
+
+def sigkill_within(proc: subprocess.Popen, seconds: float) -> bool:
+    """SIGKILL `proc` unless it exits within `seconds`; True if it was killed."""
+    try:
+        proc.wait(timeout=seconds)
+        return False
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        return True

@@ -3,7 +3,6 @@ dead letters, consumer-group sharing, snapshot and metrics."""
 from __future__ import annotations
 
 import random
-import signal
 import struct
 import subprocess
 import time
@@ -12,33 +11,18 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 
 from slicemeter import store
 from slicemeter.ingest.consumer import IngestConfig, Ingestor
-from slicemeter.testkit.ingest_helpers import SLICEMETER, create_topic, produce_chunks, produce_raw
+from slicemeter.testkit.ingest_helpers import (SLICEMETER, create_topic, expected_checksum, produce_chunks, produce_raw,
+                                               sigkill_within, wait_for_line)
 from slicemeter.tick import encode_tables
 from slicemeter.testkit.synth_ticks import SynthNode, fleet, messages, node_tables, recent_midnight_ms
 
 REPO = Path(__file__).resolve().parent.parent
 START = recent_midnight_ms()
 pytestmark = pytest.mark.broker
-
-
-def _plain(table: pa.Table) -> pa.Table:
-    return pa.table({n: pc.dictionary_decode(c) if pa.types.is_dictionary(c.type) else c
-                     for n, c in zip(table.column_names, table.columns)})
-
-
-def expected_checksum(chunks) -> tuple[int, int]:
-    """Count and checksum of the produced samples, by the same SQL the store is checked with."""
-    con = duckdb.connect()
-    raw_gpu = pa.concat_tables([_plain(g) for _, g, _ in chunks])  # noqa: F841 (scanned by DuckDB)
-    raw_slice = pa.concat_tables([_plain(s) for _, _, s in chunks])  # noqa: F841
-    con.execute("CREATE TABLE raw_gpu AS SELECT * FROM raw_gpu")
-    con.execute("CREATE TABLE raw_slice AS SELECT * FROM raw_slice")
-    return con.execute(store.sql_text("testkit/sample_checksum.sql")).fetchone()
 
 
 def stored_checksum(db: Path) -> tuple[int, int]:
@@ -51,19 +35,6 @@ def stored_checksum(db: Path) -> tuple[int, int]:
 
 def ingest_cmd(bootstrap: str, db: Path, *extra: str) -> list[str]:
     return [*SLICEMETER, "ingest", "--kafka", bootstrap, "--db", str(db), *extra]
-
-
-def _wait_for_line(proc: subprocess.Popen, log: Path, text: str, count: int, deadline_s: float = 60) -> bool:
-    """Poll the child's log until `text` appeared `count` times; False if the child exited."""
-    deadline = time.monotonic() + deadline_s
-    while log.read_text().count(text) < count:
-        assert time.monotonic() < deadline, f"no {text!r} x{count} in {deadline_s} s:\n{log.read_text()[-2000:]}"
-        try:
-            proc.wait(timeout=0.05)
-            return False
-        except subprocess.TimeoutExpired:
-            pass
-    return True
 
 
 def test_sigkill_at_random_moments_loses_and_duplicates_nothing(broker, tmp_path):
@@ -82,13 +53,8 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(broker, tmp_path
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(log, "w"))
         # a random moment while batches are being stored: after 1-2 stored batches, plus
         # up to 0.6 s (mid-fetch, mid-decode or mid-transaction)
-        if _wait_for_line(proc, log, "stored batch", rng.randint(1, 2)):
-            try:
-                proc.wait(timeout=rng.uniform(0.0, 0.6))
-            except subprocess.TimeoutExpired:
-                proc.send_signal(signal.SIGKILL)
-                proc.wait()
-                kills += 1
+        if wait_for_line(proc, log, "stored batch", rng.randint(1, 2)):
+            kills += sigkill_within(proc, rng.uniform(0.0, 0.6))
         progress.append(stored_checksum(db)[0])
     assert kills >= 8, f"only {kills} runs were killed mid-ingest; progress {progress}"
     assert 0 < progress[0] < produced and progress == sorted(progress)

@@ -1,0 +1,33 @@
+-- The store's tables as a DuckLake presents them (store/lake.py), shadowing the lake's own
+-- tables of these names for every query of the connection (TEMP objects are found first).
+-- Ingest workers only ever append to a lake (two appends to one table never conflict;
+-- a delete or an upsert conflicts with any concurrent append), so what a single-file store
+-- keeps up to date in place is derived here on read:
+-- string ids: two workers may append the same new (id, value) pair (ids are hashes of the
+-- value, the same in every worker);
+CREATE OR REPLACE TEMP VIEW ingest_strings AS SELECT DISTINCT id, value FROM lake.main.ingest_strings;
+
+-- offsets: a row per partition per batch; the one of the latest commit wins (snapshot_id,
+-- DuckLake's per-row commit number: a partition read again from its log start after the
+-- log was replaced restarts lower, sql/lake/reset_offset.sql);
+CREATE OR REPLACE TEMP VIEW ingest_offsets AS
+SELECT topic, "partition", next_offset, last_digest FROM lake.main.ingest_offsets
+QUALIFY row_number() OVER (PARTITION BY topic, "partition" ORDER BY snapshot_id DESC, next_offset DESC) = 1;
+
+-- the GPU inventory: each GPU's latest merged row (sql/ingest/batch_inventory.sql);
+CREATE OR REPLACE TEMP VIEW gpu_inventory AS
+SELECT * FROM lake.main.gpu_inventory_pending
+QUALIFY row_number() OVER (PARTITION BY gpu_uuid_id ORDER BY last_seen_ms DESC, first_seen_ms) = 1;
+
+-- hour rollups: every batch's deltas merged, the merge the single-file store's fold
+-- applies (sql/ingest/fold_rollups.sql), columns in the order of sql/schema/001_contract.sql.
+CREATE OR REPLACE TEMP VIEW gpu_hour AS
+SELECT bucket AS hour, cluster, node, gpu_uuid, model, memory_total_bytes, least(3600, metered_s) AS metered_s,
+       sample_count, sm_util_s, memory_used_byte_s,
+       hour_energy(first_energy_j, last_energy_j, first_power_j, power_j) AS energy_joules, power_j,
+       first_ts_ms, first_energy_j, first_power_j, last_ts_ms, last_energy_j, latest_ts_ms
+FROM gpu_partials_named('gpu_hour_pending_partials');
+
+CREATE OR REPLACE TEMP VIEW slice_hour AS
+SELECT bucket AS hour, * EXCLUDE (bucket) REPLACE (least(3600, metered_s) AS metered_s)
+FROM slice_partials_named('slice_hour_pending_partials');

@@ -1,0 +1,231 @@
+"""DuckLake (store/lake.py): ingest workers of one consumer group writing one lake whose
+catalog is a real PostgreSQL cluster (testkit/postgres.py) and whose data is Parquet in a
+folder, against the real Tansu broker; readers attaching it read-only meanwhile."""
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pytest
+
+from slicemeter import store
+from slicemeter.store import lake
+from slicemeter.testkit.ingest_helpers import (SLICEMETER, create_topic, expected_checksum, produce_chunks,
+                                               sigkill_within, wait_for_line)
+from slicemeter.testkit.synth_ticks import fleet, messages, recent_midnight_ms
+
+REPO = Path(__file__).resolve().parents[2]
+START = recent_midnight_ms()
+pytestmark = pytest.mark.broker
+
+
+@pytest.fixture
+def lake_db(postgres, tmp_path, request):
+    """A new lake: its own catalog database in the session's cluster, data under tmp_path."""
+    name = "lake_" + "".join(ch for ch in request.node.name if ch.isalnum())[-40:].lower()
+    postgres.create_database(name)
+    target, data = postgres.lake(name), tmp_path / "lake-data"
+    store.connect(target, lake_data=data).close()    # creates its tables once
+    return target, data
+
+
+def _checksum(con) -> tuple[int, int]:
+    return con.execute(store.sql_text("testkit/sample_checksum.sql")).fetchone()
+
+
+def _frame(con, sql: str, keys: list[str]) -> pd.DataFrame:
+    return con.execute(sql).df().sort_values(keys).reset_index(drop=True)
+
+
+def test_extensions_load_from_the_wheels_by_path():
+    con = duckdb.connect()
+    lake.load_extensions(con)
+    loaded = dict(con.execute("SELECT extension_name, install_mode FROM duckdb_extensions() "
+                              "WHERE extension_name IN ('ducklake', 'postgres_scanner') AND loaded").fetchall())
+    assert sorted(loaded) == ["ducklake", "postgres_scanner"]
+    # loaded from a file: nothing was installed into (or fetched to) DuckDB's extension folder
+    assert set(loaded.values()) == {"NOT_INSTALLED"}
+
+
+def test_a_lake_name_is_validated():
+    with pytest.raises(lake.LakeError, match="ducklake:postgres:"):
+        store.connect("ducklake:sqlite:/tmp/x.db")
+    with pytest.raises(lake.LakeError, match="control character"):
+        store.connect("ducklake:postgres:dbname=x\n")
+
+
+def test_a_reader_cannot_write_the_lake(lake_db):
+    target, _ = lake_db
+    con = store.connect(target, read_only=True)
+    try:
+        with pytest.raises(duckdb.Error, match="read-only"):
+            con.execute("INSERT INTO dead_letters (topic) VALUES ('x')")
+    finally:
+        con.close()
+
+
+def test_appends_commit_side_by_side_and_a_delete_beside_them_conflicts(lake_db):
+    """Why workers only append (sql/lake/views.sql): two transactions inserting into one
+    table both commit; a delete from a table another transaction inserted into fails."""
+    target, _ = lake_db
+    a, b = store.connect(target), store.connect(target)
+    try:
+        for con in (a, b):
+            con.execute("BEGIN TRANSACTION")
+            con.execute("INSERT INTO lake.main.ingest_offsets VALUES ('t', 0, 5, NULL)")
+        a.execute("COMMIT")
+        b.execute("COMMIT")
+        b.execute("BEGIN TRANSACTION")
+        b.execute("DELETE FROM lake.main.ingest_offsets")
+        a.execute("INSERT INTO lake.main.ingest_offsets VALUES ('t', 1, 7, NULL)")
+        with pytest.raises(duckdb.TransactionException, match="[Cc]onflict"):
+            b.execute("COMMIT")
+        assert a.execute("SELECT count(*) FROM lake.main.ingest_offsets").fetchone() == (3,)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_partitions_offset_is_its_latest_commit(lake_db):
+    """Offsets are appended; a partition read again from a replaced log's start restarts
+    lower, and that later row wins over the higher one before it."""
+    from slicemeter.ingest.writer import reset_offset
+
+    target, _ = lake_db
+    con = store.connect(target)
+    try:
+        con.execute("INSERT INTO lake.main.ingest_offsets VALUES ('t', 0, 40, NULL), ('t', 1, 9, NULL)")
+        con.execute("INSERT INTO lake.main.ingest_offsets VALUES ('t', 0, 50, NULL)")
+        assert con.execute("SELECT next_offset FROM ingest_offsets WHERE \"partition\" = 0").fetchone() == (50,)
+        reset_offset(con, "t", 0, 0, 50, 0, 3, "the log was replaced", "lake/reset_offset.sql")
+        rows = con.execute('SELECT "partition", next_offset FROM ingest_offsets ORDER BY 1').fetchall()
+        assert rows == [(0, 0), (1, 9)]
+        assert con.execute("SELECT reason FROM ingest_offset_events").fetchall() == [("the log was replaced",)]
+    finally:
+        con.close()
+
+
+def _assignments(log: Path) -> list[list[int]]:
+    lines = [ln for ln in log.read_text().splitlines() if "assigned partitions [" in ln] if log.exists() else []
+    return [[int(x) for x in ln.split("assigned partitions [", 1)[1].split("]", 1)[0].split(",") if x.strip()]
+            for ln in lines]
+
+
+def _wait_for_partitions(proc: subprocess.Popen, log: Path, deadline_s: float = 120) -> None:
+    """Poll the worker's log until the group has given it partitions."""
+    deadline = time.monotonic() + deadline_s
+    while not (_assignments(log) and _assignments(log)[-1]):
+        assert time.monotonic() < deadline, f"no partitions in {deadline_s} s:\n{log.read_text()[-2000:]}"
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=0.05)
+
+
+def test_two_workers_one_killed_at_random_moments_lose_and_double_nothing(broker, lake_db, tmp_path):
+    """Each kill follows a batch the killed worker stored from data produced after it was
+    given partitions, so both kills land while it writes, whatever the machine's speed."""
+    target, data = lake_db
+    create_topic(broker.bootstrap, partitions=4)
+    chunks = list(messages(fleet(24, ["https://acme:6443", "https://beta:6443"]), START, 960, 30))
+    by_node: dict[str, list] = {}
+    for chunk in chunks:
+        by_node.setdefault(chunk[0], []).append(chunk)
+    # three parts, each node's messages in time order across them
+    parts = [[c for node in by_node.values() for c in node[len(node) * i // 3:len(node) * (i + 1) // 3]]
+             for i in range(3)]
+    want = expected_checksum(chunks)
+    cmd = [*SLICEMETER, "ingest", "--kafka", broker.bootstrap, "--db", target, "--lake-data", str(data),
+           "--group", "lake", "--session-timeout-ms", "3000", "--batch-samples", "20000",
+           "--batch-max-seconds", "0.5"]
+    steady_log = tmp_path / "steady.log"
+    steady = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(steady_log, "w"))
+    produced = produce_chunks(broker.bootstrap, parts[0])[1]
+    rng = random.Random(20261201)
+    kills, readers = 0, []
+    killed_log = tmp_path / "killed.log"
+    try:
+        for i in range(2):
+            log = tmp_path / f"killed{i}.log"
+            proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+            _wait_for_partitions(proc, log)
+            produced += produce_chunks(broker.bootstrap, parts[i + 1])[1]
+            assert wait_for_line(proc, log, "stored batch", 1, deadline_s=120), log.read_text()[-3000:]
+            if i == 0:
+                readers = _read_while_writing(target, tmp_path)
+            kills += sigkill_within(proc, rng.uniform(0.0, 0.6))
+            killed_log = log
+        # the last restart runs to the end beside the steady worker
+        final = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(killed_log, "a"))
+        _wait_until_stored(target, produced, steady, deadline_s=120)
+        for p in (final, steady):
+            p.send_signal(signal.SIGTERM)
+        assert final.wait(timeout=60) == 0 and steady.wait(timeout=60) == 0, steady_log.read_text()[-3000:]
+    finally:
+        for p in (steady,):
+            if p.poll() is None:
+                p.kill()
+    assert kills == 2
+    assert produced == sum(g.num_rows + s.num_rows for _, g, s in chunks)
+    # the steady worker took the killed one's partitions over: all four at some point
+    assert [0, 1, 2, 3] in _assignments(steady_log), _assignments(steady_log)
+    for reader in readers:
+        out, err = reader.communicate(timeout=120)
+        assert reader.returncode == 0, err
+    con = store.connect(target, read_only=True)
+    try:
+        assert _checksum(con) == want
+        keys = ["hour", "gpu_uuid", "pod_uid", "container"]
+        got = _frame(con, "SELECT * FROM slice_hour", keys)
+        ref = _frame(con, store.sql_text("testkit/slice_hour_from_raw.sql"), keys)
+        assert len(got) == len(ref) > 0 and got["sample_count"].sum() == sum(s.num_rows for _, _, s in chunks)
+        pd.testing.assert_frame_equal(got[ref.columns], ref, check_dtype=False, rtol=1e-9)
+        keys = ["hour", "gpu_uuid"]
+        got = _frame(con, "SELECT * FROM gpu_hour", keys)
+        ref = _frame(con, store.sql_text("testkit/gpu_hour_from_raw.sql"), keys)
+        pd.testing.assert_frame_equal(got[ref.columns], ref, check_dtype=False, rtol=1e-9)
+    finally:
+        con.close()
+
+
+def _wait_until_stored(target: str, produced: int, worker: subprocess.Popen, deadline_s: float) -> None:
+    """Poll the lake (a reader's snapshot) until it holds `produced` samples, while `worker` runs."""
+    deadline = time.monotonic() + deadline_s
+    con = store.connect(target, read_only=True)
+    try:
+        while True:
+            stored = con.execute("SELECT (SELECT count(*) FROM raw_gpu_rows) + (SELECT count(*) FROM raw_slice_rows)"
+                                 ).fetchone()[0]
+            if stored >= produced:
+                return
+            assert time.monotonic() < deadline, f"{stored} of {produced} samples stored"
+            with pytest.raises(subprocess.TimeoutExpired):
+                worker.wait(timeout=0.2)
+            lake.refresh(con)
+    finally:
+        con.close()
+
+
+def _read_while_writing(target: str, tmp_path: Path) -> list[subprocess.Popen]:
+    """A dashboard query in this process and an export in a child, against the lake while
+    both workers write: they see a committed snapshot (whole batches only)."""
+    con = store.connect(target, read_only=True)
+    try:
+        day = pd.Timestamp(START, unit="ms").floor("D")
+        summary = con.execute(store.sql_text("dashboard/fleet_summary.sql"),
+                              {"start": day.to_pydatetime(), "end": (day + pd.Timedelta(days=1)).to_pydatetime()}).df()
+        assert len(summary) > 0
+        hours = con.execute("SELECT sum(sample_count) FROM slice_hour").fetchone()[0]
+        rows = con.execute("SELECT count(*) FROM raw_slice_rows").fetchone()[0]
+        # rows and rollup deltas commit together, and a reader holds one snapshot: its
+        # rollups count its rows exactly
+        assert hours == rows > 0
+    finally:
+        con.close()
+    month = pd.Timestamp(START, unit="ms").strftime("%Y-%m")
+    export = subprocess.Popen([*SLICEMETER, "export", "--db", target, "--month", month, "--out", str(tmp_path / "out")],
+                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return [export]
