@@ -157,7 +157,7 @@ def test_every_backticked_path_in_the_docs_exists():
 def test_every_test_the_docs_cite_exists():
     """`tests/test_x.py::test_name`: a doc that cites a test as its evidence names one that runs."""
     cited = [(doc, path if "/" in path else f"tests/{path}", name) for doc in doc_files()
-             for path, name in re.findall(r"\b((?:tests/|bench/)?test_\w+\.py)::\s*(\w+)", doc.read_text())]
+             for path, name in re.findall(r"\b((?:tests/(?:\w+/)?|bench/)?test_\w+\.py)::\s*(\w+)", doc.read_text())]
     missing = [f"{doc.relative_to(ROOT)}: {path}::{name}" for doc, path, name in cited
                if not (ROOT / path).exists()
                or not re.search(rf"^\s*(?:async )?def {name}\b|^class {name}\b", (ROOT / path).read_text(), re.M)]

@@ -116,10 +116,15 @@ def _assignments(log: Path) -> list[list[int]]:
             for ln in lines]
 
 
-def _wait_for_partitions(proc: subprocess.Popen, log: Path, deadline_s: float = 120) -> None:
-    """Poll the worker's log until the group has given it partitions."""
+def _wait_for_partitions(proc: subprocess.Popen, log: Path, want: list[int] | None = None,
+                         deadline_s: float = 120) -> None:
+    """Poll the worker's log until the group has given it partitions (`want`: these)."""
+    def given() -> bool:
+        last = _assignments(log)[-1] if _assignments(log) else []
+        return last == want if want is not None else bool(last)
+
     deadline = time.monotonic() + deadline_s
-    while not (_assignments(log) and _assignments(log)[-1]):
+    while not given():
         assert time.monotonic() < deadline, f"no partitions in {deadline_s} s:\n{log.read_text()[-2000:]}"
         with pytest.raises(subprocess.TimeoutExpired):
             proc.wait(timeout=0.05)
@@ -158,6 +163,8 @@ def test_two_workers_one_killed_at_random_moments_lose_and_double_nothing(broker
                 readers = _read_while_writing(target, tmp_path)
             kills += sigkill_within(proc, rng.uniform(0.0, 0.6))
             killed_log = log
+            # the steady worker takes the killed one's partitions over before it is restarted
+            _wait_for_partitions(steady, steady_log, want=[0, 1, 2, 3])
         # the last restart runs to the end beside the steady worker
         final = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(killed_log, "a"))
         _wait_until_stored(target, produced, steady, deadline_s=120)
@@ -170,8 +177,7 @@ def test_two_workers_one_killed_at_random_moments_lose_and_double_nothing(broker
                 p.kill()
     assert kills == 2
     assert produced == sum(g.num_rows + s.num_rows for _, g, s in chunks)
-    # the steady worker took the killed one's partitions over: all four at some point
-    assert [0, 1, 2, 3] in _assignments(steady_log), _assignments(steady_log)
+    assert _assignments(steady_log).count([0, 1, 2, 3]) >= 2, _assignments(steady_log)
     for reader in readers:
         out, err = reader.communicate(timeout=120)
         assert reader.returncode == 0, err
