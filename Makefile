@@ -55,8 +55,11 @@ DEMO_ARGS ?=
 demo: setup
 	$(BIN)/slicemeter demo $(DEMO_ARGS)
 
-bench: setup
-	@for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+# bench_ingest_lake needs the lake's DuckDB (1.5.5), the others the project's
+bench: setup lake-setup
+	@for b in bench/bench_*.py; do echo "== $$b"; \
+	  case $$b in *_lake.py) py=$(LAKE_VENV)/bin/python;; *) py=$(BIN)/python;; esac; \
+	  $$py $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) $(LAKE_VENV) $(FOCUS_VENV) var out test-artifacts .pytest_cache

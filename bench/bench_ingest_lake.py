@@ -4,8 +4,10 @@ single-file DuckDB ingest of the same messages (same run, same machine): samples
 The lake's catalog is a PostgreSQL cluster started here (Debian's binaries, a temporary
 folder), its data Parquet files in a temporary folder; the broker is Tansu.
 
-    python bench/bench_ingest_lake.py                     # 2 M samples
-    python bench/bench_ingest_lake.py --samples 4000000
+    .venv-lake/bin/python bench/bench_ingest_lake.py      # 2 M samples (make lake-setup)
+    .venv-lake/bin/python bench/bench_ingest_lake.py --samples 4000000
+
+It needs the lake's environment: DuckDB 1.5.5 and its extension wheels (pyproject, `lake`).
 
 A worker's rate counts from its first record to its last commit; two workers' rate is
 every sample over the longer of their two spans. The machine is shared (2 cores): two
