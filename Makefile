@@ -26,7 +26,7 @@ lake-setup: $(LAKE_STAMP)
 $(LAKE_STAMP): pyproject.toml
 	test -x $(LAKE_VENV)/bin/python || $(PY) -m venv $(LAKE_VENV)
 	$(LAKE_VENV)/bin/python -m pip install -q --upgrade pip
-	PYTHONWARNINGS='ignore:Editable installation' $(LAKE_VENV)/bin/python -m pip install -q -e '.[lake,test]'
+	PYTHONWARNINGS='ignore:Editable installation' $(LAKE_VENV)/bin/python -m pip install -q -e '.[all,lake,test]'
 	touch $@
 
 # Debian packages the tests drive for real: Prometheus (server and promtool), Chromium, and

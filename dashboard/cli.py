@@ -24,7 +24,8 @@ APP = Path(__file__).resolve().parent / "app.py"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", required=True, help="DuckDB file to read (opened read-only; an ingest snapshot)")
+    parser.add_argument("--db", required=True, help="DuckDB file to read (opened read-only; an ingest snapshot), "
+                        "or a lake: ducklake:postgres:CONNINFO")
     parser.add_argument("--port", type=int, default=8501, help="HTTP port (default 8501)")
     parser.add_argument("--address", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--tenant", help="serve this tenant only: every page, total and download shows its rows alone")
@@ -42,7 +43,7 @@ def is_loopback(address: str) -> bool:
         return False
 
 
-def streamlit_argv(db: Path, port: int, address: str, tenant: str | None = None,
+def streamlit_argv(db: Path | str, port: int, address: str, tenant: str | None = None,
                    access: Path | None = None) -> list[str]:
     """The streamlit command line (pure: tested without starting anything)."""
     return [
@@ -73,9 +74,12 @@ def run(args: argparse.Namespace) -> int:
         if not is_loopback(args.address):
             raise ConfigError(f"--access trusts identity headers, so the dashboard must be reachable only "
                               f"through the proxy: --address must be loopback, not {args.address}")
-    argv = streamlit_argv(db.resolve(), args.port, args.address, args.tenant, access)
-    env = dict(os.environ, SLICEMETER_DB=str(db.resolve()))
+    if not isinstance(db, str):   # a file; a lake is named as given
+        db = db.resolve()
+    argv = streamlit_argv(db, args.port, args.address, args.tenant, access)
+    env = dict(os.environ, SLICEMETER_DB=str(db))
     scope = f" for tenant {args.tenant}" if args.tenant else ""
-    print(f"dashboard: http://{args.address}:{args.port}/ on {db}{scope}", flush=True)
+    where = "a DuckLake" if isinstance(db, str) else db   # a lake's name may hold a password
+    print(f"dashboard: http://{args.address}:{args.port}/ on {where}{scope}", flush=True)
     os.execve(argv[0], argv, env)
     return 0  # not reached

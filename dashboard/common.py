@@ -34,7 +34,7 @@ def sidebar() -> bool:
         st.sidebar.caption(f"Tenant: **{tenant}** (this dashboard shows only its data)")
     coverage = data.query("months")
     months = coverage["month"].tolist()
-    st.sidebar.caption(f"Database: `{path.name}`")
+    st.sidebar.caption(f"Database: `{data.db_label(path)}`")
     if not months and tenant:
         st.warning(f"No metered GPU-hours for tenant {tenant} (its clusters in the tenant catalog have reported none).")
         return False

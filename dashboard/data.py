@@ -6,6 +6,11 @@ replaced atomically, so new data changes the key and the next rerun reads it. A
 connection is opened per cache miss and closed at once: holding one would pin the old
 snapshot file and keep a lock that `slicemeter export` needs.
 
+A DuckLake (`--db ducklake:...`, store/lake.py) is keyed on its latest snapshot id
+instead. Attaching one costs about a second (extensions, catalog, views), so its
+connections are kept, one per tenant scope, each used under a lock and moved on to the
+latest snapshot before every use: a page's query reads one committed snapshot.
+
 Tenant scope is enforced here, not in the pages: every connection a page gets is scoped
 to the request's tenant (sql/scope/tenant.sql: the store's tables read as that tenant's
 rows, every other table reads empty), chargeback and the export files are the full bill's
@@ -17,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -24,9 +30,10 @@ import duckdb
 import pandas as pd
 import streamlit as st
 
+from slicemeter.common import LAKE_PREFIX
 from slicemeter.dashboard import access
 from slicemeter.store.script import statements
-from slicemeter.store import connect, sql_text
+from slicemeter.store import connect, lake, sql_text
 
 DB_ENV = "SLICEMETER_DB"
 TENANT_ENV = "SLICEMETER_TENANT"
@@ -47,19 +54,31 @@ def script_option(name: str, env: str) -> str | None:
     return os.environ.get(env) or None
 
 
-def db_path() -> Path:
-    """The database: `--db FILE` after `--` on the streamlit command line, else $SLICEMETER_DB."""
+def db_path() -> Path | str:
+    """The database: `--db FILE` after `--` on the streamlit command line, else $SLICEMETER_DB;
+    a lake's name as given."""
     value = script_option("--db", DB_ENV)
     if not value:
         raise NoDatabase(f"no database: run `slicemeter dashboard --db FILE` or set {DB_ENV}")
+    if value.startswith(LAKE_PREFIX):
+        return value
     path = Path(value)
     if not path.is_file():
         raise NoDatabase(f"database file not found: {path}")
     return path
 
 
-def db_version(path: Path) -> tuple:
-    """Changes whenever the file (or its WAL) changes: the cache key for new data."""
+def db_label(target: Path | str) -> str:
+    """What the sidebar names: the file, or that it is a lake (its name may hold a password)."""
+    return "a DuckLake" if isinstance(target, str) else target.name
+
+
+def db_version(path: Path | str) -> tuple:
+    """Changes whenever the file (or its WAL) changes, or the lake commits: the cache key for new data."""
+    if isinstance(path, str):
+        with _lake_connection(path, None) as con:
+            return ("lake", con.execute("SELECT max(snapshot_id) FROM ducklake_snapshots(?)",
+                                        [lake.ALIAS]).fetchone()[0])
     st_ = path.stat()
     wal = path.with_name(path.name + ".wal")
     wal_m = wal.stat().st_mtime_ns if wal.exists() else 0
@@ -126,11 +145,38 @@ def connection_scope(con: duckdb.DuckDBPyConnection) -> str | None:
         return None
 
 
+@st.cache_resource(show_spinner="Attaching the lake…")
+def _lake_handle(target: str, tenant: str | None) -> tuple[threading.Lock, duckdb.DuckDBPyConnection]:
+    con = connect(target, read_only=True)
+    if tenant is not None:
+        scope_connection(con, tenant)
+    return threading.Lock(), con
+
+
 @contextlib.contextmanager
-def open_db(path: Path | None = None, tenant: str | None | object = _UNSET) -> Iterator[duckdb.DuckDBPyConnection]:
+def _lake_connection(target: str, tenant: str | None) -> Iterator[duckdb.DuckDBPyConnection]:
+    lock, con = _lake_handle(target, tenant)
+    with lock:
+        lake.refresh(con)
+        yield con
+
+
+def store_key() -> tuple[str, tuple]:
+    """This database's name and version, the first arguments of every cached read."""
+    target = db_path()
+    return (target if isinstance(target, str) else str(target.resolve())), db_version(target)
+
+
+@contextlib.contextmanager
+def open_db(path: Path | str | None = None, tenant: str | None | object = _UNSET) -> Iterator[duckdb.DuckDBPyConnection]:
     """A read-only connection, scoped to `tenant` (default: this request's scope)."""
     tenant = scope() if tenant is _UNSET else tenant
-    con = connect(path or db_path(), read_only=True)
+    path = path or db_path()
+    if isinstance(path, str) and path.startswith(LAKE_PREFIX):
+        with _lake_connection(path, tenant) as con:
+            yield con
+        return
+    con = connect(path, read_only=True)
     try:
         if tenant is not None:
             scope_connection(con, tenant)
@@ -141,7 +187,7 @@ def open_db(path: Path | None = None, tenant: str | None | object = _UNSET) -> I
 
 @st.cache_data(show_spinner=False, max_entries=512)
 def _cached(path: str, version: tuple, tenant: str | None, name: str, params: tuple) -> pd.DataFrame:
-    with open_db(Path(path), tenant) as con:
+    with open_db(path, tenant) as con:
         return con.execute(sql_text(f"dashboard/{name}.sql"), dict(params)).df()
 
 
@@ -150,8 +196,7 @@ def query(name: str, **params) -> pd.DataFrame:
     request's tenant's rows."""
     if not name.replace("_", "").isalnum():
         raise ValueError(f"bad query name {name!r}")
-    path = db_path()
-    return _cached(str(path.resolve()), db_version(path), scope(), name, tuple(sorted(params.items())))
+    return _cached(*store_key(), scope(), name, tuple(sorted(params.items())))
 
 
 class ModuleMissing(RuntimeError):
@@ -173,7 +218,7 @@ def _import(module: str):
 def _chargeback(path: str, version: tuple, tenant: str | None, month: str, basis: str, idle: str) -> pd.DataFrame:
     cb = _import("slicemeter.chargeback.bill")
     # the whole fleet's bill (idle and rounding are fleet-wide), then the tenant's rows
-    with open_db(Path(path), None) as con:
+    with open_db(path, None) as con:
         return cb.chargeback(con, month, basis=basis, idle=idle, tenant=tenant)
 
 
@@ -181,8 +226,7 @@ def chargeback(month: str, basis: str, idle: str) -> pd.DataFrame:
     """slicemeter.chargeback.bill.chargeback on this database, this request's tenant's rows: the
     same code and rows as `slicemeter export --tenant`."""
     _import("slicemeter.chargeback.bill")  # fail before touching the cache
-    path = db_path()
-    return _chargeback(str(path.resolve()), db_version(path), scope(), month, basis, idle)
+    return _chargeback(*store_key(), scope(), month, basis, idle)
 
 
 @st.cache_data(show_spinner="Computing the sharing dividend…", max_entries=64)
@@ -190,7 +234,7 @@ def _dividend(path: str, version: tuple, month: str):
     div = _import("slicemeter.chargeback.dividend")
     from slicemeter.chargeback.prices import load_prices_or_default
 
-    with open_db(Path(path)) as con:
+    with open_db(path) as con:
         return div.dividend(con, month, load_prices_or_default(None))
 
 
@@ -198,8 +242,7 @@ def dividend(month: str):
     """slicemeter.chargeback.dividend.dividend on this database, at the default price catalog: the same
     figures as `slicemeter report`."""
     _import("slicemeter.chargeback.dividend")
-    path = db_path()
-    return _dividend(str(path.resolve()), db_version(path), month)
+    return _dividend(*store_key(), month)
 
 
 @st.cache_data(show_spinner="Writing the month's exports…", max_entries=32)
@@ -224,8 +267,7 @@ def exports(month: str, basis: str, idle: str) -> dict[str, bytes]:
     in a child process, so the dashboard shows exactly what the CLI writes (with --tenant
     when this request is scoped to one)."""
     _import("slicemeter.chargeback.exports")
-    path = db_path()
-    return _exports(str(path.resolve()), db_version(path), scope(), month, basis, idle)
+    return _exports(*store_key(), scope(), month, basis, idle)
 
 
 def price_catalog():

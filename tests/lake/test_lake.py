@@ -12,8 +12,10 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 import pytest
+from streamlit.testing.v1 import AppTest
 
 from slicemeter import store
+from slicemeter.dashboard import fmt
 from slicemeter.store import lake
 from slicemeter.testkit.ingest_helpers import (SLICEMETER, create_topic, expected_checksum, produce_chunks,
                                                sigkill_within, wait_for_line)
@@ -130,7 +132,7 @@ def _wait_for_partitions(proc: subprocess.Popen, log: Path, want: list[int] | No
             proc.wait(timeout=0.05)
 
 
-def test_two_workers_one_killed_at_random_moments_lose_and_double_nothing(broker, lake_db, tmp_path):
+def test_two_workers_one_killed_at_random_moments_lose_and_double_nothing(broker, lake_db, tmp_path, monkeypatch):
     """Each kill follows a batch the killed worker stored from data produced after it was
     given partitions, so both kills land while it writes, whatever the machine's speed."""
     target, data = lake_db
@@ -160,7 +162,7 @@ def test_two_workers_one_killed_at_random_moments_lose_and_double_nothing(broker
             produced += produce_chunks(broker.bootstrap, parts[i + 1])[1]
             assert wait_for_line(proc, log, "stored batch", 1, deadline_s=120), log.read_text()[-3000:]
             if i == 0:
-                readers = _read_while_writing(target, tmp_path)
+                readers = _read_while_writing(target, tmp_path, monkeypatch)
             kills += sigkill_within(proc, rng.uniform(0.0, 0.6))
             killed_log = log
             # the steady worker takes the killed one's partitions over before it is restarted
@@ -193,8 +195,28 @@ def test_two_workers_one_killed_at_random_moments_lose_and_double_nothing(broker
         got = _frame(con, "SELECT * FROM gpu_hour", keys)
         ref = _frame(con, store.sql_text("testkit/gpu_hour_from_raw.sql"), keys)
         pd.testing.assert_frame_equal(got[ref.columns], ref, check_dtype=False, rtol=1e-9)
+        # the dashboard, the workers gone: the lake's last snapshot, to the GPU-hour
+        util, capacity = con.execute("SELECT sum(sm_util_s) / sum(metered_s), sum(metered_s) / 3600 "
+                                     "FROM gpu_hour").fetchone()
     finally:
         con.close()
+    at = _dashboard(target, monkeypatch)
+    assert _metric(at, "Capacity") == f"{capacity:,.0f}" and _metric(at, "Fleet utilization") == fmt.pct(util)
+
+
+def _dashboard(target: str, monkeypatch) -> AppTest:
+    """The dashboard app's first page on the lake (Streamlit's AppTest, in this process)."""
+    monkeypatch.setenv("SLICEMETER_DB", target)
+    at = AppTest.from_file(str(REPO / "dashboard" / "app.py"), default_timeout=120)
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _metric(at: AppTest, label: str) -> str:
+    found = [m.value for m in at.metric if m.label.startswith(label)]
+    assert found, f"no metric {label!r} in {[m.label for m in at.metric]}"
+    return found[0]
 
 
 def _wait_until_stored(target: str, produced: int, worker: subprocess.Popen, deadline_s: float) -> None:
@@ -215,9 +237,10 @@ def _wait_until_stored(target: str, produced: int, worker: subprocess.Popen, dea
         con.close()
 
 
-def _read_while_writing(target: str, tmp_path: Path) -> list[subprocess.Popen]:
-    """A dashboard query in this process and an export in a child, against the lake while
-    both workers write: they see a committed snapshot (whole batches only)."""
+def _read_while_writing(target: str, tmp_path: Path, monkeypatch) -> list[subprocess.Popen]:
+    """A dashboard query and the dashboard app in this process and an export in a child,
+    against the lake while both workers write: they see a committed snapshot (whole batches
+    only)."""
     con = store.connect(target, read_only=True)
     try:
         day = pd.Timestamp(START, unit="ms").floor("D")
@@ -231,6 +254,7 @@ def _read_while_writing(target: str, tmp_path: Path) -> list[subprocess.Popen]:
         assert hours == rows > 0
     finally:
         con.close()
+    assert float(_metric(_dashboard(target, monkeypatch), "Capacity").replace(",", "")) > 0
     month = pd.Timestamp(START, unit="ms").strftime("%Y-%m")
     export = subprocess.Popen([*SLICEMETER, "export", "--db", target, "--month", month, "--out", str(tmp_path / "out")],
                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
