@@ -8,8 +8,8 @@ snapshot file and keep a lock that `slicemeter export` needs.
 
 A DuckLake (`--db ducklake:...`, store/lake.py) is keyed on its latest snapshot id
 instead. Attaching one costs about a second (extensions, catalog, views), so its
-connections are kept, one per tenant scope, each used under a lock and moved on to the
-latest snapshot before every use: a page's query reads one committed snapshot.
+connections are kept, one per tenant scope, each used under a lock in a transaction of
+its own: a page's query reads the latest committed snapshot, and nothing is held between.
 
 Tenant scope is enforced here, not in the pages: every connection a page gets is scoped
 to the request's tenant (sql/scope/tenant.sql: the store's tables read as that tenant's
@@ -33,7 +33,7 @@ import streamlit as st
 from slicemeter.common import LAKE_PREFIX
 from slicemeter.dashboard import access
 from slicemeter.store.script import statements
-from slicemeter.store import connect, lake, sql_text
+from slicemeter.store import connect, lake, sql_text, transaction
 
 DB_ENV = "SLICEMETER_DB"
 TENANT_ENV = "SLICEMETER_TENANT"
@@ -150,14 +150,15 @@ def _lake_handle(target: str, tenant: str | None) -> tuple[threading.Lock, duckd
     con = connect(target, read_only=True)
     if tenant is not None:
         scope_connection(con, tenant)
+    con.execute("COMMIT")   # between uses the connection holds no snapshot (nor a catalog transaction)
     return threading.Lock(), con
 
 
 @contextlib.contextmanager
 def _lake_connection(target: str, tenant: str | None) -> Iterator[duckdb.DuckDBPyConnection]:
+    """The kept lake connection for `tenant`, in a transaction: the lake's latest snapshot."""
     lock, con = _lake_handle(target, tenant)
-    with lock:
-        lake.refresh(con)
+    with lock, transaction(con):
         yield con
 
 

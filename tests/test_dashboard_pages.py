@@ -13,6 +13,7 @@ import yaml
 from streamlit.testing.v1 import AppTest
 
 from slicemeter.dashboard import fmt
+from slicemeter.testkit.dashboard_app import metric, run_app
 from slicemeter.testkit.fleet_fixture import build_fleet_db
 
 APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
@@ -43,20 +44,7 @@ def one(con, sql, params=None):
     return con.execute(sql, params or []).fetchone()[0]
 
 
-def app(fleet_db, monkeypatch, page: str | None = None) -> AppTest:
-    monkeypatch.setenv("SLICEMETER_DB", str(fleet_db))
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.run()
-    if page:
-        at.switch_page(f"views/{page}.py").run()
-    assert not at.exception, at.exception
-    return at
-
-
-def metric(at: AppTest, label: str) -> str:
-    found = [m.value for m in at.metric if m.label.startswith(label)]
-    assert found, f"no metric {label!r} in {[m.label for m in at.metric]}"
-    return found[0]
+app = run_app
 
 
 def table_by_title(at: AppTest, column: str):

@@ -12,11 +12,11 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from slicemeter import store
 from slicemeter.dashboard import fmt
 from slicemeter.store import lake
+from slicemeter.testkit.dashboard_app import metric, run_app
 from slicemeter.testkit.ingest_helpers import (SLICEMETER, create_topic, expected_checksum, produce_chunks,
                                                sigkill_within, wait_for_line)
 from slicemeter.testkit.synth_ticks import fleet, messages, recent_midnight_ms
@@ -200,23 +200,8 @@ def test_two_workers_one_killed_at_random_moments_lose_and_double_nothing(broker
                                      "FROM gpu_hour").fetchone()
     finally:
         con.close()
-    at = _dashboard(target, monkeypatch)
-    assert _metric(at, "Capacity") == f"{capacity:,.0f}" and _metric(at, "Fleet utilization") == fmt.pct(util)
-
-
-def _dashboard(target: str, monkeypatch) -> AppTest:
-    """The dashboard app's first page on the lake (Streamlit's AppTest, in this process)."""
-    monkeypatch.setenv("SLICEMETER_DB", target)
-    at = AppTest.from_file(str(REPO / "dashboard" / "app.py"), default_timeout=120)
-    at.run()
-    assert not at.exception, at.exception
-    return at
-
-
-def _metric(at: AppTest, label: str) -> str:
-    found = [m.value for m in at.metric if m.label.startswith(label)]
-    assert found, f"no metric {label!r} in {[m.label for m in at.metric]}"
-    return found[0]
+    at = run_app(target, monkeypatch, timeout=120)
+    assert metric(at, "Capacity") == f"{capacity:,.0f}" and metric(at, "Fleet utilization") == fmt.pct(util)
 
 
 def _wait_until_stored(target: str, produced: int, worker: subprocess.Popen, deadline_s: float) -> None:
@@ -254,7 +239,7 @@ def _read_while_writing(target: str, tmp_path: Path, monkeypatch) -> list[subpro
         assert hours == rows > 0
     finally:
         con.close()
-    assert float(_metric(_dashboard(target, monkeypatch), "Capacity").replace(",", "")) > 0
+    assert float(metric(run_app(target, monkeypatch, timeout=120), "Capacity").replace(",", "")) > 0
     month = pd.Timestamp(START, unit="ms").strftime("%Y-%m")
     export = subprocess.Popen([*SLICEMETER, "export", "--db", target, "--month", month, "--out", str(tmp_path / "out")],
                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
