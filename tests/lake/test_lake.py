@@ -180,9 +180,13 @@ def test_two_workers_one_killed_at_random_moments_lose_and_double_nothing(broker
     assert kills == 2
     assert produced == sum(g.num_rows + s.num_rows for _, g, s in chunks)
     assert _assignments(steady_log).count([0, 1, 2, 3]) >= 2, _assignments(steady_log)
+    outputs = []
     for reader in readers:
         out, err = reader.communicate(timeout=120)
         assert reader.returncode == 0, err
+        outputs.append(out)
+    assert list((tmp_path / "out").rglob("*.csv")), "the export wrote no files"
+    assert "slicemeter recommend" in outputs[1]
     con = store.connect(target, read_only=True)
     try:
         assert _checksum(con) == want
@@ -223,8 +227,8 @@ def _wait_until_stored(target: str, produced: int, worker: subprocess.Popen, dea
 
 
 def _read_while_writing(target: str, tmp_path: Path, monkeypatch) -> list[subprocess.Popen]:
-    """A dashboard query and the dashboard app in this process and an export in a child,
-    against the lake while both workers write: they see a committed snapshot (whole batches
+    """A dashboard query and the dashboard app in this process, an export and a right-sizing
+    plan in children, against the lake while both workers write: they see a committed snapshot (whole batches
     only)."""
     con = store.connect(target, read_only=True)
     try:
@@ -241,6 +245,6 @@ def _read_while_writing(target: str, tmp_path: Path, monkeypatch) -> list[subpro
         con.close()
     assert float(metric(run_app(target, monkeypatch, timeout=120), "Capacity").replace(",", "")) > 0
     month = pd.Timestamp(START, unit="ms").strftime("%Y-%m")
-    export = subprocess.Popen([*SLICEMETER, "export", "--db", target, "--month", month, "--out", str(tmp_path / "out")],
-                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return [export]
+    return [subprocess.Popen([*SLICEMETER, *args, "--db", target, "--month", month], cwd=REPO,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for args in (["export", "--out", str(tmp_path / "out")], ["recommend"])]
