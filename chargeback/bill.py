@@ -256,13 +256,13 @@ def month_lines(con, month_start: date, src_asof: date | None, catalog: PriceCat
     spans = fill_hours(con, args, share, basis)
     _register_prices(con, catalog)
     con.execute("DELETE FROM cb_calc_sum_t")
+    con.execute("DELETE FROM cb_hour_charge_t")
     for s_start, s_end in spans:
-        con.execute("INSERT INTO cb_calc_sum_t BY NAME SELECT * FROM cb_calc_sums(?, ?, ?, ?, ?)",
-                    [s_start, s_end, src_asof, share, basis])
+        for table, sums in (("cb_calc_sum_t", "cb_calc_sums"), ("cb_hour_charge_t", "cb_hour_charge")):
+            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {sums}(?, ?, ?, ?, ?)",
+                        [s_start, s_end, src_asof, share, basis])
     con.execute("DELETE FROM cb_detail_t")
     con.execute("INSERT INTO cb_detail_t BY NAME SELECT * FROM cb_detail()")
-    con.execute("DELETE FROM cb_hour_charge_t")
-    con.execute("INSERT INTO cb_hour_charge_t SELECT hour, gid, billed_u, n FROM cb_calc_sum_t WHERE NOT per_slice")
     con.execute("DELETE FROM cb_calc_sum_t")
     check_gpu_hours(con.execute("SELECT * FROM cb_hour_overpaid()").fetchall())
     stored = con.execute("SELECT count(*) FROM cb_slice_src(?, ?, ?)", args).fetchone()[0]

@@ -55,12 +55,16 @@ _NEEDS_QUOTES = re.compile(r'[,"\r\n]')
 
 
 def _csv_quoted(text: str) -> str:
-    """text as csv.writer writes one cell of a row (minimal quoting)."""
+    """text as csv.writer (minimal quoting, lineterminator \\n) writes one cell of a row of
+    several: quoted, with quotes doubled, where it holds a comma, quote or newline. A carriage
+    return is left to the writer itself (whether it quotes one differs between Pythons)."""
     if _NEEDS_QUOTES.search(text) is None:
         return text
-    buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerow([text, ""])
-    return buf.getvalue()[:-2]
+    if "\r" in text:
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerow([text, ""])
+        return buf.getvalue()[:-2]
+    return '"' + text.replace('"', '""') + '"'
 
 
 def _csv_column(values) -> list[str]:

@@ -34,14 +34,12 @@ CREATE TEMP TABLE IF NOT EXISTS cb_detail_t (
     alloc_u HUGEINT, used_u HUGEINT, billed_u HUGEINT, charge_raw HUGEINT, waste_raw HUGEINT,
     energy_mj HUGEINT, slice_hours BIGINT
 );
--- The priced slice-hours of a span of hours (cb_calc) summed in one pass two ways
--- (cb_calc_sums): per slice and placement (per_slice, partial detail lines) and, for the
--- GPU-hours whose shares were scaled down, per GPU-hour (what its slices were billed). The
--- slice-hours themselves are never stored: at fleet scale they are the bulk of the month.
+-- The priced slice-hours (cb_calc) summed per slice and placement, per span of hours
+-- (cb_calc_sums). The slice-hours themselves are never stored: at fleet scale they are the
+-- bulk of the month.
 CREATE TEMP TABLE IF NOT EXISTS cb_calc_sum_t (
-    per_slice BOOLEAN, hour TIMESTAMP, gid INTEGER, pid INTEGER, tenant VARCHAR, namespace VARCHAR, pod VARCHAR,
-    pod_uid VARCHAR, container VARCHAR, price_micro BIGINT, alloc_u HUGEINT, used_u HUGEINT, billed_u HUGEINT,
-    waste_u HUGEINT, energy_mj HUGEINT, n BIGINT
+    pid INTEGER, tenant VARCHAR, namespace VARCHAR, pod VARCHAR, pod_uid VARCHAR, container VARCHAR,
+    price_micro BIGINT, alloc_u HUGEINT, used_u HUGEINT, billed_u HUGEINT, waste_u HUGEINT, energy_mj HUGEINT, n BIGINT
 );
 -- Billed micro-seconds of the GPU-hours whose shares were scaled down (elsewhere a GPU-hour
 -- bills its slices' total, b_tot), the GPU side of the invariant.
@@ -187,6 +185,16 @@ SELECT h.hour, h.gid, h.pid, priced.price_micro,
        h.a_tot, h.u_tot, h.b_tot
 FROM cb_hour_t h JOIN priced USING (pid);
 
+-- A share of a GPU-hour whose shares total `total` with capacity `cap`: floor(share x cap /
+-- total) where the total is above the capacity. The product is exact in 64 unsigned bits
+-- while both factors are below 2^32 (a capacity always is: at most 3.6e9 micro-seconds),
+-- several times cheaper than 128-bit arithmetic, which the rest takes.
+CREATE OR REPLACE TEMP MACRO cb_scaled(share, total, cap) AS (CASE
+    WHEN total <= cap THEN share
+    WHEN share < 4294967296 AND cap < 4294967296 THEN (share::UBIGINT * cap::UBIGINT) // total::UBIGINT
+    ELSE (share::HUGEINT * cap) // total
+END)::BIGINT;
+
 -- Every slice-hour of [m_start, m_end) priced: shares scaled down where a GPU-hour is
 -- oversubscribed. Integer micro-GPU-seconds, so totals and the scaling (integer floor
 -- division) are exact and independent of the order DuckDB sums in: the same database
@@ -197,9 +205,8 @@ WITH g AS (
 ), scaled AS (
     SELECT s.hour, s.gid, g.pid, s.tenant, s.namespace, s.pod, s.pod_uid, s.container, g.price_micro, g.cap_u,
            g.energy_mj, g.b_tot,
-           (CASE WHEN g.a_tot > g.cap_u THEN (s.a_i::HUGEINT * g.cap_u) // g.a_tot ELSE s.a_i END)::BIGINT AS a_u,
-           (CASE WHEN g.u_tot > g.cap_u THEN (s.u_i::HUGEINT * g.cap_u) // g.u_tot ELSE s.u_i END)::BIGINT AS u_u,
-           (CASE WHEN g.b_tot > g.cap_u THEN (s.b_i::HUGEINT * g.cap_u) // g.b_tot ELSE s.b_i END)::BIGINT AS b_u,
+           cb_scaled(s.a_i, g.a_tot, g.cap_u) AS a_u, cb_scaled(s.u_i, g.u_tot, g.cap_u) AS u_u,
+           cb_scaled(s.b_i, g.b_tot, g.cap_u) AS b_u,
            CASE WHEN g.cap_u > 0 THEN least(1.0, g.u_tot::DOUBLE / g.cap_u) ELSE 0 END AS busy
     FROM cb_slice_shares(m_start, m_end, src_asof, share_kind, basis) s
     JOIN g ON g.hour = s.hour AND g.gid = s.gid
@@ -214,25 +221,26 @@ SELECT *,
             ELSE 0 END::BIGINT AS energy_mj_slice
 FROM scaled;
 
--- cb_calc's slice-hours summed per slice and placement, and per GPU-hour where the shares
--- were scaled down, in one pass (the caller keeps them in cb_calc_sum_t). Integer sums;
--- charges (price x share) are multiplied out on the aggregated rows (one price per
--- placement). A GPU-hour whose billed total is not above its capacity bills exactly that
--- total (b_tot), so only the scaled ones are summed again.
+-- cb_calc's slice-hours summed per slice and placement (partial detail lines of a span of
+-- hours; the caller adds them to cb_calc_sum_t). Integer sums; charges (price x share) are
+-- multiplied out on the aggregated rows (one price per placement).
 CREATE OR REPLACE TEMP MACRO cb_calc_sums(m_start, m_end, src_asof, share_kind, basis) AS TABLE
-WITH c AS (
-    SELECT * FROM cb_calc(m_start, m_end, src_asof, share_kind, basis)
-)
-SELECT false AS per_slice, hour, gid, NULL::INTEGER AS pid, NULL::VARCHAR AS tenant, NULL::VARCHAR AS namespace,
-       NULL::VARCHAR AS pod, NULL::VARCHAR AS pod_uid, NULL::VARCHAR AS container, NULL::BIGINT AS price_micro,
-       NULL::HUGEINT AS alloc_u, NULL::HUGEINT AS used_u, sum(b_u)::HUGEINT AS billed_u, NULL::HUGEINT AS waste_u,
-       NULL::HUGEINT AS energy_mj, count(*)::BIGINT AS n
-FROM c WHERE b_tot > cap_u GROUP BY hour, gid
-UNION ALL
-SELECT true, NULL, NULL, pid, tenant, namespace, pod, pod_uid, container, price_micro,
-       sum(a_u)::HUGEINT, sum(u_u)::HUGEINT, sum(b_u)::HUGEINT, sum(waste_u)::HUGEINT,
-       sum(energy_mj_slice)::HUGEINT, count(*)::BIGINT
-FROM c GROUP BY pid, tenant, namespace, pod, pod_uid, container, price_micro;
+SELECT pid, tenant, namespace, pod, pod_uid, container, price_micro,
+       sum(a_u)::HUGEINT AS alloc_u, sum(u_u)::HUGEINT AS used_u, sum(b_u)::HUGEINT AS billed_u,
+       sum(waste_u)::HUGEINT AS waste_u, sum(energy_mj_slice)::HUGEINT AS energy_mj, count(*)::BIGINT AS n
+FROM cb_calc(m_start, m_end, src_asof, share_kind, basis)
+GROUP BY pid, tenant, namespace, pod, pod_uid, container, price_micro;
+
+-- The GPU-hours of a span whose shares were scaled down, with what their slices were billed
+-- (the caller adds them to cb_hour_charge_t). A GPU-hour whose billed total is not above its
+-- capacity bills exactly that total (b_tot), so only the scaled ones are summed again, in a
+-- pass of their own that computes only the billed share (about what feeding both aggregates
+-- from one pass costs, without a per-GPU-hour table of mostly empty columns).
+CREATE OR REPLACE TEMP MACRO cb_hour_charge(m_start, m_end, src_asof, share_kind, basis) AS TABLE
+SELECT hour, gid, sum(b_u)::HUGEINT AS billed_u, count(*)::BIGINT AS slice_rows
+FROM cb_calc(m_start, m_end, src_asof, share_kind, basis)
+WHERE b_tot > cap_u
+GROUP BY hour, gid;
 
 -- Per slice, placement and month: the bill's detail lines before the idle policy (the
 -- partial sums of cb_calc_sum_t added up).
@@ -241,7 +249,7 @@ WITH d AS (
     SELECT pid, tenant, namespace, pod, pod_uid, container, price_micro,
            sum(alloc_u)::HUGEINT AS alloc_u, sum(used_u)::HUGEINT AS used_u, sum(billed_u)::HUGEINT AS billed_u,
            sum(waste_u)::HUGEINT AS waste_u, sum(energy_mj)::HUGEINT AS energy_mj, sum(n)::BIGINT AS n
-    FROM cb_calc_sum_t WHERE per_slice
+    FROM cb_calc_sum_t
     GROUP BY pid, tenant, namespace, pod, pod_uid, container, price_micro
 )
 SELECT d.tenant, coalesce(d.namespace, '') AS namespace, coalesce(d.pod, '') AS pod, d.pod_uid, d.container,
