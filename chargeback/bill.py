@@ -264,15 +264,16 @@ def month_lines(con, month_start: date, src_asof: date | None, catalog: PriceCat
     con.execute("DELETE FROM cb_detail_t")
     con.execute("INSERT INTO cb_detail_t BY NAME SELECT * FROM cb_detail()")
     con.execute("DELETE FROM cb_calc_sum_t")
-    check_gpu_hours(con.execute("SELECT * FROM cb_hour_overpaid()").fetchall())
+    gpus = _ints(_fetch_dicts(con.execute("SELECT * FROM cb_gpu_agg()")),
+                 ("metered_u", "cost_raw", "charged_raw", "idle_raw", "idle_u", "energy_mj", "idle_energy_mj"))
+    if any(g["overpaid_hours"] for g in gpus):
+        check_gpu_hours(con.execute("SELECT * FROM cb_hour_overpaid()").fetchall())
     stored = con.execute("SELECT count(*) FROM cb_slice_src(?, ?, ?)", args).fetchone()[0]
     billed = con.execute("SELECT coalesce(sum(slice_hours), 0) FROM cb_detail_t").fetchone()[0]
     if stored != billed:
         check_gpu_hours(con.execute("SELECT * FROM cb_hour_unbilled(?, ?, ?)", args).fetchall())
         raise InvariantError(f"{stored} slice-hours stored, {billed} billed")
     slices = _slice_lines(con)
-    gpus = _ints(_fetch_dicts(con.execute("SELECT * FROM cb_gpu_agg()")),
-                 ("metered_u", "cost_raw", "charged_raw", "idle_raw", "idle_u", "energy_mj", "idle_energy_mj"))
     con.execute("DELETE FROM cb_detail_t")
     con.execute("DELETE FROM cb_hour_charge_t")
     check_gpu_lines(slices, gpus)

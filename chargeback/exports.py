@@ -175,10 +175,14 @@ def pricing_quantity(cost: Decimal, unit_price: Decimal, hours: Decimal) -> Deci
 
 def focus_rows(bill: Bill, names: dict[str, str]) -> list[dict]:
     """One FOCUS row per detail line. names: tenant -> display name (BillingAccountName)."""
-    b_start, b_end = parse_month(bill.month)
+    b_start, b_end = (_iso(d) for d in parse_month(bill.month))
+    periods: dict[str, tuple[str, str]] = {}   # a bill has one period per month it charges
+    skus: dict[tuple, tuple[str, str, str]] = {}
     out = []
     for r in detail_records(bill):
-        c_start, c_end = parse_month(r["charge_period"])
+        period = periods.get(r["charge_period"])
+        if period is None:
+            period = periods[r["charge_period"]] = tuple(_iso(d) for d in parse_month(r["charge_period"]))
         idle = r["kind"] == "idle"
         if idle:
             qty = r["gpu_hours_idle"]
@@ -198,19 +202,23 @@ def focus_rows(bill: Bill, names: dict[str, str]) -> list[dict]:
             f"{TAG_PREFIX}idle-share": _text(r["idle_share"]), f"{TAG_PREFIX}kwh": _text(r["kwh"]),
             f"{TAG_PREFIX}gco2e": _text(r["gco2e"]),
         }
-        sku = "gpu-hour:" + re.sub(r"[^A-Za-z0-9]+", "-", r["model"] or "unknown").strip("-").lower()
         price = _text(r["gpu_hour_price"])
+        sku_key = (r["model"], price)
+        if sku_key not in skus:
+            sku = "gpu-hour:" + re.sub(r"[^A-Za-z0-9]+", "-", r["model"] or "unknown").strip("-").lower()
+            skus[sku_key] = (sku, f"{sku}@{price}", json.dumps(
+                {"GpuModel": r["model"], "PricePerGpuHour": price, "Currency": bill.currency},
+                sort_keys=True, separators=(",", ":")))
+        sku, sku_price_id, sku_details = skus[sku_key]
         unit_price = Decimal(r["gpu_hour_price"])
         out.append({
             "CommitmentDiscountStatus": None,
-            "SkuId": sku, "SkuMeter": "GPU-Hours", "SkuPriceId": f"{sku}@{price}",
-            "SkuPriceDetails": json.dumps({"GpuModel": r["model"], "PricePerGpuHour": price, "Currency": bill.currency},
-                                          sort_keys=True, separators=(",", ":")),
+            "SkuId": sku, "SkuMeter": "GPU-Hours", "SkuPriceId": sku_price_id, "SkuPriceDetails": sku_details,
             "BilledCost": r["cost"], "ContractedCost": r["cost"], "EffectiveCost": r["cost"], "ListCost": r["cost"],
             "BillingAccountId": r["tenant"], "BillingAccountName": names.get(r["tenant"], r["tenant"]),
             "BillingCurrency": bill.currency,
-            "BillingPeriodStart": _iso(b_start), "BillingPeriodEnd": _iso(b_end),
-            "ChargePeriodStart": _iso(c_start), "ChargePeriodEnd": _iso(c_end),
+            "BillingPeriodStart": b_start, "BillingPeriodEnd": b_end,
+            "ChargePeriodStart": period[0], "ChargePeriodEnd": period[1],
             "ChargeCategory": "Usage",
             "ChargeClass": "Correction" if r["charge_class"] == "Correction" else None,
             "ChargeDescription": desc, "ChargeFrequency": "Usage-Based",

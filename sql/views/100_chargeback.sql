@@ -266,8 +266,13 @@ SELECT g.hour, g.gid, g.pid, g.price_micro, g.cap_u, g.energy_mj,
        CASE WHEN g.b_tot > g.cap_u THEN coalesce(c.billed_u, 0) ELSE g.b_tot END::HUGEINT AS billed_u
 FROM cb_gpu_calc() g LEFT JOIN cb_hour_charge_t c ON c.hour = g.hour AND c.gid = g.gid;
 
+-- A GPU-hour whose slices paid more than it cost (or were billed more than its capacity).
+CREATE OR REPLACE TEMP MACRO cb_hour_overpaid_when(price_micro, billed_u, cost_raw, cap_u) AS
+    price_micro::HUGEINT * billed_u > cost_raw OR billed_u > cap_u;
+
 -- Per placement and month: capacity, cost, what the slices paid and idle, each summed
--- from the GPU-hours, independently of the detail lines.
+-- from the GPU-hours, independently of the detail lines; and how many of its GPU-hours
+-- were overpaid (cb_hour_overpaid names them).
 -- Reads cb_detail_t only for the idle energy.
 CREATE OR REPLACE TEMP MACRO cb_gpu_agg() AS TABLE
 WITH g AS (
@@ -277,7 +282,8 @@ WITH g AS (
            sum(cost_raw - price_micro::HUGEINT * billed_u)::HUGEINT AS idle_raw,
            sum(cap_u - billed_u)::HUGEINT AS idle_u,
            sum(energy_mj)::HUGEINT AS energy_mj, count(*) AS gpu_hours_seen,
-           min(hour) AS first_hour, max(hour) AS last_hour
+           min(hour) AS first_hour, max(hour) AS last_hour,
+           count(*) FILTER (WHERE cb_hour_overpaid_when(price_micro, billed_u, cost_raw, cap_u)) AS overpaid_hours
     FROM cb_hour_billed()
     GROUP BY pid
 ), e AS (
@@ -291,12 +297,12 @@ LEFT JOIN e ON e.cluster = p.cluster AND e.node = p.node AND e.gpu_uuid = p.gpu_
 ORDER BY p.cluster, p.node, p.gpu_uuid, model;
 
 -- GPU-hours that break the invariant before any money is rounded: slices that paid more
--- than the hour cost.
+-- than the hour cost. (The caller runs it only where cb_gpu_agg counted some.)
 CREATE OR REPLACE TEMP MACRO cb_hour_overpaid() AS TABLE
 SELECT i.gpu_uuid, b.hour, 'slices paid ' || (b.price_micro::HUGEINT * b.billed_u)::VARCHAR
        || ' raw of a GPU-hour costing ' || b.cost_raw::VARCHAR AS problem
 FROM cb_hour_billed() b JOIN cb_gpu_id_t i USING (gid)
-WHERE b.price_micro::HUGEINT * b.billed_u > b.cost_raw OR b.billed_u > b.cap_u
+WHERE cb_hour_overpaid_when(b.price_micro, b.billed_u, b.cost_raw, b.cap_u)
 ORDER BY 1, 2;
 
 -- Slice-hours that found no priced GPU-hour or were not all billed (they would vanish).
