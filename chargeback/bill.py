@@ -13,7 +13,7 @@ and checks the invariant (InvariantError) before any caller can write a file.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import date, datetime, time, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
 import pandas as pd
@@ -105,15 +105,16 @@ def _hours_text(hours) -> str:
 
 
 def _register_prices(con, catalog: PriceCatalog) -> None:
-    combos = con.execute("SELECT DISTINCT cluster, node, model FROM cb_hour_t ORDER BY ALL").fetchall()
+    combos = con.execute("SELECT DISTINCT cluster, node, model FROM cb_place_t ORDER BY ALL").fetchall()
     rows = []
     for c, n, m in combos:
         if m is None:
-            hours = [r[0] for r in con.execute(
-                "SELECT hour FROM cb_hour_t WHERE cluster = ? AND node = ? AND model IS NULL ORDER BY hour", [c, n])]
-            gpus = sorted({r[0] for r in con.execute(
-                "SELECT gpu_uuid FROM cb_hour_t WHERE cluster = ? AND node = ? AND model IS NULL", [c, n])})
-            raise ConfigError(f"GPU model unknown for {', '.join(gpus)} on node {n!r} (hours {_hours_text(hours)}): "
+            unknown = con.execute(
+                "SELECT h.hour, p.gpu_uuid FROM cb_hour_t h JOIN cb_place_t p USING (pid) "
+                "WHERE p.cluster = ? AND p.node = ? AND p.model IS NULL ORDER BY h.hour", [c, n]).fetchall()
+            gpus = sorted({g for _, g in unknown})
+            raise ConfigError(f"GPU model unknown for {', '.join(gpus)} on node {n!r} "
+                              f"(hours {_hours_text([h for h, _ in unknown])}): "
                               "no sample ever named it, so no price applies")
         rows.append((c, n, m, money.price_to_micro(catalog.price(m, n, c))))
     table = pa.table({
@@ -183,17 +184,66 @@ def _slice_lines(con) -> list[dict]:
         ("alloc_u", "used_u", "billed_u", "charge_raw", "waste_raw", "energy_mj"))
 
 
-def fill_hours(con, args: list) -> None:
+# GPU-hours per pass over the slice-hours: the month is computed in spans of hours of about
+# this many GPU-hours, so that the per-GPU-hour hash tables of a pass stay in memory (and in
+# cache) whatever the fleet's size; per-slice sums of the spans are added up afterwards.
+SPAN_GPU_HOURS = 1_500_000
+
+
+def hour_spans(m_start: date, m_end: date, gpus: int) -> list[tuple[datetime, datetime]]:
+    """[m_start, m_end) cut into consecutive spans of whole hours, each about SPAN_GPU_HOURS
+    GPU-hours of `gpus` GPUs (pure)."""
+    start, end = datetime.combine(m_start, time()), datetime.combine(m_end, time())
+    step = timedelta(hours=max(1, SPAN_GPU_HOURS // max(gpus, 1)))
+    spans = []
+    while start < end:
+        spans.append((start, min(start + step, end)))
+        start += step
+    return spans
+
+
+_FIX_PLACES = """
+INSERT INTO cb_place_t
+SELECT (SELECT coalesce(max(pid), 0) FROM cb_place_t) + row_number() OVER (ORDER BY cluster, node, gpu_uuid, model),
+       cluster, node, gpu_uuid, model, gid
+FROM (SELECT DISTINCT f.cluster, f.node, f.gpu_uuid, f.model, f.gid FROM cb_fix_t f
+      WHERE NOT EXISTS (SELECT 1 FROM cb_place_t p WHERE p.cluster = f.cluster AND p.node = f.node
+                        AND p.gpu_uuid = f.gpu_uuid AND p.model IS NOT DISTINCT FROM f.model));
+UPDATE cb_hour_t h SET pid = x.pid
+FROM (SELECT f.hour, f.gid, p.pid FROM cb_fix_t f JOIN cb_place_t p ON p.cluster = f.cluster AND p.node = f.node
+      AND p.gpu_uuid = f.gpu_uuid AND p.model IS NOT DISTINCT FROM f.model) x
+WHERE x.hour = h.hour AND x.gid = h.gid;
+DELETE FROM cb_place_t WHERE pid NOT IN (SELECT DISTINCT pid FROM cb_hour_t WHERE pid IS NOT NULL);
+"""
+
+
+def fill_hours(con, args: list, share: str = "dominant", basis: str = "allocation") -> list[tuple]:
     """cb_hour_t: the month's GPU-hours (args: month start, end, src_asof), placed and with
-    a model. The look-ups for hours only slices saw run only where there are such hours."""
+    a model, with their slices' share totals; cb_gpu_id_t and cb_place_t: the GPUs and
+    placements they name. The look-ups for hours no GPU row placed run only where there are
+    such hours. Returns the spans of hours the month is computed in (hour_spans)."""
+    m_start, m_end, src = args
+    for table, fill in (("cb_gpu_id_t", "cb_gpu_ids"), ("cb_place_t", "cb_gpu_places")):
+        con.execute(f"DELETE FROM {table}")
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {fill}(?, ?, ?)", args)
     con.execute("DELETE FROM cb_hour_t")
-    con.execute("INSERT INTO cb_hour_t BY NAME SELECT * FROM cb_hours_placed(?, ?, ?)", args)
-    if con.execute("SELECT EXISTS (SELECT 1 FROM cb_hour_t WHERE NOT has_gpu_row)").fetchone()[0]:
-        con.execute("UPDATE cb_hour_t h SET cluster = p.cluster, node = p.node FROM cb_slice_placement(?, ?, ?) p "
-                    "WHERE p.hour = h.hour AND p.gpu_uuid = h.gpu_uuid", args)
-    if con.execute("SELECT EXISTS (SELECT 1 FROM cb_hour_t WHERE model IS NULL)").fetchone()[0]:
-        con.execute("UPDATE cb_hour_t h SET model = m.model FROM cb_hour_models(?, ?, ?) m "
-                    "WHERE m.hour = h.hour AND m.gpu_uuid = h.gpu_uuid", args)
+    spans = hour_spans(m_start, m_end, con.execute("SELECT count(*) FROM cb_gpu_id_t").fetchone()[0])
+    for s_start, s_end in spans:
+        con.execute("INSERT INTO cb_hour_t BY NAME SELECT * FROM cb_hours_placed(?, ?, ?, ?, ?)",
+                    [s_start, s_end, src, share, basis])
+    if not con.execute("SELECT EXISTS (SELECT 1 FROM cb_hour_t WHERE pid IS NULL) "
+                       "OR EXISTS (SELECT 1 FROM cb_place_t WHERE model IS NULL)").fetchone()[0]:
+        return spans
+    con.execute("DELETE FROM cb_fix_t")
+    con.execute("INSERT INTO cb_fix_t BY NAME SELECT * FROM cb_hours_to_fix()")
+    if con.execute("SELECT EXISTS (SELECT 1 FROM cb_fix_t WHERE cluster IS NULL)").fetchone()[0]:
+        con.execute("UPDATE cb_fix_t f SET cluster = p.cluster, node = p.node FROM cb_slice_placement(?, ?, ?) p "
+                    "WHERE p.hour = f.hour AND p.gpu_uuid = f.gpu_uuid", args)
+    if con.execute("SELECT EXISTS (SELECT 1 FROM cb_fix_t WHERE model IS NULL)").fetchone()[0]:
+        con.execute("UPDATE cb_fix_t f SET model = m.model FROM cb_hour_models(?, ?, ?) m "
+                    "WHERE m.hour = f.hour AND m.gpu_uuid = f.gpu_uuid", args)
+    con.execute(_FIX_PLACES)
+    return spans
 
 
 def month_lines(con, month_start: date, src_asof: date | None, catalog: PriceCatalog,
@@ -203,26 +253,27 @@ def month_lines(con, month_start: date, src_asof: date | None, catalog: PriceCat
     Leaves the month's GPU-hours in cb_hour_t (for the unmetered report)."""
     m_end = parse_month(month_str(month_start))[1]
     args = [month_start, m_end, src_asof]
-    fill_hours(con, args)
+    spans = fill_hours(con, args, share, basis)
     _register_prices(con, catalog)
-    con.execute("DELETE FROM cb_gpu_t")
-    con.execute("INSERT INTO cb_gpu_t BY NAME SELECT * FROM cb_gpu_calc()")
     con.execute("DELETE FROM cb_calc_sum_t")
-    con.execute("INSERT INTO cb_calc_sum_t BY NAME SELECT * FROM cb_calc_sums(?, ?, ?, ?, ?)", args + [share, basis])
+    con.execute("DELETE FROM cb_hour_charge_t")
+    for s_start, s_end in spans:
+        for table, sums in (("cb_calc_sum_t", "cb_calc_sums"), ("cb_hour_charge_t", "cb_hour_charge")):
+            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {sums}(?, ?, ?, ?, ?)",
+                        [s_start, s_end, src_asof, share, basis])
     con.execute("DELETE FROM cb_detail_t")
     con.execute("INSERT INTO cb_detail_t BY NAME SELECT * FROM cb_detail()")
-    con.execute("DELETE FROM cb_hour_charge_t")
-    con.execute("INSERT INTO cb_hour_charge_t BY NAME SELECT * FROM cb_hour_charge()")
     con.execute("DELETE FROM cb_calc_sum_t")
-    check_gpu_hours(con.execute("SELECT * FROM cb_hour_overpaid()").fetchall())
+    gpus = _ints(_fetch_dicts(con.execute("SELECT * FROM cb_gpu_agg()")),
+                 ("metered_u", "cost_raw", "charged_raw", "idle_raw", "idle_u", "energy_mj", "idle_energy_mj"))
+    if any(g["overpaid_hours"] for g in gpus):
+        check_gpu_hours(con.execute("SELECT * FROM cb_hour_overpaid()").fetchall())
     stored = con.execute("SELECT count(*) FROM cb_slice_src(?, ?, ?)", args).fetchone()[0]
-    billed = con.execute("SELECT coalesce(sum(slice_rows), 0) FROM cb_hour_charge_t").fetchone()[0]
+    billed = con.execute("SELECT coalesce(sum(slice_hours), 0) FROM cb_detail_t").fetchone()[0]
     if stored != billed:
         check_gpu_hours(con.execute("SELECT * FROM cb_hour_unbilled(?, ?, ?)", args).fetchall())
         raise InvariantError(f"{stored} slice-hours stored, {billed} billed")
     slices = _slice_lines(con)
-    gpus = _ints(_fetch_dicts(con.execute("SELECT * FROM cb_gpu_agg()")),
-                 ("metered_u", "cost_raw", "charged_raw", "idle_raw", "idle_u", "energy_mj", "idle_energy_mj"))
     con.execute("DELETE FROM cb_detail_t")
     con.execute("DELETE FROM cb_hour_charge_t")
     check_gpu_lines(slices, gpus)
@@ -274,10 +325,20 @@ class Bill:
     total: Decimal               # Σ detail = Σ invoice (gpu_cost + corrections)
     closed: bool
     catalog: PriceCatalog = field(repr=False, default=None)
-    unmetered_hours: pd.DataFrame = field(repr=False, default=None)
+    # per GPU-hour not fully metered, as DuckDB returned it: a month of a large fleet has
+    # hundreds of thousands of such hours, which the export writes from the table directly
+    unmetered_hours_table: pa.Table = field(repr=False, default=None)
     # the detail as plain records (what `detail` holds): the export files are written from
     # these, not by iterating the frame, which costs seconds at fleet scale
     detail_records: list[dict] = field(repr=False, default=None)
+    _unmetered_frame: pd.DataFrame = field(repr=False, default=None, init=False, compare=False)
+
+    @property
+    def unmetered_hours(self) -> pd.DataFrame:
+        """unmetered_hours_table as a data frame (converted on first use)."""
+        if self._unmetered_frame is None and self.unmetered_hours_table is not None:
+            self._unmetered_frame = self.unmetered_hours_table.to_pandas()
+        return self._unmetered_frame
 
 
 def _kwh(mj: int) -> Decimal:
@@ -406,7 +467,7 @@ def compute_bill(con, month: str, basis: str = "allocation", idle: str = "platfo
         ln["charge_class"], ln["charge_period"] = "Regular", month
     gpu_cost_raw = sum(g["cost_raw"] for g in gpus)
     unmet = con.execute("SELECT * FROM cb_unmetered(?, ?)", [m_start, m_end]).df()
-    unmet_hours = con.execute("SELECT * FROM cb_unmetered_hours(?, ?)", [m_start, m_end]).df()
+    unmet_hours = con.sql("SELECT * FROM cb_unmetered_hours(?, ?)", params=[m_start, m_end]).to_arrow_table()
 
     # corrections: closed months C < M whose late data this invoice carries
     for c_month in sorted(closed):

@@ -15,11 +15,13 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from slicemeter.chargeback.bill import IDLE_NAMESPACE, Bill, parse_month
 from slicemeter.chargeback.csv_cells import neutralise_csv_cell
 from slicemeter.common import DNS_LABEL_RE, ConfigError
+from slicemeter.store import registered, sql_text
 
 PROVIDER = "slicemeter"
 TAG_PREFIX = "slicemeter/"   # provider-defined tag keys (FOCUS Tags-C-012-M)
@@ -49,21 +51,46 @@ def _text(v) -> str:
     return str(v)
 
 
+_NEEDS_QUOTES = re.compile(r'[,"\r\n]')
+
+
+def _csv_quoted(text: str) -> str:
+    """text as csv.writer (minimal quoting, lineterminator \\n) writes one cell of a row of
+    several: quoted, with quotes doubled, where it holds a comma, quote or newline. A carriage
+    return is left to the writer itself (whether it quotes one differs between Pythons)."""
+    if _NEEDS_QUOTES.search(text) is None:
+        return text
+    if "\r" in text:
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerow([text, ""])
+        return buf.getvalue()[:-2]
+    return '"' + text.replace('"', '""') + '"'
+
+
+def _csv_column(values) -> list[str]:
+    """A column's cells: text, spreadsheet-safe, quoted. A file repeats few distinct texts
+    (names, dates, amounts): each is made a cell once."""
+    cells: dict[str, str] = {}
+    out = []
+    for v in values:
+        text = v if type(v) is str else _text(v)
+        cell = cells.get(text)
+        if cell is None:
+            cell = cells[text] = _csv_quoted(neutralise_csv_cell(text))
+        out.append(cell)
+    return out
+
+
+def _csv_file(header: list[str], lines) -> bytes:
+    """The header and the rows (each its cells joined by commas) as csv.writer writes them."""
+    return ("\n".join([",".join(_csv_quoted(h) for h in header), *lines]) + "\n").encode()
+
+
 def _csv_bytes(header: list[str], rows: list[list]) -> bytes:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(header)
-    safe: dict[str, str] = {}   # a file repeats few distinct texts (names, dates): check each once
-
-    def cell(v) -> str:
-        text = _text(v)
-        out = safe.get(text)
-        if out is None:
-            out = safe[text] = neutralise_csv_cell(text)
-        return out
-
-    w.writerows([[cell(v) for v in r] for r in rows])
-    return buf.getvalue().encode()
+    columns = [_csv_column(col) for col in zip(*rows)]
+    if len(header) == 1:   # a row of one empty cell is written as ""
+        columns = [['""' if c == "" else c for c in col] for col in columns]
+    return _csv_file(header, map(",".join, zip(*columns)))
 
 
 def invoice_csv(bill: Bill) -> bytes:
@@ -148,10 +175,14 @@ def pricing_quantity(cost: Decimal, unit_price: Decimal, hours: Decimal) -> Deci
 
 def focus_rows(bill: Bill, names: dict[str, str]) -> list[dict]:
     """One FOCUS row per detail line. names: tenant -> display name (BillingAccountName)."""
-    b_start, b_end = parse_month(bill.month)
+    b_start, b_end = (_iso(d) for d in parse_month(bill.month))
+    periods: dict[str, tuple[str, str]] = {}   # a bill has one period per month it charges
+    skus: dict[tuple, tuple[str, str, str]] = {}
     out = []
     for r in detail_records(bill):
-        c_start, c_end = parse_month(r["charge_period"])
+        period = periods.get(r["charge_period"])
+        if period is None:
+            period = periods[r["charge_period"]] = tuple(_iso(d) for d in parse_month(r["charge_period"]))
         idle = r["kind"] == "idle"
         if idle:
             qty = r["gpu_hours_idle"]
@@ -171,19 +202,23 @@ def focus_rows(bill: Bill, names: dict[str, str]) -> list[dict]:
             f"{TAG_PREFIX}idle-share": _text(r["idle_share"]), f"{TAG_PREFIX}kwh": _text(r["kwh"]),
             f"{TAG_PREFIX}gco2e": _text(r["gco2e"]),
         }
-        sku = "gpu-hour:" + re.sub(r"[^A-Za-z0-9]+", "-", r["model"] or "unknown").strip("-").lower()
         price = _text(r["gpu_hour_price"])
+        sku_key = (r["model"], price)
+        if sku_key not in skus:
+            sku = "gpu-hour:" + re.sub(r"[^A-Za-z0-9]+", "-", r["model"] or "unknown").strip("-").lower()
+            skus[sku_key] = (sku, f"{sku}@{price}", json.dumps(
+                {"GpuModel": r["model"], "PricePerGpuHour": price, "Currency": bill.currency},
+                sort_keys=True, separators=(",", ":")))
+        sku, sku_price_id, sku_details = skus[sku_key]
         unit_price = Decimal(r["gpu_hour_price"])
         out.append({
             "CommitmentDiscountStatus": None,
-            "SkuId": sku, "SkuMeter": "GPU-Hours", "SkuPriceId": f"{sku}@{price}",
-            "SkuPriceDetails": json.dumps({"GpuModel": r["model"], "PricePerGpuHour": price, "Currency": bill.currency},
-                                          sort_keys=True, separators=(",", ":")),
+            "SkuId": sku, "SkuMeter": "GPU-Hours", "SkuPriceId": sku_price_id, "SkuPriceDetails": sku_details,
             "BilledCost": r["cost"], "ContractedCost": r["cost"], "EffectiveCost": r["cost"], "ListCost": r["cost"],
             "BillingAccountId": r["tenant"], "BillingAccountName": names.get(r["tenant"], r["tenant"]),
             "BillingCurrency": bill.currency,
-            "BillingPeriodStart": _iso(b_start), "BillingPeriodEnd": _iso(b_end),
-            "ChargePeriodStart": _iso(c_start), "ChargePeriodEnd": _iso(c_end),
+            "BillingPeriodStart": b_start, "BillingPeriodEnd": b_end,
+            "ChargePeriodStart": period[0], "ChargePeriodEnd": period[1],
             "ChargeCategory": "Usage",
             "ChargeClass": "Correction" if r["charge_class"] == "Correction" else None,
             "ChargeDescription": desc, "ChargeFrequency": "Usage-Based",
@@ -231,25 +266,22 @@ UNMETERED_COLUMNS = ["hour", "cluster", "node", "gpu_uuid", "gpu_model", "metere
                      "unmetered_s", "reason"]
 
 
-def unmetered_csv(bill: Bill) -> bytes:
+def unmetered_csv(con, bill: Bill) -> bytes:
     """Per GPU and hour not fully metered by NVML: seconds seen (by any sample), seconds
     NVML saw, seconds nothing saw, and why (docs/chargeback.md)."""
-    u = bill.unmetered_hours
-    # column by column, each distinct name checked once: a month of a large fleet has
-    # hundreds of thousands of such hours (times and seconds are formatted here, never
-    # formula-like)
-    hours = u["hour"].dt.strftime("%Y-%m-%dT%H:00:00Z").tolist() if len(u) else []
-    seconds = [[f"{v:.3f}" for v in u[c].tolist()] for c in ("metered_s", "gpu_metered_s", "unmetered_s")]
-    texts = []
+    u = bill.unmetered_hours_table
+    # times and seconds are formatted by DuckDB (never formula-like); each distinct name once
+    with registered(con, cb_unmetered_arrow=u):
+        formatted = con.sql(sql_text("chargeback/unmetered_csv.sql")).to_arrow_table().combine_chunks()
+    texts = {}
     for c in ("cluster", "node", "gpu_uuid", "model", "reason"):
-        values = u[c].tolist()
-        safe = {v: neutralise_csv_cell(_text(v)) for v in set(values)}
-        texts.append([safe[v] for v in values])
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(UNMETERED_COLUMNS)
-    w.writerows(zip(hours, *texts[:4], *seconds, texts[4]))
-    return buf.getvalue().encode()
+        coded = pc.dictionary_encode(pc.fill_null(u[c], "")).combine_chunks()
+        cells = pa.array(_csv_column(coded.dictionary.to_pylist()), pa.string())
+        texts[c] = pc.take(cells, coded.indices)
+    seconds = [formatted[c].combine_chunks() for c in ("metered_s", "gpu_metered_s", "unmetered_s")]
+    columns = [formatted["hour"].combine_chunks(), texts["cluster"], texts["node"], texts["gpu_uuid"], texts["model"],
+               *seconds, texts["reason"]]
+    return _csv_file(UNMETERED_COLUMNS, pc.binary_join_element_wise(*columns, ",").to_pylist() if len(u) else [])
 
 
 def tenant_names(con) -> dict[str, str]:
@@ -275,7 +307,7 @@ def write_exports(con, bill: Bill, out_dir: str | Path, tenant: str | None = Non
     paths["focus_csv"].write_bytes(focus_csv(rows))
     _write_parquet(focus_table(rows), paths["focus_parquet"])
     if tenant is None:
-        paths["unmetered"].write_bytes(unmetered_csv(bill))
+        paths["unmetered"].write_bytes(unmetered_csv(con, bill))
     else:
         del paths["unmetered"]   # GPU coverage is the platform's, not a tenant's
     return sorted(paths.values())

@@ -15,7 +15,8 @@ Tenant scope is enforced here, not in the pages: every connection a page gets is
 to the request's tenant (sql/scope/tenant.sql: the store's tables read as that tenant's
 rows, every other table reads empty), chargeback and the export files are the full bill's
 rows of that tenant, and every cache key carries the scope, so one tenant's cached result
-never answers another's request.
+never answers another's request (the fleet's bill is cached once for every scope and only
+the request's tenant's rows of it leave data.py).
 """
 from __future__ import annotations
 
@@ -215,19 +216,23 @@ def _import(module: str):
         raise
 
 
-@st.cache_data(show_spinner="Computing chargeback…", max_entries=64)
-def _chargeback(path: str, version: tuple, tenant: str | None, month: str, basis: str, idle: str) -> pd.DataFrame:
+@st.cache_data(show_spinner="Computing chargeback…", max_entries=16)
+def _fleet_chargeback(path: str, version: tuple, month: str, basis: str, idle: str) -> pd.DataFrame:
+    """The whole fleet's invoice lines (idle and rounding are fleet-wide): computed once per
+    data change and month for every tenant's requests, which read their rows of it. At fleet
+    scale the bill is the costliest thing a page shows."""
     cb = _import("slicemeter.chargeback.bill")
-    # the whole fleet's bill (idle and rounding are fleet-wide), then the tenant's rows
     with open_db(path, None) as con:
-        return cb.chargeback(con, month, basis=basis, idle=idle, tenant=tenant)
+        return cb.chargeback(con, month, basis=basis, idle=idle)
 
 
 def chargeback(month: str, basis: str, idle: str) -> pd.DataFrame:
     """slicemeter.chargeback.bill.chargeback on this database, this request's tenant's rows: the
     same code and rows as `slicemeter export --tenant`."""
     _import("slicemeter.chargeback.bill")  # fail before touching the cache
-    return _chargeback(*store_key(), scope(), month, basis, idle)
+    tenant = scope()
+    fleet = _fleet_chargeback(*store_key(), month, basis, idle)
+    return fleet if tenant is None else fleet[fleet["tenant"] == tenant].reset_index(drop=True)
 
 
 @st.cache_data(show_spinner="Computing the sharing dividend…", max_entries=64)

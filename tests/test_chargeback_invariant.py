@@ -277,11 +277,14 @@ def test_hour_check_finds_overpaid_and_unbilled_gpu_hours(db):
     args = [date(2026, 11, 1), date(2026, 12, 1), None]
     cb.fill_hours(con, args)
     cb._register_prices(con, load_prices(DEFAULT_PRICES))
-    con.execute("INSERT INTO cb_gpu_t BY NAME SELECT * FROM cb_gpu_calc()")
-    cost = 2_400_000 * 3_600_000_000
-    con.execute("INSERT INTO cb_hour_charge_t VALUES (?, 'GPU-5', ?, 1, 1)", [hour(0), cost + 1])
+    # hour 0: its slices billed one micro-second above the hour's capacity; hour 1: no GPU-hour
+    cap = 3_600_000_000
+    con.execute("UPDATE cb_hour_t SET b_tot = ? WHERE hour = ?", [cap + 1, hour(0)])
+    con.execute("INSERT INTO cb_hour_charge_t SELECT hour, gid, ?, 1 FROM cb_hour_t WHERE hour = ?", [cap + 1, hour(0)])
+    con.execute("DELETE FROM cb_hour_t WHERE hour = ?", [hour(1)])
     found = con.execute("SELECT gpu_uuid, hour::VARCHAR, problem FROM cb_hour_overpaid()").fetchall()
     found += con.execute("SELECT gpu_uuid, hour::VARCHAR, problem FROM cb_hour_unbilled(?, ?, ?)", args).fetchall()
     con.close()
-    assert found == [("GPU-5", hour(0), f"slices paid {cost + 1} raw of a GPU-hour costing {cost}"),
+    price = 2_400_000
+    assert found == [("GPU-5", hour(0), f"slices paid {price * (cap + 1)} raw of a GPU-hour costing {price * cap}"),
                      ("GPU-5", hour(1), "1 slice-hours without a priced GPU-hour")]

@@ -65,3 +65,20 @@ def _prices(tmp_path):
     p = tmp_path / "prices.yaml"
     p.write_text('currency: USD\ngpu_hour:\n  "@NVIDIA(1)": "1.00"\n')
     return p
+
+
+@pytest.mark.parametrize("header", [["a", "b", "c"], ["only"]])
+def test_csv_files_have_the_bytes_csv_writer_gives(header):
+    """The export's CSV cells are made once per distinct text, without a writer per cell:
+    the file must still be byte for byte what csv.writer writes for the same cells."""
+    from slicemeter.chargeback.exports import _csv_bytes
+    texts = ["", "plain", "a,b", 'say "hi"', "line\nbreak", "cr\ronly", "cr\r\nlf", '",', " sp ", "=1+1",
+             "-12.50", None, Decimal("1.50"), Decimal("-0.0001"), 7, "é,ü"]
+    rows = [[texts[(i + j) % len(texts)] for j in range(len(header))] for i in range(2 * len(texts))]
+    want = io.StringIO()
+    w = csv.writer(want, lineterminator="\n")
+    w.writerow(header)
+    for r in rows:
+        w.writerow([neutralise_csv_cell("" if v is None else format(v, "f") if isinstance(v, Decimal) else str(v))
+                    for v in r])
+    assert _csv_bytes(header, rows) == want.getvalue().encode()

@@ -156,6 +156,34 @@ def test_a_tenants_chargeback_and_exports_are_the_full_bills_rows_of_it(fleet_db
         assert "acme" in cells and "vision" in " ".join(cells), name   # its own rows, the moved slice's too
 
 
+def test_the_fleets_bill_is_computed_once_for_every_tenants_requests(fleet_db, monkeypatch):
+    """Tenants' chargeback views read one fleet bill per data version: a second tenant's
+    request computes nothing; each sees only its rows, the sum of which is the fleet's."""
+    import slicemeter.chargeback.bill as cb
+    calls = []
+    real = cb.chargeback
+
+    def counted(*args, **kw):
+        calls.append(kw.get("tenant"))
+        return real(*args, **kw)
+    monkeypatch.setattr(cb, "chargeback", counted)
+    monkeypatch.setenv("SLICEMETER_DB", str(fleet_db))
+    data._fleet_chargeback.clear()
+    seen = {}
+    for tenant in ("acme", "globex", None):
+        if tenant is None:
+            monkeypatch.delenv("SLICEMETER_TENANT", raising=False)
+        else:
+            monkeypatch.setenv("SLICEMETER_TENANT", tenant)
+        seen[tenant] = data.chargeback(MONTH, "usage", "platform")
+    assert calls == [None]
+    assert set(seen["acme"]["tenant"]) == {"acme"} and set(seen["globex"]["tenant"]) == {"globex"}
+    assert list(seen["acme"].index) == list(range(len(seen["acme"])))
+    fleet = seen[None]
+    for tenant in ("acme", "globex"):
+        assert sum(seen[tenant]["cost"], Decimal(0)) == sum(fleet.loc[fleet["tenant"] == tenant, "cost"], Decimal(0))
+
+
 def test_right_sizing_plans_the_tenants_fleet_and_caches_per_tenant(fleet_db, truth):
     from slicemeter.dashboard.right_sizing import _plan
 

@@ -11,36 +11,39 @@
 
 -- Working tables the caller fills per computation (TEMP: per connection, also on
 -- read-only connections). Declared here because macros bind their tables when created.
+-- The month's GPU-hours are held with integer keys only: a dense id per GPU (gid, in UUID
+-- order) and per placement (pid: cluster, node, GPU, model). The names live once in the
+-- small id tables; at fleet scale string columns in the per-hour tables cost more memory
+-- than the rest together and made every join several times slower (bench/bench_export.py).
 CREATE TEMP TABLE IF NOT EXISTS cb_price (cluster VARCHAR, node VARCHAR, model VARCHAR, price_micro BIGINT);
--- The month's GPU-hours (cb_hours_placed, completed by bill.fill_hours), before pricing.
+CREATE TEMP TABLE IF NOT EXISTS cb_gpu_id_t (gpu_uuid VARCHAR, gid INTEGER);
+CREATE TEMP TABLE IF NOT EXISTS cb_place_t (pid INTEGER, cluster VARCHAR, node VARCHAR, gpu_uuid VARCHAR, model VARCHAR,
+                                            gid INTEGER);
+-- The month's GPU-hours (cb_hours_placed, completed by bill.fill_hours), before pricing, with
+-- their slices' share totals (integer micro-seconds; share kind and basis of the computation).
 CREATE TEMP TABLE IF NOT EXISTS cb_hour_t (
-    hour TIMESTAMP, gpu_uuid VARCHAR, cluster VARCHAR, node VARCHAR, model VARCHAR,
-    gpu_metered_s DOUBLE, metered_s DOUBLE, energy_joules DOUBLE, has_gpu_row BOOLEAN
+    hour TIMESTAMP, gid INTEGER, pid INTEGER, gpu_metered_s DOUBLE, metered_s DOUBLE, energy_joules DOUBLE,
+    has_gpu_row BOOLEAN, a_tot BIGINT, u_tot BIGINT, b_tot BIGINT
 );
+-- The GPU-hours whose placement or model no GPU row gave, while bill.fill_hours looks them up.
+CREATE TEMP TABLE IF NOT EXISTS cb_fix_t (hour TIMESTAMP, gid INTEGER, gpu_uuid VARCHAR, cluster VARCHAR, node VARCHAR,
+                                          model VARCHAR);
 CREATE TEMP TABLE IF NOT EXISTS cb_detail_t (
     tenant VARCHAR, namespace VARCHAR, pod VARCHAR, pod_uid VARCHAR, container VARCHAR,
     cluster VARCHAR, node VARCHAR, gpu_uuid VARCHAR, model VARCHAR, price_micro BIGINT,
     alloc_u HUGEINT, used_u HUGEINT, billed_u HUGEINT, charge_raw HUGEINT, waste_raw HUGEINT,
     energy_mj HUGEINT, slice_hours BIGINT
 );
--- The month's priced GPU-hours (cb_gpu_calc), read by every step after pricing.
-CREATE TEMP TABLE IF NOT EXISTS cb_gpu_t (
-    hour TIMESTAMP, cluster VARCHAR, node VARCHAR, gpu_uuid VARCHAR, model VARCHAR, gid BIGINT, pid BIGINT,
-    price_micro BIGINT, k BIGINT, cap_u BIGINT, cost_raw HUGEINT, energy_mj BIGINT
-);
--- The priced slice-hours of the month (cb_calc) summed in one pass two ways (cb_calc_sums):
--- per slice and placement (per_slice, the detail lines) and per GPU-hour (k, what its
--- slices paid). The slice-hours themselves are never stored: at fleet scale they are the
+-- The priced slice-hours (cb_calc) summed per slice and placement, per span of hours
+-- (cb_calc_sums). The slice-hours themselves are never stored: at fleet scale they are the
 -- bulk of the month.
 CREATE TEMP TABLE IF NOT EXISTS cb_calc_sum_t (
-    per_slice BOOLEAN, k BIGINT, pid BIGINT, tenant VARCHAR, namespace VARCHAR, pod VARCHAR, pod_uid VARCHAR,
-    container VARCHAR, price_micro BIGINT, alloc_u HUGEINT, used_u HUGEINT, billed_u HUGEINT, waste_u HUGEINT,
-    energy_mj HUGEINT, n BIGINT
+    pid INTEGER, tenant VARCHAR, namespace VARCHAR, pod VARCHAR, pod_uid VARCHAR, container VARCHAR,
+    price_micro BIGINT, alloc_u HUGEINT, used_u HUGEINT, billed_u HUGEINT, waste_u HUGEINT, energy_mj HUGEINT, n BIGINT
 );
--- What the slices of each GPU-hour paid (cb_hour_charge), the GPU side of the invariant.
-CREATE TEMP TABLE IF NOT EXISTS cb_hour_charge_t (
-    hour TIMESTAMP, gpu_uuid VARCHAR, charged_raw HUGEINT, billed_u HUGEINT, slice_rows BIGINT
-);
+-- Billed micro-seconds of the GPU-hours whose shares were scaled down (elsewhere a GPU-hour
+-- bills its slices' total, b_tot), the GPU side of the invariant.
+CREATE TEMP TABLE IF NOT EXISTS cb_hour_charge_t (hour TIMESTAMP, gid INTEGER, billed_u HUGEINT, slice_rows BIGINT);
 
 -- GPU-hours of the month, live or frozen.
 CREATE OR REPLACE TEMP MACRO cb_gpu_src(m_start, m_end, src_asof) AS TABLE
@@ -68,35 +71,75 @@ SELECT tenant, hour, cluster, node, gpu_uuid, namespace, pod, pod_uid, container
 FROM frozen_slice_hour
 WHERE as_of = src_asof AND hour >= m_start AND hour < m_end;
 
--- Every GPU-hour of the month that any sample saw: the GPU's own rows (NVML) and the
+-- The GPUs of the month (GPU rows and slices), a dense id each in UUID order.
+CREATE OR REPLACE TEMP MACRO cb_gpu_ids(m_start, m_end, src_asof) AS TABLE
+SELECT gpu_uuid, row_number() OVER (ORDER BY gpu_uuid)::INTEGER AS gid FROM (
+    SELECT gpu_uuid FROM cb_gpu_src(m_start, m_end, src_asof)
+    UNION
+    SELECT gpu_uuid FROM cb_slice_src(m_start, m_end, src_asof)
+);
+
+-- The placements the GPU rows of the month name (cb_gpu_id_t filled first).
+CREATE OR REPLACE TEMP MACRO cb_gpu_places(m_start, m_end, src_asof) AS TABLE
+SELECT row_number() OVER (ORDER BY x.cluster, x.node, x.gpu_uuid, x.model)::INTEGER AS pid,
+       x.cluster, x.node, x.gpu_uuid, x.model, i.gid
+FROM (SELECT DISTINCT cluster, node, gpu_uuid, model FROM cb_gpu_src(m_start, m_end, src_asof)) x
+JOIN cb_gpu_id_t i USING (gpu_uuid);
+
+-- Slice-hours with their shares as integer micro-GPU-seconds (a share is floored to them so
+-- that the shares on a GPU-hour can never add above its metered seconds) and the GPU's id.
+CREATE OR REPLACE TEMP MACRO cb_slice_shares(m_start, m_end, src_asof, share_kind, basis) AS TABLE
+WITH s AS (
+    SELECT x.hour, i.gid, x.tenant, x.namespace, x.pod, x.pod_uid, x.container, x.metered_s,
+           round(greatest(CASE share_kind WHEN 'memory' THEN x.alloc_mem_share_s
+                                          WHEN 'cores'  THEN x.alloc_cores_share_s
+                                          ELSE x.alloc_dominant_share_s END, 0) * 1e6)::BIGINT AS a_i,
+           round(greatest(x.usage_share_s, 0) * 1e6)::BIGINT AS u_i
+    FROM cb_slice_src(m_start, m_end, src_asof) x JOIN cb_gpu_id_t i USING (gpu_uuid)
+)
+SELECT *, CASE basis WHEN 'usage' THEN u_i WHEN 'max' THEN greatest(a_i, u_i) ELSE a_i END AS b_i FROM s;
+
+-- Every GPU-hour of [m_start, m_end) that any sample saw: the GPU's own rows (NVML) and the
 -- hours where only its slices reported (NVML down on the node). Metered time is the
 -- longer of the GPU's and its longest-seen slice's seconds: both come from the same
 -- Ticks, so the slices extend the GPU's time only by the samples NVML missed.
 -- A GPU-hour belongs to the cluster and node it was metered on in that hour (a GPU that
--- moves is billed on each side of the move). Without a GPU row the placement and model
--- are unknown here: the caller fills them in (cb_slice_placement, cb_hour_models).
-CREATE OR REPLACE TEMP MACRO cb_hours_placed(m_start, m_end, src_asof) AS TABLE
+-- moves is billed on each side of the move). Without a GPU row the placement is unknown
+-- here (pid NULL): the caller fills it in (cb_slice_placement, cb_hour_models).
+-- The same pass over the slice-hours sums their shares per GPU-hour (the scaling's totals).
+CREATE OR REPLACE TEMP MACRO cb_hours_placed(m_start, m_end, src_asof, share_kind, basis) AS TABLE
 WITH g AS (
-    SELECT * FROM cb_gpu_src(m_start, m_end, src_asof)
+    SELECT x.hour, p.gid, p.pid, x.metered_s, x.energy_joules
+    FROM cb_gpu_src(m_start, m_end, src_asof) x
+    JOIN cb_place_t p ON p.cluster = x.cluster AND p.node = x.node AND p.gpu_uuid = x.gpu_uuid
+                     AND p.model IS NOT DISTINCT FROM x.model
 ), s AS (
-    -- per GPU-hour its slices' longest metered time
-    SELECT hour, gpu_uuid, max(least(greatest(metered_s, 0), 3600.0)) AS slice_metered_s
-    FROM cb_slice_src(m_start, m_end, src_asof) GROUP BY hour, gpu_uuid
+    SELECT hour, gid, max(least(greatest(metered_s, 0), 3600.0)) AS slice_metered_s,
+           sum(a_i)::BIGINT AS a_tot, sum(u_i)::BIGINT AS u_tot, sum(b_i)::BIGINT AS b_tot
+    FROM cb_slice_shares(m_start, m_end, src_asof, share_kind, basis)
+    GROUP BY hour, gid
 )
-SELECT coalesce(g.hour, s.hour) AS hour, coalesce(g.gpu_uuid, s.gpu_uuid) AS gpu_uuid,
-       g.cluster, g.node, g.model,
+SELECT coalesce(g.hour, s.hour) AS hour, coalesce(g.gid, s.gid) AS gid, g.pid,
        coalesce(least(greatest(g.metered_s, 0), 3600.0), 0) AS gpu_metered_s,
        greatest(coalesce(least(greatest(g.metered_s, 0), 3600.0), 0), coalesce(s.slice_metered_s, 0)) AS metered_s,
-       g.energy_joules, g.gpu_uuid IS NOT NULL AS has_gpu_row
-FROM g FULL OUTER JOIN s ON g.hour = s.hour AND g.gpu_uuid = s.gpu_uuid;
+       g.energy_joules, g.pid IS NOT NULL AS has_gpu_row,
+       coalesce(s.a_tot, 0) AS a_tot, coalesce(s.u_tot, 0) AS u_tot, coalesce(s.b_tot, 0) AS b_tot
+FROM g FULL OUTER JOIN s ON g.hour = s.hour AND g.gid = s.gid;
 
--- The placement of the GPU-hours in cb_hour_t that only slices saw: where the
+-- The GPU-hours of cb_hour_t without a placement (only slices saw them) or without a model,
+-- with what is known of them.
+CREATE OR REPLACE TEMP MACRO cb_hours_to_fix() AS TABLE
+SELECT h.hour, h.gid, i.gpu_uuid, p.cluster, p.node, p.model
+FROM cb_hour_t h JOIN cb_gpu_id_t i USING (gid) LEFT JOIN cb_place_t p USING (pid)
+WHERE h.pid IS NULL OR p.model IS NULL;
+
+-- The placement of the GPU-hours in cb_fix_t that only slices saw: where the
 -- longest-seen slice was (ties: the smallest cluster, then node, so the same data always
 -- gives the same bill). A second, rare read of those hours' slices: the struct minimum
 -- over every slice-hour of the month costs more than the rest of the placement.
 CREATE OR REPLACE TEMP MACRO cb_slice_placement(m_start, m_end, src_asof) AS TABLE
 WITH only_slices AS (
-    SELECT hour, gpu_uuid FROM cb_hour_t WHERE NOT has_gpu_row
+    SELECT hour, gpu_uuid FROM cb_fix_t WHERE cluster IS NULL
 ), p AS (
     SELECT x.hour, x.gpu_uuid, min(struct_pack(neg_s := -x.metered_s, c := x.cluster, n := x.node)) AS place
     FROM cb_slice_src(m_start, m_end, src_asof) x SEMI JOIN only_slices o ON o.hour = x.hour AND o.gpu_uuid = x.gpu_uuid
@@ -104,13 +147,11 @@ WITH only_slices AS (
 )
 SELECT hour, gpu_uuid, place.c AS cluster, place.n AS node FROM p;
 
--- The model of the GPU-hours in cb_hour_t without one (hours only slices saw): the GPU's
--- last known model earlier in the month, else before the month, else the first one seen
--- later in the month. (The caller runs it only where some hour has no model: the look-ups
--- below sort the whole month once more.)
+-- The model of the GPU-hours in cb_fix_t without one: the GPU's last known model earlier
+-- in the month, else before the month, else the first one seen later in the month.
 CREATE OR REPLACE TEMP MACRO cb_hour_models(m_start, m_end, src_asof) AS TABLE
 WITH unknown AS (
-    SELECT hour, gpu_uuid FROM cb_hour_t WHERE model IS NULL
+    SELECT hour, gpu_uuid FROM cb_fix_t WHERE model IS NULL
 ), known AS (
     SELECT hour, gpu_uuid, model FROM cb_gpu_src(m_start, m_end, src_asof) WHERE model IS NOT NULL
 ), before_h AS (
@@ -129,63 +170,46 @@ LEFT JOIN before_h ON before_h.hour = u.hour AND before_h.gpu_uuid = u.gpu_uuid
 LEFT JOIN after_h ON after_h.hour = u.hour AND after_h.gpu_uuid = u.gpu_uuid
 LEFT JOIN prior ON prior.gpu_uuid = u.gpu_uuid;
 
--- Priced GPU-hours from cb_hour_t (the caller keeps them in cb_gpu_t): capacity in
--- micro-seconds and its cost in raw units.
--- gid: a dense id per GPU; pid: per placement (cluster, node, GPU, model), the unit of
--- the GPU side of the bill.
+-- Priced GPU-hours of cb_hour_t: capacity in micro-seconds and the price of their placement.
+-- k: one integer key per GPU-hour (hour number x 2^22 + gid).
 CREATE OR REPLACE TEMP MACRO cb_gpu_calc() AS TABLE
-WITH ids AS (
-    SELECT gpu_uuid, row_number() OVER (ORDER BY gpu_uuid)::BIGINT AS gid
-    FROM (SELECT DISTINCT gpu_uuid FROM cb_hour_t)
-), pids AS (
-    SELECT cluster, node, gpu_uuid, model, row_number() OVER (ORDER BY cluster, node, gpu_uuid, model)::BIGINT AS pid
-    FROM (SELECT DISTINCT cluster, node, gpu_uuid, model FROM cb_hour_t)
+WITH priced AS (
+    SELECT pl.pid, p.price_micro
+    FROM cb_place_t pl JOIN cb_price p ON p.cluster = pl.cluster AND p.node = pl.node
+                                      AND p.model IS NOT DISTINCT FROM pl.model
 )
-SELECT h.hour, h.cluster, h.node, h.gpu_uuid, h.model, ids.gid, pids.pid, p.price_micro,
-       (epoch_ms(h.hour) // 3600000) * 4194304 + ids.gid AS k,
+SELECT h.hour, h.gid, h.pid, priced.price_micro,
+       (epoch_ms(h.hour) // 3600000) * 4194304 + h.gid AS k,
        round(h.metered_s * 1e6)::BIGINT AS cap_u,
-       p.price_micro::HUGEINT * round(h.metered_s * 1e6)::BIGINT AS cost_raw,
-       round(greatest(coalesce(h.energy_joules, 0), 0) * 1000)::BIGINT AS energy_mj
-FROM cb_hour_t h
-JOIN ids USING (gpu_uuid)
-JOIN pids ON pids.cluster = h.cluster AND pids.node = h.node AND pids.gpu_uuid = h.gpu_uuid
-         AND pids.model IS NOT DISTINCT FROM h.model
-JOIN cb_price p ON p.cluster = h.cluster AND p.node = h.node AND p.model IS NOT DISTINCT FROM h.model;
+       round(greatest(coalesce(h.energy_joules, 0), 0) * 1000)::BIGINT AS energy_mj,
+       h.a_tot, h.u_tot, h.b_tot
+FROM cb_hour_t h JOIN priced USING (pid);
 
--- Every slice-hour priced: shares scaled down where a GPU-hour is oversubscribed.
--- Shares become integer micro-GPU-seconds first, so totals and the scaling (integer floor
+-- A share of a GPU-hour whose shares total `total` with capacity `cap`: floor(share x cap /
+-- total) where the total is above the capacity. The product is exact in 64 unsigned bits
+-- while both factors are below 2^32 (a capacity always is: at most 3.6e9 micro-seconds),
+-- several times cheaper than 128-bit arithmetic, which the rest takes.
+CREATE OR REPLACE TEMP MACRO cb_scaled(share, total, cap) AS (CASE
+    WHEN total <= cap THEN share
+    WHEN share < 4294967296 AND cap < 4294967296 THEN (share::UBIGINT * cap::UBIGINT) // total::UBIGINT
+    ELSE (share::HUGEINT * cap) // total
+END)::BIGINT;
+
+-- Every slice-hour of [m_start, m_end) priced: shares scaled down where a GPU-hour is
+-- oversubscribed. Integer micro-GPU-seconds, so totals and the scaling (integer floor
 -- division) are exact and independent of the order DuckDB sums in: the same database
 -- always gives the same bill, and the shares on a GPU-hour never add above its capacity.
--- GPU-hours are joined on one integer key (hour number x 2^22 + a dense GPU id): string
--- keys made the big joins several times slower at fleet scale (bench/bench_export.py).
 CREATE OR REPLACE TEMP MACRO cb_calc(m_start, m_end, src_asof, share_kind, basis) AS TABLE
 WITH g AS (
-    SELECT k, gid, pid, price_micro, cap_u, energy_mj FROM cb_gpu_t
-), ids AS (
-    SELECT DISTINCT gpu_uuid, gid FROM cb_gpu_t
-), s AS NOT MATERIALIZED (
-    SELECT (epoch_ms(x.hour) // 3600000) * 4194304 + ids.gid AS k,
-           x.tenant, x.namespace, x.pod, x.pod_uid, x.container,
-           round(greatest(CASE share_kind WHEN 'memory' THEN x.alloc_mem_share_s
-                                          WHEN 'cores'  THEN x.alloc_cores_share_s
-                                          ELSE x.alloc_dominant_share_s END, 0) * 1e6)::BIGINT AS a_i,
-           round(greatest(x.usage_share_s, 0) * 1e6)::BIGINT AS u_i
-    FROM cb_slice_src(m_start, m_end, src_asof) x JOIN ids USING (gpu_uuid)
-), b AS NOT MATERIALIZED (
-    SELECT *, CASE basis WHEN 'usage' THEN u_i WHEN 'max' THEN greatest(a_i, u_i) ELSE a_i END AS b_i
-    FROM s
-), tot AS (
-    SELECT k, sum(a_i)::HUGEINT AS a_tot, sum(u_i)::HUGEINT AS u_tot, sum(b_i)::HUGEINT AS b_tot
-    FROM b GROUP BY k
-), gt AS (
-    SELECT g.*, tot.a_tot, tot.u_tot, tot.b_tot FROM g JOIN tot USING (k)
+    SELECT * FROM cb_gpu_calc() WHERE hour >= m_start AND hour < m_end
 ), scaled AS (
-    SELECT b.k, gt.gid, gt.pid, b.tenant, b.namespace, b.pod, b.pod_uid, b.container, gt.price_micro, gt.cap_u, gt.energy_mj,
-           (CASE WHEN gt.a_tot > gt.cap_u THEN (b.a_i::HUGEINT * gt.cap_u) // gt.a_tot ELSE b.a_i END)::BIGINT AS a_u,
-           (CASE WHEN gt.u_tot > gt.cap_u THEN (b.u_i::HUGEINT * gt.cap_u) // gt.u_tot ELSE b.u_i END)::BIGINT AS u_u,
-           (CASE WHEN gt.b_tot > gt.cap_u THEN (b.b_i::HUGEINT * gt.cap_u) // gt.b_tot ELSE b.b_i END)::BIGINT AS b_u,
-           CASE WHEN gt.cap_u > 0 THEN least(1.0, gt.u_tot::DOUBLE / gt.cap_u) ELSE 0 END AS busy
-    FROM b JOIN gt USING (k)
+    SELECT s.hour, s.gid, g.pid, s.tenant, s.namespace, s.pod, s.pod_uid, s.container, g.price_micro, g.cap_u,
+           g.energy_mj, g.b_tot,
+           cb_scaled(s.a_i, g.a_tot, g.cap_u) AS a_u, cb_scaled(s.u_i, g.u_tot, g.cap_u) AS u_u,
+           cb_scaled(s.b_i, g.b_tot, g.cap_u) AS b_u,
+           CASE WHEN g.cap_u > 0 THEN least(1.0, g.u_tot::DOUBLE / g.cap_u) ELSE 0 END AS busy
+    FROM cb_slice_shares(m_start, m_end, src_asof, share_kind, basis) s
+    JOIN g ON g.hour = s.hour AND g.gid = s.gid
 )
 SELECT *,
        greatest(a_u - u_u, 0) AS waste_u,
@@ -197,86 +221,106 @@ SELECT *,
             ELSE 0 END::BIGINT AS energy_mj_slice
 FROM scaled;
 
--- cb_calc's slice-hours summed per slice and placement and per GPU-hour, in one pass
--- (the caller keeps them in cb_calc_sum_t). Integer sums; charges (price x share) are
--- multiplied out on the aggregated rows (one price per placement and per GPU-hour). The
--- two groupings are separate aggregates over one streamed input rather than GROUPING
--- SETS, which would compute every sum for the GPU-hours too, where only the billed time
--- and the count are read.
+-- cb_calc's slice-hours summed per slice and placement (partial detail lines of a span of
+-- hours; the caller adds them to cb_calc_sum_t). Integer sums; charges (price x share) are
+-- multiplied out on the aggregated rows (one price per placement).
 CREATE OR REPLACE TEMP MACRO cb_calc_sums(m_start, m_end, src_asof, share_kind, basis) AS TABLE
-WITH c AS (
-    SELECT * FROM cb_calc(m_start, m_end, src_asof, share_kind, basis)
-)
-SELECT false AS per_slice, k, NULL::BIGINT AS pid, NULL::VARCHAR AS tenant, NULL::VARCHAR AS namespace,
-       NULL::VARCHAR AS pod, NULL::VARCHAR AS pod_uid, NULL::VARCHAR AS container, NULL::BIGINT AS price_micro,
-       NULL::HUGEINT AS alloc_u, NULL::HUGEINT AS used_u, sum(b_u)::HUGEINT AS billed_u, NULL::HUGEINT AS waste_u,
-       NULL::HUGEINT AS energy_mj, count(*)::BIGINT AS n
-FROM c GROUP BY k
-UNION ALL
-SELECT true, NULL, pid, tenant, namespace, pod, pod_uid, container, price_micro,
-       sum(a_u)::HUGEINT, sum(u_u)::HUGEINT, sum(b_u)::HUGEINT, sum(waste_u)::HUGEINT,
-       sum(energy_mj_slice)::HUGEINT, count(*)::BIGINT
-FROM c GROUP BY pid, tenant, namespace, pod, pod_uid, container, price_micro;
+SELECT pid, tenant, namespace, pod, pod_uid, container, price_micro,
+       sum(a_u)::HUGEINT AS alloc_u, sum(u_u)::HUGEINT AS used_u, sum(b_u)::HUGEINT AS billed_u,
+       sum(waste_u)::HUGEINT AS waste_u, sum(energy_mj_slice)::HUGEINT AS energy_mj, count(*)::BIGINT AS n
+FROM cb_calc(m_start, m_end, src_asof, share_kind, basis)
+GROUP BY pid, tenant, namespace, pod, pod_uid, container, price_micro;
 
--- Per slice, placement and month: the bill's detail lines before the idle policy
--- (cb_calc_sum_t).
+-- The GPU-hours of a span whose shares were scaled down, with what their slices were billed
+-- (the caller adds them to cb_hour_charge_t). A GPU-hour whose billed total is not above its
+-- capacity bills exactly that total (b_tot), so only the scaled ones are summed again, in a
+-- pass of their own that computes only the billed share (about what feeding both aggregates
+-- from one pass costs, without a per-GPU-hour table of mostly empty columns).
+CREATE OR REPLACE TEMP MACRO cb_hour_charge(m_start, m_end, src_asof, share_kind, basis) AS TABLE
+SELECT hour, gid, sum(b_u)::HUGEINT AS billed_u, count(*)::BIGINT AS slice_rows
+FROM cb_calc(m_start, m_end, src_asof, share_kind, basis)
+WHERE b_tot > cap_u
+GROUP BY hour, gid;
+
+-- Per slice, placement and month: the bill's detail lines before the idle policy (the
+-- partial sums of cb_calc_sum_t added up).
 CREATE OR REPLACE TEMP MACRO cb_detail() AS TABLE
-WITH pids AS (
-    SELECT DISTINCT pid, cluster, node, gpu_uuid, model FROM cb_gpu_t
+WITH d AS (
+    SELECT pid, tenant, namespace, pod, pod_uid, container, price_micro,
+           sum(alloc_u)::HUGEINT AS alloc_u, sum(used_u)::HUGEINT AS used_u, sum(billed_u)::HUGEINT AS billed_u,
+           sum(waste_u)::HUGEINT AS waste_u, sum(energy_mj)::HUGEINT AS energy_mj, sum(n)::BIGINT AS n
+    FROM cb_calc_sum_t
+    GROUP BY pid, tenant, namespace, pod, pod_uid, container, price_micro
 )
 SELECT d.tenant, coalesce(d.namespace, '') AS namespace, coalesce(d.pod, '') AS pod, d.pod_uid, d.container,
-       pids.cluster, pids.node, pids.gpu_uuid, coalesce(pids.model, '') AS model, d.price_micro,
+       p.cluster, p.node, p.gpu_uuid, coalesce(p.model, '') AS model, d.price_micro,
        d.alloc_u, d.used_u, d.billed_u, (d.price_micro::HUGEINT * d.billed_u)::HUGEINT AS charge_raw,
        (d.price_micro::HUGEINT * d.waste_u)::HUGEINT AS waste_raw, d.energy_mj, d.n AS slice_hours
-FROM cb_calc_sum_t d JOIN pids USING (pid)
-WHERE d.per_slice;
+FROM d JOIN cb_place_t p USING (pid);
 
--- Per GPU-hour: what its slices paid (raw) and their billed micro-seconds (cb_calc_sum_t).
-CREATE OR REPLACE TEMP MACRO cb_hour_charge() AS TABLE
-SELECT g.hour, g.gpu_uuid, (g.price_micro::HUGEINT * c.billed_u)::HUGEINT AS charged_raw, c.billed_u, c.n AS slice_rows
-FROM cb_calc_sum_t c JOIN cb_gpu_t g USING (k)
-WHERE NOT c.per_slice;
+-- Per priced GPU-hour: capacity, cost and what its slices were billed (b_tot, or the sum
+-- of the scaled shares in cb_hour_charge_t).
+CREATE OR REPLACE TEMP MACRO cb_hour_billed() AS TABLE
+SELECT g.hour, g.gid, g.pid, g.price_micro, g.cap_u, g.energy_mj,
+       (g.price_micro::HUGEINT * g.cap_u)::HUGEINT AS cost_raw,
+       CASE WHEN g.b_tot > g.cap_u THEN coalesce(c.billed_u, 0) ELSE g.b_tot END::HUGEINT AS billed_u
+FROM cb_gpu_calc() g LEFT JOIN cb_hour_charge_t c ON c.hour = g.hour AND c.gid = g.gid;
+
+-- A GPU-hour whose slices paid more than it cost (or were billed more than its capacity).
+CREATE OR REPLACE TEMP MACRO cb_hour_overpaid_when(price_micro, billed_u, cost_raw, cap_u) AS
+    price_micro::HUGEINT * billed_u > cost_raw OR billed_u > cap_u;
 
 -- Per placement and month: capacity, cost, what the slices paid and idle, each summed
--- from the GPU-hours (cb_hour_charge_t), independently of the detail lines.
+-- from the GPU-hours, independently of the detail lines; and how many of its GPU-hours
+-- were overpaid (cb_hour_overpaid names them).
 -- Reads cb_detail_t only for the idle energy.
 CREATE OR REPLACE TEMP MACRO cb_gpu_agg() AS TABLE
 WITH g AS (
-    SELECT g.cluster, g.node, g.gpu_uuid, coalesce(g.model, '') AS model, any_value(g.price_micro) AS price_micro,
-           sum(g.cap_u)::HUGEINT AS metered_u, sum(g.cost_raw)::HUGEINT AS cost_raw,
-           sum(coalesce(c.charged_raw, 0))::HUGEINT AS charged_raw,
-           sum(g.cost_raw - coalesce(c.charged_raw, 0))::HUGEINT AS idle_raw,
-           sum(g.cap_u - coalesce(c.billed_u, 0))::HUGEINT AS idle_u,
-           sum(g.energy_mj)::HUGEINT AS energy_mj, count(*) AS gpu_hours_seen,
-           min(g.hour) AS first_hour, max(g.hour) AS last_hour
-    FROM cb_gpu_t g LEFT JOIN cb_hour_charge_t c ON c.hour = g.hour AND c.gpu_uuid = g.gpu_uuid
-    GROUP BY ALL
+    SELECT pid, any_value(price_micro) AS price_micro,
+           sum(cap_u)::HUGEINT AS metered_u, sum(cost_raw)::HUGEINT AS cost_raw,
+           sum(price_micro::HUGEINT * billed_u)::HUGEINT AS charged_raw,
+           sum(cost_raw - price_micro::HUGEINT * billed_u)::HUGEINT AS idle_raw,
+           sum(cap_u - billed_u)::HUGEINT AS idle_u,
+           sum(energy_mj)::HUGEINT AS energy_mj, count(*) AS gpu_hours_seen,
+           min(hour) AS first_hour, max(hour) AS last_hour,
+           count(*) FILTER (WHERE cb_hour_overpaid_when(price_micro, billed_u, cost_raw, cap_u)) AS overpaid_hours
+    FROM cb_hour_billed()
+    GROUP BY pid
 ), e AS (
     SELECT cluster, node, gpu_uuid, model, sum(energy_mj)::HUGEINT AS energy_mj_slices
     FROM cb_detail_t GROUP BY ALL
 )
-SELECT g.*, greatest(g.energy_mj - coalesce(e.energy_mj_slices, 0), 0)::HUGEINT AS idle_energy_mj
-FROM g LEFT JOIN e USING (cluster, node, gpu_uuid, model)
-ORDER BY cluster, node, gpu_uuid, model;
+SELECT p.cluster, p.node, p.gpu_uuid, coalesce(p.model, '') AS model, g.* EXCLUDE (pid),
+       greatest(g.energy_mj - coalesce(e.energy_mj_slices, 0), 0)::HUGEINT AS idle_energy_mj
+FROM g JOIN cb_place_t p USING (pid)
+LEFT JOIN e ON e.cluster = p.cluster AND e.node = p.node AND e.gpu_uuid = p.gpu_uuid AND e.model = coalesce(p.model, '')
+ORDER BY p.cluster, p.node, p.gpu_uuid, model;
 
 -- GPU-hours that break the invariant before any money is rounded: slices that paid more
--- than the hour cost.
+-- than the hour cost. (The caller runs it only where cb_gpu_agg counted some.)
 CREATE OR REPLACE TEMP MACRO cb_hour_overpaid() AS TABLE
-SELECT g.gpu_uuid, g.hour, 'slices paid ' || c.charged_raw::VARCHAR || ' raw of a GPU-hour costing '
-       || g.cost_raw::VARCHAR AS problem
-FROM cb_gpu_t g JOIN cb_hour_charge_t c ON c.hour = g.hour AND c.gpu_uuid = g.gpu_uuid
-WHERE c.charged_raw > g.cost_raw OR c.billed_u > g.cap_u
+SELECT i.gpu_uuid, b.hour, 'slices paid ' || (b.price_micro::HUGEINT * b.billed_u)::VARCHAR
+       || ' raw of a GPU-hour costing ' || b.cost_raw::VARCHAR AS problem
+FROM cb_hour_billed() b JOIN cb_gpu_id_t i USING (gid)
+WHERE cb_hour_overpaid_when(b.price_micro, b.billed_u, b.cost_raw, b.cap_u)
 ORDER BY 1, 2;
 
 -- Slice-hours that found no priced GPU-hour or were not all billed (they would vanish).
 -- The caller runs it only when the counts differ (it reads every slice-hour again).
 CREATE OR REPLACE TEMP MACRO cb_hour_unbilled(m_start, m_end, src_asof) AS TABLE
+WITH stored AS (
+    SELECT gpu_uuid, hour, count(*) AS n FROM cb_slice_src(m_start, m_end, src_asof) GROUP BY ALL
+), billed AS (
+    SELECT s.hour, s.gid, count(*) AS n
+    FROM cb_slice_shares(m_start, m_end, src_asof, 'dominant', 'allocation') s
+    JOIN cb_gpu_calc() g ON g.hour = s.hour AND g.gid = s.gid
+    GROUP BY ALL
+)
 SELECT s.gpu_uuid, s.hour,
-       CASE WHEN c.slice_rows IS NULL THEN s.n::VARCHAR || ' slice-hours without a priced GPU-hour'
-            ELSE 'billed ' || c.slice_rows::VARCHAR || ' of ' || s.n::VARCHAR || ' slice-hours' END AS problem
-FROM (SELECT gpu_uuid, hour, count(*) AS n FROM cb_slice_src(m_start, m_end, src_asof) GROUP BY ALL) s
-LEFT JOIN cb_hour_charge_t c ON c.hour = s.hour AND c.gpu_uuid = s.gpu_uuid
-WHERE c.slice_rows IS DISTINCT FROM s.n
+       CASE WHEN b.n IS NULL THEN s.n::VARCHAR || ' slice-hours without a priced GPU-hour'
+            ELSE 'billed ' || b.n::VARCHAR || ' of ' || s.n::VARCHAR || ' slice-hours' END AS problem
+FROM stored s LEFT JOIN cb_gpu_id_t i USING (gpu_uuid) LEFT JOIN billed b ON b.hour = s.hour AND b.gid = i.gid
+WHERE b.n IS DISTINCT FROM s.n
 ORDER BY 1, 2;
 
 -- Per GPU and hour of the month, the hours not fully metered by NVML, and why:
@@ -286,47 +330,47 @@ ORDER BY 1, 2;
 -- month; an hour without samples carries the GPU's last placement before it (else the next).
 CREATE OR REPLACE TEMP MACRO cb_unmetered_hours(m_start, m_end) AS TABLE
 WITH seen AS (
-    SELECT gpu_uuid, hour, cluster, node, model,
+    SELECT gid, hour, pid,
            lag(hour) OVER w IS NULL AS first_seen, coalesce(lead(hour) OVER w, m_end::TIMESTAMP) AS next_hour
-    FROM cb_hour_t WINDOW w AS (PARTITION BY gpu_uuid ORDER BY hour)
+    FROM cb_hour_t WINDOW w AS (PARTITION BY gid ORDER BY hour)
 ), gaps AS (
     -- the hours without samples are the gaps between the hours seen: after a seen hour
     -- (up to the next, or the month's end) at its placement, before the first one at that one's
-    SELECT gpu_uuid, cluster, node, model, hour + INTERVAL 1 HOUR AS gap_start, next_hour AS gap_end
+    SELECT gid, pid, hour + INTERVAL 1 HOUR AS gap_start, next_hour AS gap_end
     FROM seen WHERE next_hour > hour + INTERVAL 1 HOUR
     UNION ALL
-    SELECT gpu_uuid, cluster, node, model, m_start::TIMESTAMP, hour FROM seen WHERE first_seen AND hour > m_start::TIMESTAMP
-), placed AS (
-    SELECT gpu_uuid, unnest(generate_series(gap_start, gap_end - INTERVAL 1 HOUR, INTERVAL 1 HOUR)) AS hour,
-           cluster, node, model
+    SELECT gid, pid, m_start::TIMESTAMP, hour FROM seen WHERE first_seen AND hour > m_start::TIMESTAMP
+), hours AS (
+    SELECT gid, pid, unnest(generate_series(gap_start, gap_end - INTERVAL 1 HOUR, INTERVAL 1 HOUR)) AS hour,
+           0.0::DOUBLE AS metered_s, 0.0::DOUBLE AS gpu_metered_s, 3600.0::DOUBLE AS unmetered_s, 'no samples' AS reason
     FROM gaps
+    UNION ALL
+    SELECT gid, pid, hour, metered_s, gpu_metered_s, 3600.0 - metered_s,
+           concat_ws(', ', CASE WHEN gpu_metered_s < metered_s THEN 'NVML down' END,
+                           CASE WHEN metered_s < 3600.0 THEN 'partial' END)
+    FROM cb_hour_t
+    WHERE gpu_metered_s < metered_s OR metered_s < 3600.0
 )
-SELECT hour, cluster, node, gpu_uuid, coalesce(model, '') AS model, 0.0::DOUBLE AS metered_s,
-       0.0::DOUBLE AS gpu_metered_s, 3600.0::DOUBLE AS unmetered_s, 'no samples' AS reason
-FROM placed
-UNION ALL
-SELECT hour, cluster, node, gpu_uuid, coalesce(model, ''), metered_s, gpu_metered_s, 3600.0 - metered_s,
-       concat_ws(', ', CASE WHEN gpu_metered_s < metered_s THEN 'NVML down' END,
-                       CASE WHEN metered_s < 3600.0 THEN 'partial' END)
-FROM cb_hour_t
-WHERE gpu_metered_s < metered_s OR metered_s < 3600.0
-ORDER BY gpu_uuid, hour;
+SELECT h.hour, p.cluster, p.node, p.gpu_uuid, coalesce(p.model, '') AS model, h.metered_s, h.gpu_metered_s,
+       h.unmetered_s, h.reason
+FROM hours h JOIN cb_place_t p USING (pid)
+ORDER BY h.gid, h.hour;
 
 -- Per GPU and month: hours seen, metered and unmetered hours (cb_hour_t), at the GPU's
 -- latest placement of the month.
 CREATE OR REPLACE TEMP MACRO cb_unmetered(m_start, m_end) AS TABLE
 WITH g AS (
-    SELECT arg_max(cluster, hour) AS cluster, arg_max(node, hour) AS node, gpu_uuid,
-           coalesce(arg_max(model, hour), '') AS model,
-           count(*) AS hours_with_samples,
+    SELECT gid, arg_max(pid, hour) AS pid, count(*) AS hours_with_samples,
            sum(metered_s) / 3600.0 AS metered_hours,
            sum(metered_s - gpu_metered_s) / 3600.0 AS nvml_down_hours
     FROM cb_hour_t
-    GROUP BY gpu_uuid
+    GROUP BY gid
 )
-SELECT *, epoch(m_end::TIMESTAMP - m_start::TIMESTAMP) / 3600.0 - metered_hours AS unmetered_hours
-FROM g
-ORDER BY cluster, node, gpu_uuid;
+SELECT p.cluster, p.node, p.gpu_uuid, coalesce(p.model, '') AS model, g.hours_with_samples, g.metered_hours,
+       g.nvml_down_hours,
+       epoch(m_end::TIMESTAMP - m_start::TIMESTAMP) / 3600.0 - g.metered_hours AS unmetered_hours
+FROM g JOIN cb_place_t p USING (pid)
+ORDER BY p.cluster, p.node, p.gpu_uuid;
 
 -- Fingerprint of a month's billing inputs (live when src_asof is NULL, else a frozen
 -- copy): equal fingerprints = nothing new to correct. Order-independent (a sum of hashes).
