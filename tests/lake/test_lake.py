@@ -7,6 +7,7 @@ import random
 import signal
 import subprocess
 import time
+from decimal import Decimal
 from pathlib import Path
 
 import duckdb
@@ -14,7 +15,8 @@ import pandas as pd
 import pytest
 
 from slicemeter import store
-from slicemeter.dashboard import fmt
+from slicemeter.chargeback.bill import chargeback
+from slicemeter.dashboard import fmt, money
 from slicemeter.store import lake
 from slicemeter.testkit.dashboard_app import metric, run_app
 from slicemeter.testkit.ingest_helpers import (SLICEMETER, create_topic, expected_checksum, produce_chunks,
@@ -153,7 +155,6 @@ def test_two_workers_one_killed_at_random_moments_lose_and_double_nothing(broker
     produced = produce_chunks(broker.bootstrap, parts[0])[1]
     rng = random.Random(20261201)
     kills, readers = 0, []
-    killed_log = tmp_path / "killed.log"
     try:
         for i in range(2):
             log = tmp_path / f"killed{i}.log"
@@ -164,11 +165,13 @@ def test_two_workers_one_killed_at_random_moments_lose_and_double_nothing(broker
             if i == 0:
                 readers = _read_while_writing(target, tmp_path, monkeypatch)
             kills += sigkill_within(proc, rng.uniform(0.0, 0.6))
-            killed_log = log
             # the steady worker takes the killed one's partitions over before it is restarted
             _wait_for_partitions(steady, steady_log, want=[0, 1, 2, 3])
-        # the last restart runs to the end beside the steady worker
-        final = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(killed_log, "a"))
+        # the last restart runs to the end beside the steady worker (in the group before it
+        # is stopped: a SIGTERM during start-up would meet Python's default handler)
+        final_log = tmp_path / "final.log"
+        final = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(final_log, "w"))
+        _wait_for_partitions(final, final_log)
         _wait_until_stored(target, produced, steady, deadline_s=120)
         for p in (final, steady):
             p.send_signal(signal.SIGTERM)
@@ -206,6 +209,15 @@ def test_two_workers_one_killed_at_random_moments_lose_and_double_nothing(broker
         con.close()
     at = run_app(target, monkeypatch, timeout=120)
     assert metric(at, "Capacity") == f"{capacity:,.0f}" and metric(at, "Fleet utilization") == fmt.pct(util)
+    # the Tenants page's bill, on the dashboard's kept connection, is the bill of a fresh one
+    at = run_app(target, monkeypatch, page="tenants", timeout=120)
+    con = store.connect(target, read_only=True)
+    try:
+        bill = chargeback(con, pd.Timestamp(START, unit="ms").strftime("%Y-%m"), basis="allocation", idle="platform")
+    finally:
+        con.close()
+    total = sum(bill[money.cost_column(bill)], Decimal(0))
+    assert total > 0 and metric(at, "Total") == fmt.money(total, money.currency(bill))
 
 
 def _wait_until_stored(target: str, produced: int, worker: subprocess.Popen, deadline_s: float) -> None:
