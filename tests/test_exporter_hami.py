@@ -59,6 +59,26 @@ def test_reads_only_header_and_live_slots():
     assert r.bytes_read <= total
 
 
+def test_four_reads_in_seqlock_order_for_any_number_of_processes():
+    """The tail (proc_num), the live slots' sequence words, the header with the live slots
+    (adjacent in the file), the sequence words again: each slot's copy sits between two
+    reads of its sequence word, and five processes cost no more reads than one."""
+    lay = LAYOUT_V1
+    procs = [Proc(pid=i + 1, hostpid=4000 + i, mem=[(MiB, 0, MiB), (0, 0, 0)], sm_util=[1, 0]) for i in range(5)]
+    buf = build_region(devices=[(GPU0, 0, 0), (GPU1, 0, 0)], procs=procs)
+    reads = []
+
+    def read_at(off, n):
+        reads.append((off, n))
+        return bytes(buf[off : off + n])
+
+    r = hami.parse_region(read_at, len(buf), DEV_MEM, now_s=1_790_000_010)
+    assert isinstance(r, Region) and [p.pid for p in r.procs] == [1, 2, 3, 4, 5], r
+    sequences = (lay.procs_off + lay.seq_off, 4 * lay.slot_size + 8)
+    assert reads == [(lay.tail_off, 24), sequences, (0, lay.procs_off + 5 * lay.slot_size), sequences]
+    assert r.bytes_read == sum(n for _, n in reads)
+
+
 def test_dead_slots_ignored_and_status_zero_skipped():
     buf = build_region(
         devices=[(GPU0, 0, 0)],
@@ -147,19 +167,21 @@ def test_seqlock_retries_a_slot_mid_write():
 def test_seqlock_moved_during_read_rereads():
     buf = two_device_region()
     seq_at = LAYOUT_V1.procs_off + LAYOUT_V1.seq_off
-    reads = []
+    data_at = LAYOUT_V1.procs_off + 8 + 16
+    copied = []
 
     def read_at(off, n):
-        reads.append((off, n))
-        if (off, n) == (seq_at, 8) and len(reads) < 6:
-            # a write completed between our two sequence reads: new data, sequence +2
-            struct.pack_into("<Q", buf, LAYOUT_V1.procs_off + 8 + 16, 5 * MiB)
+        out = bytes(buf[off : off + n])
+        if off <= data_at < off + n and not copied:
+            # a write completes right after our copy of the slot: new data, sequence +2
+            copied.append(off)
+            struct.pack_into("<Q", buf, data_at, 5 * MiB)
             struct.pack_into("<Q", buf, seq_at, struct.unpack_from("<Q", buf, seq_at)[0] + 2)
-        return bytes(buf[off : off + n])
+        return out
 
     r = hami.parse_region(read_at, len(buf), DEV_MEM, now_s=1_790_000_010)
-    assert isinstance(r, Region)
-    assert r.devices[0].buffer_bytes == 5 * MiB   # the re-read value, not the torn one
+    assert isinstance(r, Region) and copied
+    assert r.devices[0].buffer_bytes == 5 * MiB   # the re-read value, not the stale copy
 
 
 def _write_container(root, name, data, cache="vgpu.cache"):
