@@ -79,11 +79,15 @@ def nvml_usage(g: GpuSample | None, pids: set[int]) -> NvmlUsage:
     if g is None or not pids:
         return _NO_USAGE
     procs, util = g.processes, g.process_sm_util
-    listed = None if procs is None else [p for p in pids if p in procs]
+    memory = listed = None
+    if procs is not None:
+        memory = listed = 0
+        for p in pids:
+            if p in procs:
+                memory += procs[p]
+                listed += 1
     own = [util[p] for p in pids if p in util] if util else ()
-    return NvmlUsage(memory_bytes=None if listed is None else sum(procs[p] for p in listed),
-                     sm_ratio=min(100.0, sum(own)) / 100 if own else None,
-                     processes=None if listed is None else len(listed))
+    return NvmlUsage(memory_bytes=memory, sm_ratio=min(100.0, sum(own)) / 100 if own else None, processes=listed)
 
 
 @dataclass(slots=True)

@@ -212,12 +212,8 @@ def pick_layout(head: bytes, file_size: int) -> Layout:
                f"(v0 {LAYOUT_V0.size}, v1 {LAYOUT_V1.size}, each + {FILE_SLACK})")
 
 
-def _layout_by_size(file_size: int) -> Layout | None:
-    """The only layout a file of this size can hold (pick_layout confirms it from the header)."""
-    for lay in (LAYOUT_V1, LAYOUT_V0):
-        if _fits(lay, file_size):
-            return lay
-    return None
+# file size -> the only layout such a file can hold (pick_layout confirms it from the header)
+_BY_SIZE = {size: lay for lay in (LAYOUT_V1, LAYOUT_V0) for size in range(lay.size, lay.size + FILE_SLACK + 1)}
 
 
 def _uuid(raw: bytes, index: int) -> str:
@@ -343,7 +339,7 @@ class _Reads:
 
     def __init__(self, read_at: ReadAt, file_size: int):
         self.read_at = read_at
-        lay = self.lay = _layout_by_size(file_size)
+        lay = self.lay = _BY_SIZE.get(file_size)
         self.before = self.after = None
         if lay is None:                      # no layout of this size: pick_layout names why
             self.tail, self.live, self.head = b"", 0, read_at(0, 12)

@@ -255,6 +255,18 @@ def test_a_listing_as_young_as_the_directory_is_not_kept(tmp_path, monkeypatch):
     assert len(listed) == 2
 
 
+def test_a_young_directory_listed_again_follows_its_renamed_file(tmp_path):
+    d = _write_container(tmp_path, f"{UID}_trainer", two_device_region()).parent
+    young = hami.Listings()   # each scan lists the directory again; its file may change meanwhile
+    first, _ = discover(str(tmp_path), young)
+    again, _ = discover(str(tmp_path), young)
+    assert [f.cache_name for f in first] == [f.cache_name for f in again] == ["vgpu.cache"]
+    (d / "vgpu.cache").rename(d / "renamed.cache")
+    (renamed,), errors = discover(str(tmp_path), young)
+    assert renamed.cache_name == "renamed.cache" and renamed.path.endswith("renamed.cache") and not errors
+    assert isinstance(read_region_file(renamed.path, str(tmp_path), DEV_MEM, now_s=1_790_000_010), Region)
+
+
 def test_dir_name_validation():
     assert hami.parse_dir_name(f"{UID}_c-1") == (UID, "c-1")
     for bad in ["", "x_y", f"{UID}_", f"{UID}_UPPER", f"{UID}_a/b", f"{UID}_..", f"{UID}_c\x00"]:
