@@ -180,8 +180,8 @@ def _exact(read_at: ReadAt, off: int, n: int) -> bytes:
     return b
 
 
-def _fits(lay: Layout, file_size: int) -> bool:
-    return lay.size <= file_size <= lay.size + FILE_SLACK
+# file size -> the only layout such a file can hold (its header confirms it)
+_BY_SIZE = {size: lay for lay in (LAYOUT_V1, LAYOUT_V0) for size in range(lay.size, lay.size + FILE_SLACK + 1)}
 
 
 def pick_layout(head: bytes, file_size: int) -> Layout:
@@ -195,14 +195,14 @@ def pick_layout(head: bytes, file_size: int) -> Layout:
     (magic,) = _I32.unpack_from(head, 0)
     if magic != MAGIC:
         raise _Bad("bad_magic", f"initialized_flag {magic} != {MAGIC}")
-    if _fits(LAYOUT_V1, file_size):
+    lay = _BY_SIZE.get(file_size)
+    if lay is LAYOUT_V1:
         version = _VERSION.unpack_from(head, 4)
         if version not in LAYOUT_V1.versions:
             known = ", ".join(f"{a}.{b}" for a, b in sorted(LAYOUT_V1.versions))
             raise _Bad("bad_version", f"version {version[0]}.{version[1]} in a v1-sized file (known: {known})")
-        return LAYOUT_V1
-    if _fits(LAYOUT_V0, file_size):
-        return LAYOUT_V0
+    if lay is not None:
+        return lay
     if MOVED_1_1_SIZE <= file_size <= MOVED_1_1_SIZE + FILE_SLACK:
         raise _Bad("unsupported_layout", f"file of {file_size} bytes: HAMi-core's unreleased 1.1 layout of "
                    f"March 2026 (sizeof {MOVED_1_1_SIZE}, seqlock and sem_postinit moved); upgrade HAMi-core")
@@ -210,10 +210,6 @@ def pick_layout(head: bytes, file_size: int) -> Layout:
         raise _Bad("truncated", f"file of {file_size} bytes is smaller than any known layout")
     raise _Bad("bad_size", f"file size {file_size} matches no known layout "
                f"(v0 {LAYOUT_V0.size}, v1 {LAYOUT_V1.size}, each + {FILE_SLACK})")
-
-
-# file size -> the only layout such a file can hold (pick_layout confirms it from the header)
-_BY_SIZE = {size: lay for lay in (LAYOUT_V1, LAYOUT_V0) for size in range(lay.size, lay.size + FILE_SLACK + 1)}
 
 
 def _uuid(raw: bytes, index: int) -> str:
