@@ -291,17 +291,58 @@ def parse_region(
     file_size: int,
     device_memory: Mapping[str, int] | None = None,
     now_s: float | None = None,
+    *,
+    last: LastParse | None = None,
 ) -> Region | RegionError:
     """Parse a region through `read_at`; never raises on bad bytes.
 
     `device_memory` maps GPU UUID -> physical memory bytes (from NVML) to bound values.
+    `last`: the file's last parse; when the same bytes are read again its Region is returned
+    (shared, read-only) instead of a new one, and `last` keeps this parse otherwise.
     """
+    now_s = clock.time_s() if now_s is None else now_s
+    device_memory = device_memory or {}
     try:
-        return _parse(read_at, file_size, device_memory or {}, clock.time_s() if now_s is None else now_s)
+        raw = _Reads(read_at, file_size)
+        if last is not None and last.gives(raw, file_size, device_memory, now_s):
+            return last.region
+        region = _parse(raw, file_size, device_memory, now_s)
     except _Bad as bad:
-        return RegionError(bad.reason, bad.detail)
+        region = RegionError(bad.reason, bad.detail)
     except (struct.error, ValueError, OverflowError, OSError) as exc:   # defensive: report, never raise
-        return RegionError("unreadable", f"{type(exc).__name__}: {exc}")
+        region = RegionError("unreadable", f"{type(exc).__name__}: {exc}")
+    if last is not None:
+        last.keep(raw if isinstance(region, Region) and not raw.reread else None, file_size, device_memory, now_s, region)
+    return region
+
+
+class LastParse:
+    """One file's last parse: the bytes it read and the Region they gave.
+
+    A parse is a pure function of those bytes, the file size and the GPUs' memory, so the
+    same bytes give the same Region; only its one check against the clock (last_kernel_time
+    not in the future) can change, and it only passes more as the clock moves on. So a
+    container whose region has not changed since the last tick (an idle one: its writers
+    bump the sequence words on every update) is not parsed again. A parse that needed a
+    seqlock re-read, or that failed, is not kept."""
+
+    __slots__ = ("reads", "file_size", "device_memory", "now_s", "region")
+
+    def __init__(self) -> None:
+        self.reads: tuple[bytes, bytes, bytes | None, bytes | None] | None = None
+        self.file_size = 0
+        self.device_memory: dict[str, int] = {}
+        self.now_s = 0.0
+        self.region: Region | RegionError | None = None
+
+    def gives(self, raw: _Reads, file_size: int, device_memory: Mapping[str, int], now_s: float) -> bool:
+        return (self.reads is not None and self.reads == (raw.tail, raw.head, raw.before, raw.after)
+                and file_size == self.file_size and now_s >= self.now_s and device_memory == self.device_memory)
+
+    def keep(self, raw: _Reads | None, file_size: int, device_memory: Mapping[str, int], now_s: float,
+             region: Region | RegionError) -> None:
+        self.reads = None if raw is None else (raw.tail, raw.head, raw.before, raw.after)
+        self.file_size, self.device_memory, self.now_s, self.region = file_size, dict(device_memory), now_s, region
 
 
 def _device(head: bytes, lay: Layout, d: int, seen: set[str], device_memory: Mapping[str, int]) -> tuple[DeviceView, int]:
@@ -337,6 +378,7 @@ class _Reads:
         self.read_at = read_at
         lay = self.lay = _BY_SIZE.get(file_size)
         self.before = self.after = None
+        self.reread = False   # a slot was read again (its sequence moved or stayed odd)
         if lay is None:                      # no layout of this size: pick_layout names why
             self.tail, self.live, self.head = b"", 0, read_at(0, 12)
             self.nread = len(self.head)
@@ -357,6 +399,7 @@ class _Reads:
         return self.read_at(lay.procs_off + lay.seq_off, (self.live - 1) * lay.slot_size + 8)
 
     def _seq(self, i: int) -> int:
+        self.reread = True
         self.nread += 8
         return _U64.unpack(_exact(self.read_at, self.lay.procs_off + i * self.lay.slot_size + self.lay.seq_off, 8))[0]
 
@@ -395,8 +438,7 @@ class _Reads:
         return self.head
 
 
-def _parse(read_at: ReadAt, file_size: int, device_memory: Mapping[str, int], now_s: float) -> Region:
-    raw = _Reads(read_at, file_size)
+def _parse(raw: _Reads, file_size: int, device_memory: Mapping[str, int], now_s: float) -> Region:
     head, tail = raw.head, raw.tail
     lay = pick_layout(head, file_size)
     if len(head) < lay.header_len:
@@ -597,11 +639,12 @@ def _open_error(what: str, exc: OSError) -> RegionError:
     return RegionError(reason, f"open {what}: {exc.strerror}")
 
 
-def _read_fd(fd: int, name: str, device_memory: Mapping[str, int] | None, now_s: float | None) -> Region | RegionError:
+def _read_fd(fd: int, name: str, device_memory: Mapping[str, int] | None, now_s: float | None,
+             last: LastParse | None = None) -> Region | RegionError:
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         return RegionError("not_regular", f"{name} is not a regular file")
-    return parse_region(lambda off, n: os.pread(fd, n, off), st.st_size, device_memory, now_s)
+    return parse_region(lambda off, n: os.pread(fd, n, off), st.st_size, device_memory, now_s, last=last)
 
 
 def read_region_entry(
@@ -609,6 +652,7 @@ def read_region_entry(
     rf: RegionFile,
     device_memory: Mapping[str, int] | None = None,
     now_s: float | None = None,
+    last: LastParse | None = None,
 ) -> Region | RegionError:
     """Open `<containers>/<dir>/<cache>` component by component (openat, no links followed),
     so nothing outside the HAMi directory can be reached whatever the tenant renames."""
@@ -623,7 +667,7 @@ def read_region_entry(
     finally:
         os.close(dfd)
     try:
-        return _read_fd(fd, rf.cache_name, device_memory, now_s)
+        return _read_fd(fd, rf.cache_name, device_memory, now_s, last)
     finally:
         os.close(fd)
 
@@ -662,13 +706,16 @@ class RegionSource:
     def __init__(self, hami_dir: str):
         self.hami_dir = hami_dir
         self.listings = Listings()
+        self._last: dict[str, LastParse] = {}   # path -> the file's last parse (the last tick's files)
 
     def scan(self) -> tuple[list[RegionFile], list[tuple[str, RegionError]]]:
         return discover(self.hami_dir, self.listings)
 
     def read(self, files: list[RegionFile], device_memory: Mapping[str, int] | None,
              now_s: float) -> list[tuple[RegionFile, Region | RegionError]]:
-        """Each file's region (or why not), through one open of the containers directory."""
+        """Each file's region (or why not), through one open of the containers directory; a
+        file read as it was last tick keeps its Region (`LastParse`)."""
+        last, self._last = self._last, {}
         if not files:
             return []
         root_fd = open_containers_dir(self.hami_dir)
@@ -676,6 +723,10 @@ class RegionSource:
             gone = RegionError("unreadable", "HAMi containers directory vanished")
             return [(f, gone) for f in files]
         try:
-            return [(f, read_region_entry(root_fd, f, device_memory, now_s)) for f in files]
+            out = []
+            for f in files:
+                kept = self._last[f.path] = last.get(f.path) or LastParse()
+                out.append((f, read_region_entry(root_fd, f, device_memory, now_s, kept)))
+            return out
         finally:
             os.close(root_fd)
