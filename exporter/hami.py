@@ -235,7 +235,7 @@ def _uuid(raw: bytes, index: int) -> str:
 # The same 96 bytes are the same valid UUID every tick: decoded and matched once.
 _UUIDS: dict[bytes, str] = {}
 _UUIDS_KEPT = 4096
-_SLOTS: dict[tuple[str, int], struct.Struct] = {}
+_SLOTS: dict[tuple[str, int], struct.Struct] = {}   # (layout, devices) -> a slot's unpack
 
 
 def _slot_struct(lay: Layout, n: int) -> struct.Struct:
@@ -324,7 +324,7 @@ class LastParse:
     not in the future) can change, and it only passes more as the clock moves on. So a
     container whose region has not changed since the last tick (an idle one: its writers
     bump the sequence words on every update) is not parsed again. A parse that needed a
-    seqlock re-read, or that failed, is not kept."""
+    seqlock re-read, or that failed, is made again next tick."""
 
     __slots__ = ("reads", "file_size", "device_memory", "now_s", "region")
 

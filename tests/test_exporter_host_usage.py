@@ -208,7 +208,7 @@ def test_a_pid_that_leaves_nvmls_list_is_looked_up_again(tmp_path):
 
 
 def test_a_refreshed_pod_list_finds_every_owner_again(tmp_path):
-    """Owners are kept per pod list: once the list no longer holds the pod, its process
+    """Owners are kept per pod list: once a new list lacks the pod, its process
     (same pid, same cgroup) is nobody's, and its whole-GPU slice is gone on the next tick."""
     hami, proc = tmp_path / "hami", tmp_path / "proc"
     whole = pod(WHOLE_UID, "train", "team-z", ["trainer"])

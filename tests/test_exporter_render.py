@@ -27,7 +27,7 @@ def test_each_value_is_written_as_prometheus_parses_it_repeated_or_not():
 
 def test_a_series_text_follows_its_current_values_only():
     """Label texts are kept across renders, values never: a later render writes its own
-    values, and a series no longer in the rows is not written."""
+    values, and a series missing from the rows is not written."""
     kept = LabelText()
     assert lines([0.5, 0.75], kept) == ['slicemeter_test_ratio{slice="0"} 0.5', 'slicemeter_test_ratio{slice="1"} 0.75']
     assert lines([0.125], kept) == ['slicemeter_test_ratio{slice="0"} 0.125']
