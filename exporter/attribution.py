@@ -20,7 +20,7 @@ in this order, and a later one never reports a (pod, container, GPU) an earlier 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Callable, NamedTuple, Protocol
 
 from slicemeter.exporter.hami import Region, RegionError, RegionFile, aggregate
 from slicemeter.exporter.nvml import GpuSample, MigSample, NvmlSnapshot
@@ -30,8 +30,7 @@ from slicemeter.exporter.shares import clamp01, core_limit_ratio, grant_cores_ra
 from slicemeter.tick import SliceReading
 
 
-@dataclass(frozen=True, slots=True)
-class ProcOwner:
+class ProcOwner(NamedTuple):   # a tuple: one is made per GPU process per tick
     """The container a GPU process belongs to, from its cgroup."""
 
     uid: str
@@ -65,8 +64,7 @@ _NO_PROCESSES = GpuProcesses()
 OwnerOf = Callable[[int, PodIndex, "str | None"], "ProcOwner | None"]   # (pid, pods, GPU uuid) -> owner
 
 
-@dataclass(frozen=True, slots=True)
-class NvmlUsage:
+class NvmlUsage(NamedTuple):   # a tuple: one is made per slice per tick
     """NVML's figures for a set of host pids on one GPU; None where NVML has none."""
 
     memory_bytes: int | None = None
@@ -81,11 +79,15 @@ def nvml_usage(g: GpuSample | None, pids: set[int]) -> NvmlUsage:
     if g is None or not pids:
         return _NO_USAGE
     procs, util = g.processes, g.process_sm_util
-    listed = None if procs is None else [p for p in pids if p in procs]
+    memory = listed = None
+    if procs is not None:
+        memory = listed = 0
+        for p in pids:
+            if p in procs:
+                memory += procs[p]
+                listed += 1
     own = [util[p] for p in pids if p in util] if util else ()
-    return NvmlUsage(memory_bytes=None if listed is None else sum(procs[p] for p in listed),
-                     sm_ratio=min(100.0, sum(own)) / 100 if own else None,
-                     processes=None if listed is None else len(listed))
+    return NvmlUsage(memory_bytes=memory, sm_ratio=min(100.0, sum(own)) / 100 if own else None, processes=listed)
 
 
 @dataclass(slots=True)
@@ -169,14 +171,16 @@ class RegionStrategy:
     @staticmethod
     def _known_devices(src: Sources, out: Draft, f: RegionFile, region: Region) -> list:
         """The region's devices on this node's GPUs; every skipped device or slot is reported."""
-        skipped = [err for _, err in region.device_errors]
-        skipped += [RegionError("seqlock_stuck", f"slot {i} stayed odd (its writer died mid-update)")
-                    for i in region.stuck_slots]
         kept = region.devices
         if src.snapshot.gpus:
             kept = [d for d in region.devices if d.uuid in src.gpus]
-            skipped += [RegionError("unknown_gpu", f"device {d.index}: UUID {d.uuid} is not a GPU of this node")
-                        for d in region.devices if d.uuid not in src.gpus]
+        if not region.device_errors and not region.stuck_slots and len(kept) == len(region.devices):
+            return kept   # the whole region read, on this node's GPUs: nothing to report
+        skipped = [err for _, err in region.device_errors]
+        skipped += [RegionError("seqlock_stuck", f"slot {i} stayed odd (its writer died mid-update)")
+                    for i in region.stuck_slots]
+        skipped += [RegionError("unknown_gpu", f"device {d.index}: UUID {d.uuid} is not a GPU of this node")
+                    for d in region.devices if d.uuid not in src.gpus] if src.snapshot.gpus else []
         for err in skipped:
             out.region_error(f.pod_uid, f.container, f.dir_name, err)
         if skipped:
@@ -193,7 +197,7 @@ class RegionStrategy:
 
     def _slice(self, src: Sources, out: Draft, f: RegionFile, pod: PodInfo | None, dev, age: float | None) -> None:
         uid, container, uuid = f.pod_uid, f.container, dev.uuid
-        grant = next((gr for gr in _grants_for(pod, container) if gr.uuid == uuid), None)
+        grant = _grant_on(pod, container, uuid)
         on_gpu = src.owners.get(uuid, _NO_PROCESSES)
         # a slot's host pid counts unless its cgroup says it is another container's
         owner = on_gpu.owner
@@ -318,5 +322,10 @@ class CgroupStrategy:
                 ))
 
 
-def _grants_for(pod: PodInfo | None, container: str) -> list[Grant]:
-    return pod.grants.get(container, []) if pod is not None else []
+def _grant_on(pod: PodInfo | None, container: str, gpu_uuid: str) -> Grant | None:
+    """The container's grant on that GPU (the first, as HAMi lists them), if any."""
+    if pod is not None:
+        for gr in pod.grants.get(container, ()):
+            if gr.uuid == gpu_uuid:
+                return gr
+    return None

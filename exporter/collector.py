@@ -18,7 +18,6 @@ scrapes), the health families per scrape.
 from __future__ import annotations
 
 import threading
-from typing import Iterable
 
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
@@ -26,16 +25,11 @@ from prometheus_client.registry import Collector
 from slicemeter.exporter.catalogue import group
 from slicemeter.exporter.exposition import LabelText, Samples, render
 from slicemeter.exporter.hami_metrics import HAMI_METRICS_MODES, HamiMonitorCollector, HamiSchedulerCollector
-from slicemeter.exporter.scrape import ExporterStats, FamilyCollector, Scrape, label_value as _s
+from slicemeter.exporter.scrape import ExporterStats, FamilyCollector, Scrape, label_value as _s, reading_rows
 from slicemeter.exporter.tick_builder import BuildResult
 from slicemeter.tick import SCHEMA_VERSION
 
 __all__ = ["ExporterCollector", "ExporterStats", "GpuCollector", "HealthCollector", "SliceCollector"]
-
-
-def _rows(out: dict[str, Samples], pairs: Iterable[tuple[str, str]]) -> list[tuple[list, str]]:
-    """(the family's rows list, the reading's attribute) per (family name, attribute)."""
-    return [(out[name].rows, attr) for name, attr in pairs]
 
 
 class GpuCollector(FamilyCollector):
@@ -50,12 +44,11 @@ class GpuCollector(FamilyCollector):
 
     def fill(self, scrape: Scrape, out: dict[str, Samples]) -> None:
         view = scrape.view
-        fields = _rows(out, self._FROM_READING)
+        families, values_of = reading_rows(out, self._FROM_READING)
         allocated, used = out["slicemeter_gpu_allocated_ratio"].rows, out["slicemeter_gpu_used_ratio"].rows
         for g in view.last.tick.gpus:
             lv = view.base + (g.gpu_uuid, str(g.gpu_index), _s(g.model))
-            for rows, attr in fields:
-                v = getattr(g, attr)
+            for rows, v in zip(families, values_of(g)):
                 if v is not None:
                     rows.append((lv, v))
             allocated.append((lv, min(1.0, view.allocated.get(g.gpu_uuid, 0.0))))
@@ -74,7 +67,7 @@ class SliceCollector(FamilyCollector):
 
     def fill(self, scrape: Scrape, out: dict[str, Samples]) -> None:
         view = scrape.view
-        fields = _rows(out, self._FROM_READING)
+        families, values_of = reading_rows(out, self._FROM_READING)
         allocation, usage = out["slicemeter_slice_allocation_ratio"].rows, out["slicemeter_slice_usage_ratio"].rows
         disagree = out["slicemeter_slice_memory_disagreement"].rows
         disagreement = view.last.disagreement
@@ -84,8 +77,7 @@ class SliceCollector(FamilyCollector):
                 allocation.append((lv, sv.allocation))
             if sv.usage is not None:
                 usage.append((lv, sv.usage))
-            for rows, attr in fields:
-                v = getattr(s, attr)
+            for rows, v in zip(families, values_of(s)):
                 if v is not None:
                     rows.append((lv, v))
             d = disagreement.get((s.pod_uid, s.container, s.gpu_uuid))

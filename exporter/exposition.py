@@ -101,6 +101,7 @@ def render(families: Iterable[Samples], labels: LabelText | None = None) -> str:
     append = out.append
     families = list(families)   # the rows' tuples stay alive while `seen` is keyed by their id()
     seen_by_names: dict[tuple[str, ...], dict[int, str]] = {}
+    floats: dict[float, str] = {}   # the same ratio recurs across series: formatted once per render
     for fam in families:
         f = fam.family
         append(_header(f))
@@ -116,9 +117,13 @@ def render(families: Iterable[Samples], labels: LabelText | None = None) -> str:
                     text = labels.make(names, values, table)
                 seen[id(values)] = text
             t = type(value)
-            # format() of an int or a finite float is already what _num writes
-            if t is int or t is float and value - value == 0.0:
+            if t is int:
                 append(f"{name}{text} {value}\n")
+            elif t is float and value:   # not 0.0: -0.0 is an equal key with another text
+                num = floats.get(value)
+                if num is None:
+                    num = floats[value] = _num(value)
+                append(f"{name}{text} {num}\n")
             else:
                 append(f"{name}{text} {_num(value)}\n")
     return "".join(out)

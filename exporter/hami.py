@@ -16,6 +16,7 @@ killed mid-update) costs that slot.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import re
 import stat
@@ -81,7 +82,6 @@ LAYOUT_V0 = Layout(
     limit_off=1592, sm_limit_off=1720, procs_off=1848, tail_off=1_197_880, slot_size=1168,
     used_stride=5, util_stride=3, monitor_off=648, util_off=776, status_off=1160, seq_off=None,
 )
-_HEADER_MAX = max(LAYOUT_V0.header_len, LAYOUT_V1.header_len)
 # HAMi-core creates the file by writing one byte at offset sizeof: sizeof + 1 on disk.
 FILE_SLACK = 1
 # HAMi-core main of March-April 2026 (version 1.1 again) moved the seqlock after hostpid and
@@ -170,6 +170,7 @@ _I32 = struct.Struct("<i")
 _U64 = struct.Struct("<Q")
 _TAIL = struct.Struct("<iiii")
 _I64 = struct.Struct("<q")
+_VERSION = struct.Struct("<II")
 
 
 def _exact(read_at: ReadAt, off: int, n: int) -> bytes:
@@ -179,8 +180,8 @@ def _exact(read_at: ReadAt, off: int, n: int) -> bytes:
     return b
 
 
-def _fits(lay: Layout, file_size: int) -> bool:
-    return lay.size <= file_size <= lay.size + FILE_SLACK
+# file size -> the only layout such a file can hold (its header confirms it)
+_BY_SIZE = {size: lay for lay in (LAYOUT_V1, LAYOUT_V0) for size in range(lay.size, lay.size + FILE_SLACK + 1)}
 
 
 def pick_layout(head: bytes, file_size: int) -> Layout:
@@ -194,14 +195,14 @@ def pick_layout(head: bytes, file_size: int) -> Layout:
     (magic,) = _I32.unpack_from(head, 0)
     if magic != MAGIC:
         raise _Bad("bad_magic", f"initialized_flag {magic} != {MAGIC}")
-    if _fits(LAYOUT_V1, file_size):
-        version = struct.unpack_from("<II", head, 4)
+    lay = _BY_SIZE.get(file_size)
+    if lay is LAYOUT_V1:
+        version = _VERSION.unpack_from(head, 4)
         if version not in LAYOUT_V1.versions:
             known = ", ".join(f"{a}.{b}" for a, b in sorted(LAYOUT_V1.versions))
             raise _Bad("bad_version", f"version {version[0]}.{version[1]} in a v1-sized file (known: {known})")
-        return LAYOUT_V1
-    if _fits(LAYOUT_V0, file_size):
-        return LAYOUT_V0
+    if lay is not None:
+        return lay
     if MOVED_1_1_SIZE <= file_size <= MOVED_1_1_SIZE + FILE_SLACK:
         raise _Bad("unsupported_layout", f"file of {file_size} bytes: HAMi-core's unreleased 1.1 layout of "
                    f"March 2026 (sizeof {MOVED_1_1_SIZE}, seqlock and sem_postinit moved); upgrade HAMi-core")
@@ -212,6 +213,9 @@ def pick_layout(head: bytes, file_size: int) -> Layout:
 
 
 def _uuid(raw: bytes, index: int) -> str:
+    known = _UUIDS.get(raw)
+    if known is not None:
+        return known
     if raw[:1] == b"\0":
         # HAMi-core fills the UUIDs after creating the region; HAMi's monitor skips the device meanwhile
         raise _Bad("uuid_unset", f"device {index}: UUID not written yet")
@@ -222,31 +226,42 @@ def _uuid(raw: bytes, index: int) -> str:
         raise _Bad("bad_uuid", f"device {index}: UUID bytes are not ASCII") from None
     if not GPU_UUID_RE.match(s):
         raise _Bad("bad_uuid", f"device {index}: {s[:40]!r} is not a GPU/MIG UUID")
+    if len(_UUIDS) >= _UUIDS_KEPT:
+        _UUIDS.clear()
+    _UUIDS[raw] = s
     return s
 
 
-_WORDS: dict[int, struct.Struct] = {}
+# The same 96 bytes are the same valid UUID every tick: decoded and matched once.
+_UUIDS: dict[bytes, str] = {}
+_UUIDS_KEPT = 4096
+_SLOTS: dict[tuple[str, int], struct.Struct] = {}   # (layout, devices) -> a slot's unpack
 
 
-def _words(n: int) -> struct.Struct:
-    """n little-endian u64 words; only the region's own devices are unpacked, not all 16."""
-    st = _WORDS.get(n)
+def _slot_struct(lay: Layout, n: int) -> struct.Struct:
+    """One unpack of a slot's fields for its region's n devices: pid, hostpid, n memory
+    records, n monitor words, n utilization records, status (the other 16 - n are skipped)."""
+    st = _SLOTS.get((lay.name, n))
     if st is None:
-        st = _WORDS[n] = struct.Struct(f"<{n}Q")
+        used_end = 8 + 8 * n * lay.used_stride
+        monitor_end = lay.monitor_off + 8 * n
+        util_end = lay.util_off + 8 * n * lay.util_stride
+        st = _SLOTS[(lay.name, n)] = struct.Struct(
+            f"<ii{n * lay.used_stride}Q{lay.monitor_off - used_end}x{n}Q{lay.util_off - monitor_end}x"
+            f"{n * lay.util_stride}Q{lay.status_off - util_end}xi")
     return st
 
 
 def _parse_slot(buf: bytes, base: int, lay: Layout, dev_max: list[int | None], slot: int) -> ProcSlot:
     """`dev_max[d]`: device d's memory bound, None for a skipped device (its values are ignored)."""
-    pid, hostpid = struct.unpack_from("<ii", buf, base)
-    (status,) = _I32.unpack_from(buf, base + lay.status_off)
+    n = len(dev_max)
+    fields = _slot_struct(lay, n).unpack_from(buf, base)
+    pid, hostpid, status = fields[0], fields[1], fields[-1]
     if pid < 0 or hostpid < 0 or status < 0:
         raise _Bad("bad_value", f"slot {slot}: negative pid/hostpid/status ({pid}, {hostpid}, {status})")
-    n = len(dev_max)
     used_stride, util_stride = lay.used_stride, lay.util_stride
-    words = _words(n * used_stride).unpack_from(buf, base + 8)
-    mon = _words(n).unpack_from(buf, base + lay.monitor_off)
-    util = _words(n * util_stride).unpack_from(buf, base + lay.util_off)
+    mon_at = 2 + n * used_stride
+    util_at = mon_at + n
     memory, monitor, sm = [], [], []
     for d, cap in enumerate(dev_max):
         if cap is None:
@@ -254,19 +269,19 @@ def _parse_slot(buf: bytes, base: int, lay: Layout, dev_max: list[int | None], s
             monitor.append(0)
             sm.append(0)
             continue
-        at = d * used_stride
-        ctx, mod, data, total = words[at], words[at + 1], words[at + 2], words[at + 4]
-        if max(ctx, mod, data, total, mon[d]) > cap:
-            for what, v in (("context", ctx), ("module", mod), ("buffer", data), ("total", total), ("monitorused", mon[d])):
+        at = 2 + d * used_stride
+        ctx, mod, data, total, mon = fields[at], fields[at + 1], fields[at + 2], fields[at + 4], fields[mon_at + d]
+        if ctx > cap or mod > cap or data > cap or total > cap or mon > cap:
+            for what, v in (("context", ctx), ("module", mod), ("buffer", data), ("total", total), ("monitorused", mon)):
                 if v > cap:
                     raise _Bad("bad_value", f"slot {slot} device {d}: {what} {v} bytes exceeds the device's {cap}")
         if ctx + mod + data > cap:
             raise _Bad("bad_value", f"slot {slot} device {d}: memory sum exceeds the device's {cap} bytes")
-        su = util[d * util_stride + 2]
+        su = fields[util_at + d * util_stride + 2]
         if su > 100:
             raise _Bad("bad_value", f"slot {slot} device {d}: sm_util {su} % > 100")
         memory.append((ctx, mod, data, total))
-        monitor.append(mon[d])
+        monitor.append(mon)
         sm.append(su)
     return ProcSlot(slot=slot, pid=pid, hostpid=hostpid, status=status, memory=memory, monitor_used=monitor, sm_util=sm)
 
@@ -276,23 +291,64 @@ def parse_region(
     file_size: int,
     device_memory: Mapping[str, int] | None = None,
     now_s: float | None = None,
+    *,
+    last: LastParse | None = None,
 ) -> Region | RegionError:
     """Parse a region through `read_at`; never raises on bad bytes.
 
     `device_memory` maps GPU UUID -> physical memory bytes (from NVML) to bound values.
+    `last`: the file's last parse; when the same bytes are read again its Region is returned
+    (shared, read-only) instead of a new one, and `last` keeps this parse otherwise.
     """
+    now_s = clock.time_s() if now_s is None else now_s
+    device_memory = device_memory or {}
     try:
-        return _parse(read_at, file_size, device_memory or {}, clock.time_s() if now_s is None else now_s)
+        raw = _Reads(read_at, file_size)
+        if last is not None and last.gives(raw, file_size, device_memory, now_s):
+            return last.region
+        region = _parse(raw, file_size, device_memory, now_s)
     except _Bad as bad:
-        return RegionError(bad.reason, bad.detail)
+        region = RegionError(bad.reason, bad.detail)
     except (struct.error, ValueError, OverflowError, OSError) as exc:   # defensive: report, never raise
-        return RegionError("unreadable", f"{type(exc).__name__}: {exc}")
+        region = RegionError("unreadable", f"{type(exc).__name__}: {exc}")
+    if last is not None:
+        last.keep(raw if isinstance(region, Region) and not raw.reread else None, file_size, device_memory, now_s, region)
+    return region
 
 
-def _device(head: bytes, lay: Layout, d: int, seen: list[DeviceView], device_memory: Mapping[str, int]) -> tuple[DeviceView, int]:
+class LastParse:
+    """One file's last parse: the bytes it read and the Region they gave.
+
+    A parse is a pure function of those bytes, the file size and the GPUs' memory, so the
+    same bytes give the same Region; only its one check against the clock (last_kernel_time
+    not in the future) can change, and it only passes more as the clock moves on. So a
+    container whose region has not changed since the last tick (an idle one: its writers
+    bump the sequence words on every update) is not parsed again. A parse that needed a
+    seqlock re-read, or that failed, is made again next tick."""
+
+    __slots__ = ("reads", "file_size", "device_memory", "now_s", "region")
+
+    def __init__(self) -> None:
+        self.reads: tuple[bytes, bytes, bytes | None, bytes | None] | None = None
+        self.file_size = 0
+        self.device_memory: dict[str, int] = {}
+        self.now_s = 0.0
+        self.region: Region | RegionError | None = None
+
+    def gives(self, raw: _Reads, file_size: int, device_memory: Mapping[str, int], now_s: float) -> bool:
+        return (self.reads is not None and self.reads == (raw.tail, raw.head, raw.before, raw.after)
+                and file_size == self.file_size and now_s >= self.now_s and device_memory == self.device_memory)
+
+    def keep(self, raw: _Reads | None, file_size: int, device_memory: Mapping[str, int], now_s: float,
+             region: Region | RegionError) -> None:
+        self.reads = None if raw is None else (raw.tail, raw.head, raw.before, raw.after)
+        self.file_size, self.device_memory, self.now_s, self.region = file_size, dict(device_memory), now_s, region
+
+
+def _device(head: bytes, lay: Layout, d: int, seen: set[str], device_memory: Mapping[str, int]) -> tuple[DeviceView, int]:
     off = lay.uuids_off + d * UUID_LEN
     uuid = _uuid(head[off : off + UUID_LEN], d)
-    if any(v.uuid == uuid for v in seen):
+    if uuid in seen:
         raise _Bad("bad_uuid", f"device {d}: UUID {uuid} listed twice")
     cap = min(device_memory.get(uuid, ABS_MAX_DEVICE_BYTES), ABS_MAX_DEVICE_BYTES)
     (limit,) = _U64.unpack_from(head, lay.limit_off + 8 * d)
@@ -305,32 +361,63 @@ def _device(head: bytes, lay: Layout, d: int, seen: list[DeviceView], device_mem
     return DeviceView(index=d, uuid=uuid, limit_bytes=limit or None, sm_limit_pct=core_limit), cap
 
 
-class _SlotReader:
-    """Live slots with HAMi-core's seqlock read protocol: sequence, data, sequence again;
-    consistent only when both reads agree and are even. A slot still odd after
-    SEQLOCK_RETRIES re-reads is reported stuck (its writer died mid-update)."""
+class _Reads:
+    """A region's bytes in four reads, in the order HAMi-core's seqlock asks of a reader:
 
-    def __init__(self, read_at: ReadAt, lay: Layout, proc_num: int):
-        self.read_at, self.lay, self.proc_num = read_at, lay, proc_num
-        self.nread = 0
+    1. the tail: proc_num, how many slots are live;
+    2. the live slots' sequence words;
+    3. the header and the live slots, adjacent in the file: one read;
+    4. the sequence words again.
+
+    A slot's copy is consistent when its two sequence words agree and are even; a slot
+    still odd after SEQLOCK_RETRIES single-slot re-reads is reported stuck (its writer
+    died mid-update). Nothing is validated here: a short read is reported by the parse
+    where its field is checked, so a bad header is named before a bad tail."""
+
+    def __init__(self, read_at: ReadAt, file_size: int):
+        self.read_at = read_at
+        lay = self.lay = _BY_SIZE.get(file_size)
+        self.before = self.after = None
+        self.reread = False   # a slot was read again (its sequence moved or stayed odd)
+        if lay is None:                      # no layout of this size: pick_layout names why
+            self.tail, self.live, self.head = b"", 0, read_at(0, 12)
+            self.nread = len(self.head)
+            return
+        self.tail = read_at(lay.tail_off, 24 if lay.has_version else 16)
+        live = _I32.unpack_from(self.tail)[0] if len(self.tail) >= 4 else 0
+        self.live = live if 0 < live <= MAX_PROCS else 0   # a bad proc_num is refused after the header
+        if self.live and lay.seq_off is not None:
+            self.before = self._sequences()
+        self.head = read_at(0, lay.procs_off + self.live * lay.slot_size)
+        if self.before is not None:
+            self.after = self._sequences()
+        self.nread = len(self.tail) + len(self.head) + 2 * len(self.before or b"")
+
+    def _sequences(self) -> bytes:
+        """Every live slot's sequence word in one read: from slot 0's to the last live one's."""
+        lay = self.lay
+        return self.read_at(lay.procs_off + lay.seq_off, (self.live - 1) * lay.slot_size + 8)
 
     def _seq(self, i: int) -> int:
+        self.reread = True
         self.nread += 8
         return _U64.unpack(_exact(self.read_at, self.lay.procs_off + i * self.lay.slot_size + self.lay.seq_off, 8))[0]
 
-    def slots(self):
-        """Yield (index, buffer, base offset) per consistent slot, or (index, None, 0) per stuck one."""
-        lay, n = self.lay, self.proc_num
-        before = [self._seq(i) for i in range(n)] if lay.seq_off is not None else None
-        block = _exact(self.read_at, lay.procs_off, n * lay.slot_size)
-        self.nread += len(block)
-        if before is None:
-            for i in range(n):
-                yield i, block, i * lay.slot_size
-            return
-        after = [self._seq(i) for i in range(n)]
+    def slots(self) -> list[tuple[int, bytes | None, int]]:
+        """(index, buffer, offset of the slot in it) per consistent live slot, (index, None, 0) per stuck one."""
+        lay, n, size = self.lay, self.live, self.lay.slot_size
+        if lay.seq_off is None:
+            return [(i, self._block(), lay.procs_off + i * size) for i in range(n)]
+        want = (n - 1) * size + 8
+        if len(self.before) != want:
+            raise _Bad("truncated", f"wanted {want} bytes at {lay.procs_off + lay.seq_off}, got {len(self.before)}")
+        block = self._block()
+        if len(self.after) != want:
+            raise _Bad("truncated", f"wanted {want} bytes at {lay.procs_off + lay.seq_off}, got {len(self.after)}")
+        out = []
         for i in range(n):
-            s1, s2, buf, base = before[i], after[i], block, i * lay.slot_size
+            (s1,), (s2,) = _U64.unpack_from(self.before, i * size), _U64.unpack_from(self.after, i * size)
+            buf, base = block, lay.procs_off + i * size
             attempt = 0
             while s1 != s2 or s1 & 1:
                 attempt += 1
@@ -338,23 +425,30 @@ class _SlotReader:
                     buf = None
                     break
                 s1 = self._seq(i)
-                buf, base = _exact(self.read_at, lay.procs_off + i * lay.slot_size, lay.slot_size), 0
-                self.nread += lay.slot_size
+                buf, base = _exact(self.read_at, lay.procs_off + i * size, size), 0
+                self.nread += size
                 s2 = self._seq(i)
-            yield i, buf, base
+            out.append((i, buf, base))
+        return out
+
+    def _block(self) -> bytes:
+        lay, want = self.lay, self.live * self.lay.slot_size
+        if len(self.head) < lay.procs_off + want:
+            raise _Bad("truncated", f"wanted {want} bytes at {lay.procs_off}, got {max(0, len(self.head) - lay.procs_off)}")
+        return self.head
 
 
-def _parse(read_at: ReadAt, file_size: int, device_memory: Mapping[str, int], now_s: float) -> Region:
-    head = read_at(0, _HEADER_MAX)   # the layout's header in one read; short files are refused below
+def _parse(raw: _Reads, file_size: int, device_memory: Mapping[str, int], now_s: float) -> Region:
+    head, tail = raw.head, raw.tail
     lay = pick_layout(head, file_size)
     if len(head) < lay.header_len:
         raise _Bad("truncated", f"wanted {lay.header_len} bytes at 0, got {len(head)}")
     tail_len = 24 if lay.has_version else 16
-    tail = _exact(read_at, lay.tail_off, tail_len)
-    nread = lay.header_len + tail_len
+    if len(tail) != tail_len:
+        raise _Bad("truncated", f"wanted {tail_len} bytes at {lay.tail_off}, got {len(tail)}")
     major = minor = None
     if lay.has_version:
-        major, minor = struct.unpack_from("<II", head, 4)
+        major, minor = _VERSION.unpack_from(head, 4)
     (n_dev,) = _U64.unpack_from(head, lay.num_off)
     if n_dev > MAX_DEVICES:
         raise _Bad("bad_device_num", f"device_num {n_dev} > {MAX_DEVICES}")
@@ -370,28 +464,28 @@ def _parse(read_at: ReadAt, file_size: int, device_memory: Mapping[str, int], no
     devices: list[DeviceView] = []
     dev_max: list[int | None] = []
     device_errors: list[tuple[int, RegionError]] = []
+    seen: set[str] = set()
     for d in range(n_dev):
         try:
-            view, cap = _device(head, lay, d, devices, device_memory)
+            view, cap = _device(head, lay, d, seen, device_memory)
         except _Bad as bad:
             device_errors.append((d, RegionError(bad.reason, bad.detail)))
             dev_max.append(None)
             continue
         devices.append(view)
+        seen.add(view.uuid)
         dev_max.append(cap)
     procs: list[ProcSlot] = []
     stuck: list[int] = []
     if proc_num:
-        reader = _SlotReader(read_at, lay, proc_num)
-        for i, buf, base in reader.slots():
+        for i, buf, base in raw.slots():
             if buf is None:
                 stuck.append(i)
                 continue
             (status,) = _I32.unpack_from(buf, base + lay.status_off)
             if status != 0:   # 0: the process exited (HAMi's monitor skips it as well)
                 procs.append(_parse_slot(buf, base, lay, dev_max, i))
-        nread += reader.nread
-    devices = aggregate(devices, procs)
+    _add_procs(devices, procs)   # the views are this parse's own: summed in place
     for view in devices:
         cap = dev_max[view.index]
         if view.used_bytes > cap:
@@ -399,7 +493,7 @@ def _parse(read_at: ReadAt, file_size: int, device_memory: Mapping[str, int], no
     return Region(
         layout=lay.name, major=major, minor=minor, file_size=file_size, device_num=n_dev, proc_num=proc_num,
         devices=devices, procs=procs, utilization_switch=util_switch, recent_kernel=recent_kernel,
-        priority=priority, last_kernel_time=last_kernel, bytes_read=nread, device_errors=device_errors,
+        priority=priority, last_kernel_time=last_kernel, bytes_read=raw.nread, device_errors=device_errors,
         stuck_slots=stuck,
     )
 
@@ -407,19 +501,24 @@ def _parse(read_at: ReadAt, file_size: int, device_memory: Mapping[str, int], no
 def aggregate(devices: list[DeviceView], procs: list[ProcSlot]) -> list[DeviceView]:
     """Per-device sums over `procs` (fresh views; pass a subset to drop exited processes)."""
     out = [DeviceView(index=d.index, uuid=d.uuid, limit_bytes=d.limit_bytes, sm_limit_pct=d.sm_limit_pct) for d in devices]
+    _add_procs(out, procs)
+    return out
+
+
+def _add_procs(views: list[DeviceView], procs: list[ProcSlot]) -> None:
     for p in procs:
-        for view in out:
-            ctx, mod, data, _total = p.memory[view.index]
-            sm = p.sm_util[view.index]
+        memory, sm_util, hostpid = p.memory, p.sm_util, p.hostpid
+        for view in views:
+            ctx, mod, data, _total = memory[view.index]
+            sm = sm_util[view.index]
             if ctx or mod or data or sm:
                 view.processes += 1
-                if p.hostpid:
-                    view.hostpids.append(p.hostpid)
+                if hostpid:
+                    view.hostpids.append(hostpid)
             view.context_bytes += ctx
             view.module_bytes += mod
             view.buffer_bytes += data
             view.sm_util_pct = min(100, view.sm_util_pct + sm)
-    return out
 
 
 def parse_region_bytes(buf: bytes, device_memory: Mapping[str, int] | None = None, now_s: float | None = None) -> Region | RegionError:
@@ -439,6 +538,7 @@ class RegionFile:
     path: str         # for logs and hami-dump; reading goes through openat (read_region_entry)
 
 
+@functools.lru_cache(maxsize=4096)   # the same directories are named every scan
 def parse_dir_name(name: str) -> tuple[str, str] | None:
     """`<podUID>_<container>` -> (uid, container), or None for anything else."""
     m = _DIR_RE.match(name)
@@ -458,26 +558,27 @@ class Listings:
     Any entry added, removed or renamed in a directory moves its ctime, and so does a utime
     that could set its mtime back; ctime cannot be set from user space, and a directory
     replaced by another (or by a link) has another inode. A look taken while the directory's
-    ctime is younger than RACY_NS is not kept (git's racy-index rule): a change within the
-    same timestamp tick is never hidden behind an equal ctime."""
+    ctime is younger than RACY_NS is not trusted (git's racy-index rule): the directory is
+    listed again next scan, so a change within the same timestamp tick is never hidden
+    behind an equal ctime."""
 
     RACY_NS = 2_000_000_000
 
     def __init__(self, clock_ns: Callable[[], int] = time.time_ns):   # file times are real time, never simulated
         self.clock_ns = clock_ns
-        self._kept: dict[str, tuple[tuple[int, int, int, int], _Outcome]] = {}
-        self._next: dict[str, tuple[tuple[int, int, int, int], _Outcome]] = {}
+        # name -> (directory key, its look, whether the look is settled: older than RACY_NS)
+        self._kept: dict[str, tuple[tuple[int, int, int, int], _Outcome, bool]] = {}
+        self._next: dict[str, tuple[tuple[int, int, int, int], _Outcome, bool]] = {}
 
     def outcome(self, root: str, entry: os.DirEntry, uid: str, container: str) -> _Outcome:
         st = entry.stat(follow_symlinks=False)
         key = (st.st_dev, st.st_ino, st.st_ctime_ns, st.st_mtime_ns)
         kept = self._kept.get(entry.name)
-        if kept is not None and kept[0] == key:
+        if kept is not None and kept[0] == key and kept[2]:
             self._next[entry.name] = kept
             return kept[1]
-        found = _look(root, entry, uid, container)
-        if self.clock_ns() - st.st_ctime_ns > self.RACY_NS:
-            self._next[entry.name] = (key, found)
+        found = _look(root, entry, uid, container, kept[1] if kept is not None else None)
+        self._next[entry.name] = (key, found, self.clock_ns() - st.st_ctime_ns > self.RACY_NS)
         return found
 
     def end_scan(self) -> None:
@@ -485,8 +586,9 @@ class Listings:
         self._kept, self._next = self._next, {}
 
 
-def _look(root: str, entry: os.DirEntry, uid: str, container: str) -> _Outcome:
-    """The one `*.cache` file of a container directory; (None, None): none yet."""
+def _look(root: str, entry: os.DirEntry, uid: str, container: str, previous: _Outcome | None = None) -> _Outcome:
+    """The one `*.cache` file of a container directory; (None, None): none yet. `previous`
+    (the last look) is returned as it is when the directory still holds the same file."""
     if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
         return None, RegionError("symlink", f"{entry.name} is a link or not a directory")
     caches = sorted(n for n in os.listdir(entry.path) if _CACHE_RE.match(n))
@@ -494,7 +596,10 @@ def _look(root: str, entry: os.DirEntry, uid: str, container: str) -> _Outcome:
         return None, None     # the container has not initialised CUDA yet
     if len(caches) > 1:
         return None, RegionError("ambiguous", f"{len(caches)} .cache files")
-    return RegionFile(uid, container, entry.name, caches[0], os.path.join(root, entry.name, caches[0])), None
+    path = os.path.join(root, entry.name, caches[0])
+    if previous is not None and previous[0] is not None and previous[0].path == path:
+        return previous
+    return RegionFile(uid, container, entry.name, caches[0], path), None
 
 
 def discover(hami_dir: str, listings: Listings | None = None) -> tuple[list[RegionFile], list[tuple[str, RegionError]]]:
@@ -534,11 +639,12 @@ def _open_error(what: str, exc: OSError) -> RegionError:
     return RegionError(reason, f"open {what}: {exc.strerror}")
 
 
-def _read_fd(fd: int, name: str, device_memory: Mapping[str, int] | None, now_s: float | None) -> Region | RegionError:
+def _read_fd(fd: int, name: str, device_memory: Mapping[str, int] | None, now_s: float | None,
+             last: LastParse | None = None) -> Region | RegionError:
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         return RegionError("not_regular", f"{name} is not a regular file")
-    return parse_region(lambda off, n: os.pread(fd, n, off), st.st_size, device_memory, now_s)
+    return parse_region(lambda off, n: os.pread(fd, n, off), st.st_size, device_memory, now_s, last=last)
 
 
 def read_region_entry(
@@ -546,6 +652,7 @@ def read_region_entry(
     rf: RegionFile,
     device_memory: Mapping[str, int] | None = None,
     now_s: float | None = None,
+    last: LastParse | None = None,
 ) -> Region | RegionError:
     """Open `<containers>/<dir>/<cache>` component by component (openat, no links followed),
     so nothing outside the HAMi directory can be reached whatever the tenant renames."""
@@ -560,7 +667,7 @@ def read_region_entry(
     finally:
         os.close(dfd)
     try:
-        return _read_fd(fd, rf.cache_name, device_memory, now_s)
+        return _read_fd(fd, rf.cache_name, device_memory, now_s, last)
     finally:
         os.close(fd)
 
@@ -599,13 +706,16 @@ class RegionSource:
     def __init__(self, hami_dir: str):
         self.hami_dir = hami_dir
         self.listings = Listings()
+        self._last: dict[str, LastParse] = {}   # path -> the file's last parse (the last tick's files)
 
     def scan(self) -> tuple[list[RegionFile], list[tuple[str, RegionError]]]:
         return discover(self.hami_dir, self.listings)
 
     def read(self, files: list[RegionFile], device_memory: Mapping[str, int] | None,
              now_s: float) -> list[tuple[RegionFile, Region | RegionError]]:
-        """Each file's region (or why not), through one open of the containers directory."""
+        """Each file's region (or why not), through one open of the containers directory; a
+        file read as it was last tick keeps its Region (`LastParse`)."""
+        last, self._last = self._last, {}
         if not files:
             return []
         root_fd = open_containers_dir(self.hami_dir)
@@ -613,6 +723,10 @@ class RegionSource:
             gone = RegionError("unreadable", "HAMi containers directory vanished")
             return [(f, gone) for f in files]
         try:
-            return [(f, read_region_entry(root_fd, f, device_memory, now_s)) for f in files]
+            out = []
+            for f in files:
+                kept = self._last[f.path] = last.get(f.path) or LastParse()
+                out.append((f, read_region_entry(root_fd, f, device_memory, now_s, kept)))
+            return out
         finally:
             os.close(root_fd)

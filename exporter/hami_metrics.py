@@ -22,7 +22,7 @@ import sys
 
 from slicemeter.exporter.catalogue import group
 from slicemeter.exporter.exposition import Samples
-from slicemeter.exporter.scrape import FamilyCollector, Scrape
+from slicemeter.exporter.scrape import FamilyCollector, Scrape, reading_rows
 from slicemeter.common import MiB
 
 HAMI_METRICS_MODES = ("monitor", "full", "off")
@@ -78,7 +78,7 @@ class HamiMonitorCollector(FamilyCollector):
             if g.mem_util_ratio is not None:
                 f["hami_host_gpu_memory_controller_utilization_ratio"].add((index, g.gpu_uuid, dtype, ZONE),
                                                                            _pct(g.mem_util_ratio))
-        region = [(f[name].rows, attr) for name, attr in self._REGION]
+        region, region_values = reading_rows(f, self._REGION)
         util, last_kernel = f["hami_container_device_utilization_ratio"].rows, f["hami_container_last_kernel_elapsed_seconds"].rows
         for s in t.slices:
             if s.source == "mig":
@@ -92,8 +92,7 @@ class HamiMonitorCollector(FamilyCollector):
             if s.source != "hami":
                 continue   # the monitor reads HAMi-core's region files only
             lv = (s.namespace or "", s.pod or s.pod_uid, s.container, str(s.vdevice_index), s.gpu_uuid[:UUID_CHARS], ZONE)
-            for rows, attr in region:
-                v = getattr(s, attr)
+            for rows, v in zip(region, region_values(s)):
                 if v is not None:
                     rows.append((lv, v))
             if s.sm_util_ratio is not None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Callable
+from operator import attrgetter
+from typing import Callable, Iterable, NamedTuple
 
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
@@ -64,6 +65,13 @@ class ExporterStats:
         return Scrape(last, self.tenant, self.version, source_errors, region_errors, spool)
 
 
+def reading_rows(out: dict[str, Samples], pairs: Iterable[tuple[str, str]]) -> tuple[list[list], Callable]:
+    """For (family name, reading attribute) pairs: the families' rows lists, and one getter
+    of those attributes of a reading, as a tuple in the same order."""
+    pairs = list(pairs)
+    return [out[name].rows for name, _ in pairs], attrgetter(*(attr for _, attr in pairs))
+
+
 def label_value(v: object) -> str:
     return "" if v is None else str(v)
 
@@ -85,8 +93,7 @@ class Scrape:
         return TickView(self.last, self.tenant)
 
 
-@dataclass(frozen=True, slots=True)
-class SliceView:
+class SliceView(NamedTuple):   # a tuple: one is made per slice per Tick
     reading: SliceReading
     labels: tuple[str, ...]          # catalogue.SLICE's values
     allocation: float | None
@@ -105,14 +112,16 @@ class TickView:
         self.used: dict[str, float] = {}
         self.names: dict[str, tuple[str | None, str | None]] = {}
         self.slices: list[SliceView] = []
+        allocated, used, base = self.allocated, self.used, self.base
         for s in t.slices:
-            total = totals.get(s.gpu_uuid)
+            uuid = s.gpu_uuid
+            total = totals.get(uuid)
             a, u = allocation_share(s, total), usage_share(s, total)
-            self.allocated[s.gpu_uuid] = self.allocated.get(s.gpu_uuid, 0.0) + (a or 0.0)
-            self.used[s.gpu_uuid] = self.used.get(s.gpu_uuid, 0.0) + (u or 0.0)
+            allocated[uuid] = allocated.get(uuid, 0.0) + (a or 0.0)
+            used[uuid] = used.get(uuid, 0.0) + (u or 0.0)
             self.names[s.pod_uid] = (s.namespace, s.pod)
-            labels = self.base + (label_value(s.namespace), label_value(s.pod or s.pod_uid), s.container, s.gpu_uuid,
-                                  label_value(s.vdevice_index))
+            labels = base + (label_value(s.namespace), label_value(s.pod or s.pod_uid), s.container, uuid,
+                             label_value(s.vdevice_index))
             self.slices.append(SliceView(s, labels, a, u))
 
 

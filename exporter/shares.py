@@ -30,25 +30,14 @@ def allocation_share(s: SliceReading, gpu_memory_total: int | None) -> float | N
         return 1.0
     mem = s.alloc_memory_bytes if s.alloc_memory_bytes is not None else s.hami_memory_limit_bytes
     cores = s.alloc_cores_ratio if s.alloc_cores_ratio is not None else core_limit_ratio(s.sm_limit_ratio)
-    parts = []
-    if mem is not None and gpu_memory_total:
-        parts.append(mem / gpu_memory_total)
-    if cores is not None:
-        parts.append(cores)
-    return clamp01(max(parts)) if parts else None
+    return clamp01(larger(mem / gpu_memory_total if mem is not None and gpu_memory_total else None, cores))
 
 
 def usage_share(s: SliceReading, gpu_memory_total: int | None) -> float | None:
     """max(memory / GPU memory, SM share); memory is the larger of HAMi's and NVML's figures:
     a region can under-report its own use, NVML's driver-side figure bounds it from below."""
-    known = [m for m in (s.hami_memory_used_bytes, s.nvml_memory_used_bytes) if m is not None]
-    mem = max(known) if known else None
-    parts = []
-    if mem is not None and gpu_memory_total:
-        parts.append(mem / gpu_memory_total)
-    if s.sm_util_ratio is not None:
-        parts.append(s.sm_util_ratio)
-    return clamp01(max(parts)) if parts else None
+    mem = larger(s.hami_memory_used_bytes, s.nvml_memory_used_bytes)
+    return clamp01(larger(mem / gpu_memory_total if mem is not None and gpu_memory_total else None, s.sm_util_ratio))
 
 
 def memory_disagrees(hami: int | None, nvml: int | None, tol_bytes: int, tol_ratio: float) -> bool | None:

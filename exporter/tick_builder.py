@@ -54,35 +54,35 @@ class ProcessOwners:
 
     A pid's cgroup is read when NVML first lists the pid and kept while each tick asks for it
     again: a process does not leave its container's cgroup, and re-reading every GPU
-    process's cgroup each tick costs more than the rest of a busy node's Tick."""
+    process's cgroup each tick costs more than the rest of a busy node's Tick. Its owner
+    (cgroup + pod list + GPU) is kept the same way while the pod list is the same one."""
 
     def __init__(self, proc_root: str):
         self.proc_root = proc_root
         self._cgroups: dict[int, tuple[str, str | None] | None] = {}
         self._cgroups_prev: dict[int, tuple[str, str | None] | None] = {}
+        self._owners: dict[tuple[int, str | None], ProcOwner | None] = {}   # (pid, GPU) -> owner in _owners_in
+        self._owners_prev: dict[tuple[int, str | None], ProcOwner | None] = {}
+        self._owners_in: PodIndex | None = None
 
     def next_tick(self) -> None:
         """Forget the pids the last tick did not ask for."""
         self._cgroups_prev, self._cgroups = self._cgroups, {}
+        self._owners_prev, self._owners = self._owners, {}
 
     def owner(self, pid: int, pods: PodIndex, gpu_uuid: str | None = None) -> ProcOwner | None:
         """The container of a host pid; None: not a live pod's. `gpu_uuid`: the GPU it runs on,
         which names the container when only one of the pod's containers was granted that GPU
         (the pod's status may not list the container id yet)."""
         found = self._cgroup_of(pid)
-        if found is None:
-            return None
-        uid, cid = found
-        pod: PodInfo | None = pods.pods.get(uid)
-        if pod is None and pods.fetched:
-            return None   # a deleted pod's process
-        name = pod.container_ids.get(cid) if pod and cid else None
-        if name is None and pod and len(pod.whole_gpus) == 1:
-            name = next(iter(pod.whole_gpus))
-        if name is None and pod and gpu_uuid is not None:
-            granted = [c for c, gs in pod.grants.items() if c not in pod.finished and any(g.uuid == gpu_uuid for g in gs)]
-            name = granted[0] if len(granted) == 1 else None
-        return ProcOwner(uid, name or (cid[:12] if cid else "unknown"), pod, named=name is not None)
+        if pods is not self._owners_in:   # another pod list: every owner is found again
+            self._owners, self._owners_prev, self._owners_in = {}, {}, pods
+        key = (pid, gpu_uuid)
+        if key in self._owners:
+            return self._owners[key]
+        owner = self._owners_prev[key] if key in self._owners_prev else _owner(found, pods, gpu_uuid)
+        self._owners[key] = owner
+        return owner
 
     def _cgroup_of(self, pid: int) -> tuple[str, str | None] | None:
         if pid not in self._cgroups:
@@ -102,6 +102,23 @@ class ProcessOwners:
             for pid in g.processes:
                 on_gpu.add(pid, self.owner(pid, pods, g.uuid))
         return out
+
+
+def _owner(found: tuple[str, str | None] | None, pods: PodIndex, gpu_uuid: str | None) -> ProcOwner | None:
+    """The container of a process in cgroup `found` (pod uid, container id)."""
+    if found is None:
+        return None
+    uid, cid = found
+    pod: PodInfo | None = pods.pods.get(uid)
+    if pod is None and pods.fetched:
+        return None   # a deleted pod's process
+    name = pod.container_ids.get(cid) if pod and cid else None
+    if name is None and pod and len(pod.whole_gpus) == 1:
+        name = next(iter(pod.whole_gpus))
+    if name is None and pod and gpu_uuid is not None:
+        granted = [c for c, gs in pod.grants.items() if c not in pod.finished and any(g.uuid == gpu_uuid for g in gs)]
+        name = granted[0] if len(granted) == 1 else None
+    return ProcOwner(uid, name or (cid[:12] if cid else "unknown"), pod, named=name is not None)
 
 
 class TickBuilder:

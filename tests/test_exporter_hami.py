@@ -59,6 +59,26 @@ def test_reads_only_header_and_live_slots():
     assert r.bytes_read <= total
 
 
+def test_four_reads_in_seqlock_order_for_any_number_of_processes():
+    """The tail (proc_num), the live slots' sequence words, the header with the live slots
+    (adjacent in the file), the sequence words again: each slot's copy sits between two
+    reads of its sequence word, and five processes cost no more reads than one."""
+    lay = LAYOUT_V1
+    procs = [Proc(pid=i + 1, hostpid=4000 + i, mem=[(MiB, 0, MiB), (0, 0, 0)], sm_util=[1, 0]) for i in range(5)]
+    buf = build_region(devices=[(GPU0, 0, 0), (GPU1, 0, 0)], procs=procs)
+    reads = []
+
+    def read_at(off, n):
+        reads.append((off, n))
+        return bytes(buf[off : off + n])
+
+    r = hami.parse_region(read_at, len(buf), DEV_MEM, now_s=1_790_000_010)
+    assert isinstance(r, Region) and [p.pid for p in r.procs] == [1, 2, 3, 4, 5], r
+    sequences = (lay.procs_off + lay.seq_off, 4 * lay.slot_size + 8)
+    assert reads == [(lay.tail_off, 24), sequences, (0, lay.procs_off + 5 * lay.slot_size), sequences]
+    assert r.bytes_read == sum(n for _, n in reads)
+
+
 def test_dead_slots_ignored_and_status_zero_skipped():
     buf = build_region(
         devices=[(GPU0, 0, 0)],
@@ -147,19 +167,60 @@ def test_seqlock_retries_a_slot_mid_write():
 def test_seqlock_moved_during_read_rereads():
     buf = two_device_region()
     seq_at = LAYOUT_V1.procs_off + LAYOUT_V1.seq_off
-    reads = []
+    data_at = LAYOUT_V1.procs_off + 8 + 16
+    copied = []
 
     def read_at(off, n):
-        reads.append((off, n))
-        if (off, n) == (seq_at, 8) and len(reads) < 6:
-            # a write completed between our two sequence reads: new data, sequence +2
-            struct.pack_into("<Q", buf, LAYOUT_V1.procs_off + 8 + 16, 5 * MiB)
+        out = bytes(buf[off : off + n])
+        if off <= data_at < off + n and not copied:
+            # a write completes right after our copy of the slot: new data, sequence +2
+            copied.append(off)
+            struct.pack_into("<Q", buf, data_at, 5 * MiB)
             struct.pack_into("<Q", buf, seq_at, struct.unpack_from("<Q", buf, seq_at)[0] + 2)
-        return bytes(buf[off : off + n])
+        return out
 
     r = hami.parse_region(read_at, len(buf), DEV_MEM, now_s=1_790_000_010)
-    assert isinstance(r, Region)
-    assert r.devices[0].buffer_bytes == 5 * MiB   # the re-read value, not the torn one
+    assert isinstance(r, Region) and copied
+    assert r.devices[0].buffer_bytes == 5 * MiB   # the re-read value, not the stale copy
+
+
+def test_a_region_read_as_it_was_is_not_parsed_again():
+    buf = two_device_region()
+    last = hami.LastParse()
+
+    def read_at(off, n):
+        return bytes(buf[off : off + n])
+
+    first = hami.parse_region(read_at, len(buf), DEV_MEM, now_s=1_790_000_010, last=last)
+    assert isinstance(first, Region), first
+    assert hami.parse_region(read_at, len(buf), DEV_MEM, now_s=1_790_000_020, last=last) is first
+    seq_at = LAYOUT_V1.procs_off + LAYOUT_V1.seq_off
+    struct.pack_into("<Q", buf, LAYOUT_V1.procs_off + 8 + 16, 5 * MiB)   # a write: new data and sequence + 2
+    struct.pack_into("<Q", buf, seq_at, struct.unpack_from("<Q", buf, seq_at)[0] + 2)
+    again = hami.parse_region(read_at, len(buf), DEV_MEM, now_s=1_790_000_030, last=last)
+    assert again is not first and again.devices[0].buffer_bytes == 5 * MiB
+    # the same bytes can still give another answer: an earlier clock, a GPU with less memory
+    earlier = hami.parse_region(read_at, len(buf), DEV_MEM, now_s=1_789_999_000, last=last)
+    assert isinstance(earlier, RegionError) and "future" in earlier.detail
+    assert hami.parse_region(read_at, len(buf), DEV_MEM, now_s=1_790_000_030, last=last).devices[0].buffer_bytes == 5 * MiB
+    smaller = {GPU0: 1024 * MiB, GPU1: DEV_MEM[GPU1]}
+    r = hami.parse_region(read_at, len(buf), smaller, now_s=1_790_000_030, last=last)
+    assert [(i, e.reason) for i, e in r.device_errors] == [(0, "bad_value")]
+
+
+def test_a_parse_that_read_a_slot_again_is_not_kept():
+    buf = two_device_region()
+    struct.pack_into("<Q", buf, LAYOUT_V1.procs_off + LAYOUT_V1.seq_off, 7)   # a writer that died mid-update
+    last, reads = hami.LastParse(), []
+
+    def read_at(off, n):
+        reads.append(n)
+        return bytes(buf[off : off + n])
+
+    first = hami.parse_region(read_at, len(buf), DEV_MEM, now_s=1_790_000_010, last=last)
+    once = len(reads)
+    second = hami.parse_region(read_at, len(buf), DEV_MEM, now_s=1_790_000_020, last=last)
+    assert first.stuck_slots == second.stuck_slots == [0] and second is not first and len(reads) == 2 * once
 
 
 def _write_container(root, name, data, cache="vgpu.cache"):
@@ -231,6 +292,34 @@ def test_a_listing_as_young_as_the_directory_is_not_kept(tmp_path, monkeypatch):
     _scan(tmp_path, now)
     _scan(tmp_path, now)
     assert len(listed) == 2
+
+
+def test_region_source_parses_a_file_again_only_when_its_bytes_changed(tmp_path):
+    path = _write_container(tmp_path, f"{UID}_trainer", two_device_region())
+    src = hami.RegionSource(str(tmp_path))
+    files, _ = src.scan()
+    ((_, first),) = src.read(files, DEV_MEM, 1_790_000_010)
+    ((_, same),) = src.read(files, DEV_MEM, 1_790_000_020)
+    assert isinstance(first, Region) and same is first
+    buf = bytearray(path.read_bytes())
+    seq_at = LAYOUT_V1.procs_off + LAYOUT_V1.seq_off
+    struct.pack_into("<Q", buf, LAYOUT_V1.procs_off + 8 + 16, 5 * MiB)
+    struct.pack_into("<Q", buf, seq_at, struct.unpack_from("<Q", buf, seq_at)[0] + 2)
+    path.write_bytes(bytes(buf))
+    ((_, changed),) = src.read(files, DEV_MEM, 1_790_000_030)
+    assert changed.devices[0].buffer_bytes == 5 * MiB
+
+
+def test_a_young_directory_listed_again_follows_its_renamed_file(tmp_path):
+    d = _write_container(tmp_path, f"{UID}_trainer", two_device_region()).parent
+    young = hami.Listings()   # each scan lists the directory again; its file may change meanwhile
+    first, _ = discover(str(tmp_path), young)
+    again, _ = discover(str(tmp_path), young)
+    assert [f.cache_name for f in first] == [f.cache_name for f in again] == ["vgpu.cache"]
+    (d / "vgpu.cache").rename(d / "renamed.cache")
+    (renamed,), errors = discover(str(tmp_path), young)
+    assert renamed.cache_name == "renamed.cache" and renamed.path.endswith("renamed.cache") and not errors
+    assert isinstance(read_region_file(renamed.path, str(tmp_path), DEV_MEM, now_s=1_790_000_010), Region)
 
 
 def test_dir_name_validation():

@@ -205,3 +205,21 @@ def test_a_pid_that_leaves_nvmls_list_is_looked_up_again(tmp_path):
     n.ts_ms += 10_000
     s = slices(b.build(n.ts_ms))
     assert s["chat"].nvml_memory_used_bytes == 3 * GiB and s["llm"].nvml_memory_used_bytes is None
+
+
+def test_a_refreshed_pod_list_finds_every_owner_again(tmp_path):
+    """Owners are kept per pod list: once a new list lacks the pod, its process
+    (same pid, same cgroup) is nobody's, and its whole-GPU slice is gone on the next tick."""
+    hami, proc = tmp_path / "hami", tmp_path / "proc"
+    whole = pod(WHOLE_UID, "train", "team-z", ["trainer"])
+    whole["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 1}}
+    write_cgroup(proc, WHOLE_PID, whole, "trainer")
+    n = node(ProcNow(WHOLE_PID, 30 * GiB, 60, 20))
+    b = builder(n, hami, [whole], proc_root=proc)
+    assert slices(b.build(n.ts_ms))["train"].nvml_memory_used_bytes == 30 * GiB
+    n.ts_ms += 10_000
+    assert "train" in slices(b.build(n.ts_ms))          # the same list: the kept owner
+    (tmp_path / "gpu-node-1-pods.json").write_text('{"items": []}')   # the pod is deleted
+    b.pods.refresh()
+    n.ts_ms += 10_000
+    assert b.build(n.ts_ms).tick.slices == []

@@ -208,6 +208,25 @@ def test_deleted_pod_vanishes_next_tick(scenario, tmp_path):
     assert 'pod="translate"' not in text and 'pod="ddp"' in text
 
 
+def test_one_collector_renders_each_tick_afresh(scenario, tmp_path):
+    """The Tick's text is kept between scrapes of that Tick only: the next Tick's scrape
+    drops a deleted pod's series, writes the new values, and reads as a new collector's."""
+    gone = set()
+    sim, tick = make(scenario, "node-v1", tmp_path,
+                     pods_filter=lambda pl: pl | {"items": [p for p in pl["items"] if p["metadata"]["name"] not in gone]})
+    stats = ExporterStats(tenant="acme")
+    collector = ExporterCollector(stats)
+    stats.record(tick(T0))
+    first = collector.exposition().decode()
+    assert collector.exposition().decode() == first and 'pod="translate"' in first
+    gone.add("translate")
+    stats.record(tick(T0 + 600_000))
+    text = collector.exposition().decode()
+    assert 'pod="translate"' not in text and text == ExporterCollector(stats).exposition().decode()
+    ddp = [[line for line in t.splitlines() if 'pod="ddp"' in line] for t in (first, text)]
+    assert ddp[0] and ddp[1] and ddp[0] != ddp[1]   # the same series with this Tick's values
+
+
 def test_cgroup_attribution_for_pods_without_hami(scenario, tmp_path):
     """A whole-GPU pod scheduled without HAMi: NVML pid -> /proc/<pid>/cgroup -> pod."""
     sim = SimulatedNode(scenario, "node-v0", tmp_path / "hami")
