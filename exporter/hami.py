@@ -535,7 +535,7 @@ class RegionFile:
     container: str
     dir_name: str     # <podUID>_<container>, validated
     cache_name: str   # *.cache, validated
-    path: str         # for logs and hami-dump; reading goes through openat (read_region_entry)
+    path: str         # for logs and hami-dump; reading goes through openat (open_region_entry)
 
 
 @functools.lru_cache(maxsize=4096)   # the same directories are named every scan
@@ -569,6 +569,9 @@ class Listings:
         # name -> (directory key, its look, whether the look is settled: older than RACY_NS)
         self._kept: dict[str, tuple[tuple[int, int, int, int], _Outcome, bool]] = {}
         self._next: dict[str, tuple[tuple[int, int, int, int], _Outcome, bool]] = {}
+        self._unchanged: set[str] = set()   # the last scan's directories whose settled look was kept
+        self._unchanged_next: set[str] = set()
+        self.scans = 0
 
     def outcome(self, root: str, entry: os.DirEntry, uid: str, container: str) -> _Outcome:
         st = entry.stat(follow_symlinks=False)
@@ -576,6 +579,7 @@ class Listings:
         kept = self._kept.get(entry.name)
         if kept is not None and kept[0] == key and kept[2]:
             self._next[entry.name] = kept
+            self._unchanged_next.add(entry.name)
             return kept[1]
         found = _look(root, entry, uid, container, kept[1] if kept is not None else None)
         self._next[entry.name] = (key, found, self.clock_ns() - st.st_ctime_ns > self.RACY_NS)
@@ -584,6 +588,18 @@ class Listings:
     def end_scan(self) -> None:
         """Forget the directories this scan did not see."""
         self._kept, self._next = self._next, {}
+        self._unchanged, self._unchanged_next = self._unchanged_next, set()
+        self.scans += 1
+
+    def settled(self, name: str) -> bool:
+        """Whether the last scan's look at directory `name` is settled: until the directory
+        changes, its entries name the files they named when the look was taken."""
+        kept = self._kept.get(name)
+        return kept is not None and kept[2]
+
+    def unchanged(self, name: str) -> bool:
+        """Whether the last scan found directory `name` as the scan before left it, settled."""
+        return name in self._unchanged
 
 
 def _look(root: str, entry: os.DirEntry, uid: str, container: str, previous: _Outcome | None = None) -> _Outcome:
@@ -647,13 +663,7 @@ def _read_fd(fd: int, name: str, device_memory: Mapping[str, int] | None, now_s:
     return parse_region(lambda off, n: os.pread(fd, n, off), st.st_size, device_memory, now_s, last=last)
 
 
-def read_region_entry(
-    root_fd: int,
-    rf: RegionFile,
-    device_memory: Mapping[str, int] | None = None,
-    now_s: float | None = None,
-    last: LastParse | None = None,
-) -> Region | RegionError:
+def open_region_entry(root_fd: int, rf: RegionFile) -> int | RegionError:
     """Open `<containers>/<dir>/<cache>` component by component (openat, no links followed),
     so nothing outside the HAMi directory can be reached whatever the tenant renames."""
     try:
@@ -661,15 +671,11 @@ def read_region_entry(
     except OSError as exc:
         return _open_error(rf.dir_name, exc)
     try:
-        fd = os.open(rf.cache_name, _RO | os.O_NONBLOCK, dir_fd=dfd)
+        return os.open(rf.cache_name, _RO | os.O_NONBLOCK, dir_fd=dfd)
     except OSError as exc:
         return _open_error(f"{rf.dir_name}/{rf.cache_name}", exc)
     finally:
         os.close(dfd)
-    try:
-        return _read_fd(fd, rf.cache_name, device_memory, now_s, last)
-    finally:
-        os.close(fd)
 
 
 def open_containers_dir(hami_dir: str) -> int | None:
@@ -700,33 +706,119 @@ def read_region_file(
         os.close(fd)
 
 
-class RegionSource:
-    """The HAMi source of a node: its region files, listed and read each tick."""
+# Region files kept open across ticks at most: a busy node has a few hundred GPU containers,
+# and the exporter's other files and sockets need descriptors too.
+MAX_OPEN_REGIONS = 1024
 
-    def __init__(self, hami_dir: str):
+
+class RegionSource:
+    """The HAMi source of a node: its region files, listed and read each tick.
+
+    A file is kept open from one tick to the next while its directory stays as a settled
+    look of `Listings` saw it (any rename, replacement or removal in the directory moves its
+    ctime), so an unchanged container costs its fstat and four preads, not two opens and
+    two closes as well. Every new open goes through `open_region_entry`; a file not read in
+    a tick (its directory gone, its pod deleted) is closed in that tick."""
+
+    def __init__(self, hami_dir: str, listings: Listings | None = None, max_open: int = MAX_OPEN_REGIONS):
         self.hami_dir = hami_dir
-        self.listings = Listings()
+        self.listings = listings or Listings()
+        self.max_open = max_open
         self._last: dict[str, LastParse] = {}   # path -> the file's last parse (the last tick's files)
+        self._open = _OpenFiles()
+        self._open_scan = -1   # the listings' scan after which the kept files were opened
 
     def scan(self) -> tuple[list[RegionFile], list[tuple[str, RegionError]]]:
         return discover(self.hami_dir, self.listings)
 
     def read(self, files: list[RegionFile], device_memory: Mapping[str, int] | None,
              now_s: float) -> list[tuple[RegionFile, Region | RegionError]]:
-        """Each file's region (or why not), through one open of the containers directory; a
-        file read as it was last tick keeps its Region (`LastParse`)."""
+        """Each file's region (or why not), through at most one open of the containers
+        directory; a file read as it was last tick keeps its Region (`LastParse`)."""
         last, self._last = self._last, {}
-        if not files:
-            return []
-        root_fd = open_containers_dir(self.hami_dir)
-        if root_fd is None:
-            gone = RegionError("unreadable", "HAMi containers directory vanished")
-            return [(f, gone) for f in files]
+        was_open = self._open.take()
+        if self.listings.scans != self._open_scan + 1:
+            _close_all(was_open)   # no scan since they were opened: nothing says their directories stayed
+        self._open_scan = self.listings.scans
+        root = _ContainersDir(self.hami_dir)
         try:
             out = []
             for f in files:
                 kept = self._last[f.path] = last.get(f.path) or LastParse()
-                out.append((f, read_region_entry(root_fd, f, device_memory, now_s, kept)))
+                fd = self._descriptor(f, was_open, root)
+                if isinstance(fd, RegionError):
+                    out.append((f, fd))
+                    continue
+                try:
+                    out.append((f, _read_fd(fd, f.cache_name, device_memory, now_s, kept)))
+                finally:
+                    self._keep_or_close(f, fd)
             return out
         finally:
-            os.close(root_fd)
+            _close_all(was_open)   # directories gone, or not read this tick
+            root.close()
+
+    def _descriptor(self, f: RegionFile, was_open: dict[str, tuple[RegionFile, int]],
+                    root: _ContainersDir) -> int | RegionError:
+        """The file's descriptor of the last tick while its directory is unchanged, else a new one."""
+        kept = was_open.pop(f.dir_name, None)
+        if kept is not None:
+            if kept[0] == f and self.listings.unchanged(f.dir_name):
+                return kept[1]
+            os.close(kept[1])
+        return root.open(f)
+
+    def _keep_or_close(self, f: RegionFile, fd: int) -> None:
+        if self.listings.settled(f.dir_name) and len(self._open.fds) < self.max_open:
+            self._open.fds[f.dir_name] = (f, fd)
+        else:
+            os.close(fd)
+
+    @property
+    def open_files(self) -> int:
+        return len(self._open.fds)
+
+    def close(self) -> None:
+        _close_all(self._open.fds)
+
+
+class _ContainersDir:
+    """The containers directory, opened once per tick, and only when a file must be opened."""
+
+    def __init__(self, hami_dir: str):
+        self.hami_dir = hami_dir
+        self.fd: int | None = None
+        self.missing = False
+
+    def open(self, f: RegionFile) -> int | RegionError:
+        if self.fd is None and not self.missing:
+            self.fd = open_containers_dir(self.hami_dir)
+            self.missing = self.fd is None
+        if self.fd is None:
+            return RegionError("unreadable", "HAMi containers directory vanished")
+        return open_region_entry(self.fd, f)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _close_all(fds: dict[str, tuple[RegionFile, int]]) -> None:
+    for _, fd in fds.values():
+        os.close(fd)
+    fds.clear()
+
+
+class _OpenFiles:
+    """Directory name -> (its region file, the open descriptor); closed when dropped."""
+
+    def __init__(self) -> None:
+        self.fds: dict[str, tuple[RegionFile, int]] = {}
+
+    def take(self) -> dict[str, tuple[RegionFile, int]]:
+        fds, self.fds = self.fds, {}
+        return fds
+
+    def __del__(self) -> None:
+        _close_all(self.fds)

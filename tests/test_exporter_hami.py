@@ -357,3 +357,85 @@ def test_hami_dump_names_skipped_devices_and_slots(tmp_path, capsys):
     assert out["stuck_slots"] == [1] and out["device_errors"][0][0] == 0
     assert out["device_errors"][0][1]["reason"] == "uuid_unset"
     assert "device 0 skipped: uuid_unset" in cap.err and "slot 1 skipped" in cap.err
+
+
+def _settled_source(tmp_path, **kw):
+    """A RegionSource whose listings see every directory as settled (older than RACY_NS)."""
+    later = hami.Listings(clock_ns=lambda: time.time_ns() + 10 * hami.Listings.RACY_NS)
+    return hami.RegionSource(str(tmp_path), listings=later, **kw)
+
+
+def _tick(src, now_s=1_790_000_010):
+    files, _ = src.scan()
+    return {f.container: r for f, r in src.read(files, DEV_MEM, now_s)}
+
+
+def _open_fds():
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_settled_region_file_stays_open_and_is_not_opened_again(tmp_path, monkeypatch):
+    _write_container(tmp_path, f"{UID}_trainer", two_device_region())
+    src = _settled_source(tmp_path)
+    assert isinstance(_tick(src)["trainer"], Region) and src.open_files == 1
+    opened = []
+    real_open = os.open
+    monkeypatch.setattr(hami.os, "open", lambda *a, **k: opened.append(a[0]) or real_open(*a, **k))
+    assert isinstance(_tick(src)["trainer"], Region) and opened == [] and src.open_files == 1
+    src.close()
+    assert src.open_files == 0
+
+
+def test_a_replaced_region_file_is_read_from_its_new_inode_next_tick(tmp_path):
+    path = _write_container(tmp_path, f"{UID}_trainer", two_device_region())
+    src = _settled_source(tmp_path)
+    assert _tick(src)["trainer"].devices[0].buffer_bytes == 1000 * MiB
+    fresh = two_device_region()
+    struct.pack_into("<Q", fresh, LAYOUT_V1.procs_off + 8 + 16, 5 * MiB)
+    (path.parent / "new.tmp").write_bytes(bytes(fresh))
+    os.replace(path.parent / "new.tmp", path)   # same name, another inode: the kept one is stale
+    assert _tick(src)["trainer"].devices[0].buffer_bytes == 5 * MiB
+
+
+def test_a_young_directory_keeps_no_file_open(tmp_path):
+    _write_container(tmp_path, f"{UID}_trainer", two_device_region())
+    src = hami.RegionSource(str(tmp_path))   # the directory changed just now: its file may be replaced unseen
+    assert isinstance(_tick(src)["trainer"], Region) and src.open_files == 0
+
+
+def test_a_deleted_containers_file_is_closed_in_the_next_tick(tmp_path):
+    import shutil
+
+    before = _open_fds()
+    _write_container(tmp_path, f"{UID}_trainer", two_device_region())
+    keep = _write_container(tmp_path, f"{UID}_web", two_device_region())
+    src = _settled_source(tmp_path)
+    assert sorted(_tick(src)) == ["trainer", "web"] and src.open_files == 2 and _open_fds() == before + 2
+    shutil.rmtree(tmp_path / "containers" / f"{UID}_trainer")
+    assert sorted(_tick(src)) == ["web"] and src.open_files == 1 and _open_fds() == before + 1
+    files, _ = src.scan()
+    src.read([f for f in files if f.path != str(keep)], DEV_MEM, 1_790_000_030)   # a file not read is closed
+    assert src.open_files == 0 and _open_fds() == before
+
+
+def test_region_files_kept_open_are_capped(tmp_path):
+    names = ["a", "b", "c"]
+    for n in names:
+        _write_container(tmp_path, f"{UID}_{n}", two_device_region())
+    src = _settled_source(tmp_path, max_open=2)
+    for now in (1_790_000_010, 1_790_000_020, 1_790_000_030):
+        regions = _tick(src, now)
+        assert sorted(regions) == names and all(isinstance(r, Region) for r in regions.values())
+        assert src.open_files == 2
+
+
+def test_a_kept_file_is_not_reused_without_a_scan_in_between(tmp_path, monkeypatch):
+    _write_container(tmp_path, f"{UID}_trainer", two_device_region())
+    src = _settled_source(tmp_path)
+    files, _ = src.scan()
+    src.read(files, DEV_MEM, 1_790_000_010)
+    opened = []
+    real_open = os.open
+    monkeypatch.setattr(hami.os, "open", lambda *a, **k: opened.append(a[0]) or real_open(*a, **k))
+    src.read(files, DEV_MEM, 1_790_000_020)   # nothing looked at the directory since the file was opened
+    assert "vgpu.cache" in opened
