@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -45,19 +44,24 @@ def reference(path: Path) -> tuple[float, int, int]:
 
 
 def export(path: Path, out: Path) -> tuple[float, float, float, str]:
-    """`slicemeter export` in a child: wall s, CPU s, peak RSS GB, its summary line."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    """`slicemeter export` in a child: wall s, CPU s, peak RSS GB, its summary line. The
+    figures are that child's own (wait4), not those of every child so far: generating the
+    month may have run one bigger."""
     t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", "import sys; from slicemeter.cli import main; sys.exit(main())",
-                           "export", "--db", str(path), "--month", MONTH, "--out", str(out)],
-                          capture_output=True, text=True, check=True)
-    took = time.perf_counter() - t
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    # ru_maxrss of children is the largest child so far: the export is the largest one
-    summary = proc.stderr.strip().splitlines()[-1]
-    assert len(list(out.iterdir())) == 5, proc.stdout
-    return took, cpu, after.ru_maxrss / 1024**2, summary
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([sys.executable, "-c", "import sys; from slicemeter.cli import main; sys.exit(main())",
+                                 "export", "--db", str(path), "--month", MONTH, "--out", str(out)],
+                                stdout=subprocess.DEVNULL, stderr=err, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        took = time.perf_counter() - t
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        stderr = err.read()
+    if proc.returncode != 0:
+        raise SystemExit(f"slicemeter export failed ({proc.returncode}): {stderr[-2000:]}")
+    summary = stderr.strip().splitlines()[-1]
+    assert len(list(out.iterdir())) == 5, stderr[-2000:]
+    return took, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024**2, summary
 
 
 def main() -> int:
