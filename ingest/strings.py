@@ -51,17 +51,12 @@ class StringIds:
         return pa.table({"id": pa.array(ids, self.id_type), "value": pa.array(values, pa.string())})
 
     def _column(self, col: pa.ChunkedArray) -> pa.ChunkedArray:
-        if pa.types.is_dictionary(col.type):
-            # one array: dictionaries are unified (encode_batch), so only indices concatenate
-            arr = col.combine_chunks()
-            mapping = pa.array(self.ids(arr.dictionary.to_pylist()), self.id_type)
-            return pa.chunked_array([mapping.take(arr.indices)], self.id_type)
-        chunks = []
-        for chunk in col.chunks:  # plain strings (a producer that did not dictionary-encode)
-            uniq, inverse = np.unique(np.asarray(chunk.to_pylist(), dtype=object).astype(str), return_inverse=True)
-            nulls = chunk.is_null().to_numpy(zero_copy_only=False)
-            chunks.append(pa.array(self.ids(list(uniq))[inverse], _ID, mask=nulls))
-        return pa.chunked_array(chunks, self.id_type)
+        # one array: dictionaries are unified (encode_batch), so only indices concatenate
+        arr = col.combine_chunks()
+        if not pa.types.is_dictionary(arr.type):   # plain strings (a producer that did not dictionary-encode)
+            arr = arr.dictionary_encode()          # nulls stay null indices, never a value
+        mapping = pa.array(self.ids(arr.dictionary.to_pylist()), self.id_type)
+        return pa.chunked_array([mapping.take(arr.indices)], self.id_type)
 
     def encode(self, table: pa.Table) -> pa.Table:
         """The table with every string column `c` replaced by an int32 column `c_id`."""
