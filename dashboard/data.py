@@ -31,7 +31,7 @@ import duckdb
 import pandas as pd
 import streamlit as st
 
-from slicemeter.common import LAKE_PREFIX
+from slicemeter.common import is_lake
 from slicemeter.dashboard import access
 from slicemeter.store.script import statements
 from slicemeter.store import connect, lake, sql_text, transaction
@@ -61,7 +61,7 @@ def db_path() -> Path | str:
     value = script_option("--db", DB_ENV)
     if not value:
         raise NoDatabase(f"no database: run `slicemeter dashboard --db FILE` or set {DB_ENV}")
-    if value.startswith(LAKE_PREFIX):
+    if is_lake(value):
         return value
     path = Path(value)
     if not path.is_file():
@@ -174,7 +174,7 @@ def open_db(path: Path | str | None = None, tenant: str | None | object = _UNSET
     """A read-only connection, scoped to `tenant` (default: this request's scope)."""
     tenant = scope() if tenant is _UNSET else tenant
     path = path or db_path()
-    if isinstance(path, str) and path.startswith(LAKE_PREFIX):
+    if is_lake(path):
         with _lake_connection(path, tenant) as con:
             yield con
         return

@@ -7,7 +7,7 @@ import signal
 from pathlib import Path
 
 from slicemeter import kafka_security
-from slicemeter.common import ConfigError
+from slicemeter.common import ConfigError, is_lake
 
 log = logging.getLogger("slicemeter.ingest")
 
@@ -67,12 +67,10 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def _store_target(value: str) -> Path | str:
     """A file as a Path; a lake's name as it is (a path would fold a URI's slashes)."""
-    from slicemeter.store.lake import is_lake
     return value if is_lake(value) else Path(value)
 
 
 def _check(args: argparse.Namespace) -> None:
-    from slicemeter.store.lake import is_lake
     if is_lake(args.db):
         if args.snapshot or args.recommend_interval:
             raise ConfigError("--snapshot and --recommend-interval read a reader file of a DuckDB file; "

@@ -74,10 +74,15 @@ def named(name: str):
 LAKE_PREFIX = "ducklake:"   # a --db naming a DuckLake (store/lake.py), not a file
 
 
+def is_lake(target) -> bool:
+    """Whether a `--db` names a DuckLake rather than a DuckDB file."""
+    return str(target).startswith(LAKE_PREFIX)
+
+
 def existing_db(target) -> Path | str:
     """The store `--db` names: a lake name as given, or a database file that exists;
     ConfigError where there is none (DuckDB would create one)."""
-    if str(target).startswith(LAKE_PREFIX):
+    if is_lake(target):
         return str(target)
     if not Path(target).is_file():
         raise ConfigError(f"--db: no such database file: {target}")

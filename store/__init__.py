@@ -14,6 +14,8 @@ from pathlib import Path
 
 import duckdb
 
+from slicemeter.common import is_lake
+
 
 SQL_DIR = Path(str(importlib.resources.files("slicemeter.sql")))
 
@@ -69,15 +71,10 @@ def apply_views(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"USE {lake.ALIAS}")   # a cursor starts on the in-memory database
     # one transaction: each statement would otherwise read the lake's catalog afresh
     # (measured on a loaded machine: 4.7 s for the views, 0.2 s in one transaction)
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con):
         for path in _numbered("views"):
             con.execute(path.read_text())
         lake.apply_lake_views(con)
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
@@ -129,9 +126,9 @@ def connect(path: str | Path, read_only: bool = False, lake_data: str | Path | N
     export would bill short): where it finds some, no ingest holds the file (DuckDB lets a
     reader in only then; a running or cleanly stopped ingest leaves none behind), so the
     file is opened read-write once to fold them, then read-only again."""
-    from slicemeter.store import lake
+    if is_lake(path):
+        from slicemeter.store import lake
 
-    if lake.is_lake(path):
         return lake.connect(str(path), read_only=read_only, data_path=lake_data)
     con = duckdb.connect(str(path), read_only=read_only)
     if read_only and has_pending_rollups(con):

@@ -40,10 +40,6 @@ class LakeError(RuntimeError):
     pass
 
 
-def is_lake(target) -> bool:
-    return str(target).startswith(PREFIX)
-
-
 def _check_target(target: str) -> str:
     """The ATTACH string, validated: ATTACH takes no parameters, so the name is quoted here."""
     if not target.startswith(PREFIX + "postgres:"):

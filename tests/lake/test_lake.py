@@ -124,7 +124,8 @@ def _wait_for_partitions(proc: subprocess.Popen, log: Path, want: list[int] | No
                          deadline_s: float = 120) -> None:
     """Poll the worker's log until the group has given it partitions (`want`: these)."""
     def given() -> bool:
-        last = _assignments(log)[-1] if _assignments(log) else []
+        found = _assignments(log)
+        last = found[-1] if found else []
         return last == want if want is not None else bool(last)
 
     deadline = time.monotonic() + deadline_s
