@@ -23,9 +23,9 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from slicemeter.exporter.catalogue import group
-from slicemeter.exporter.exposition import LabelText, Samples, render
+from slicemeter.exporter.exposition import FamilyTexts, LabelText, Samples, render
 from slicemeter.exporter.hami_metrics import HAMI_METRICS_MODES, HamiMonitorCollector, HamiSchedulerCollector
-from slicemeter.exporter.scrape import ExporterStats, FamilyCollector, Scrape, label_value as _s, reading_rows
+from slicemeter.exporter.scrape import ExporterStats, FamilyCollector, LabelTuples, Scrape, label_value as _s, reading_rows
 from slicemeter.exporter.tick_builder import BuildResult
 from slicemeter.tick import SCHEMA_VERSION
 
@@ -47,7 +47,7 @@ class GpuCollector(FamilyCollector):
         families, values_of = reading_rows(out, self._FROM_READING)
         allocated, used = out["slicemeter_gpu_allocated_ratio"].rows, out["slicemeter_gpu_used_ratio"].rows
         for g in view.last.tick.gpus:
-            lv = view.base + (g.gpu_uuid, str(g.gpu_index), _s(g.model))
+            lv = scrape.label_tuples(view.base + (g.gpu_uuid, str(g.gpu_index), _s(g.model)))
             for rows, v in zip(families, values_of(g)):
                 if v is not None:
                     rows.append((lv, v))
@@ -86,7 +86,7 @@ class SliceCollector(FamilyCollector):
         ok = out["slicemeter_hami_region_ok"].rows
         for (uid, container), good in sorted(view.last.hami_ok.items()):
             ns, pod = view.names.get(uid, (None, None))
-            ok.append((view.base + (_s(ns), _s(pod or uid), container), 1 if good else 0))
+            ok.append((scrape.label_tuples(view.base + (_s(ns), _s(pod or uid), container)), 1 if good else 0))
 
 
 class HealthCollector(FamilyCollector):
@@ -135,6 +135,8 @@ class ExporterCollector(Collector):
         self.health = HealthCollector(stats)
         self._lock = threading.Lock()
         self._labels = LabelText()
+        self._texts = FamilyTexts()
+        self._label_tuples = LabelTuples()
         self._tick_of: BuildResult | None = None
         self._tick_text = b""
 
@@ -151,10 +153,10 @@ class ExporterCollector(Collector):
 
     def exposition(self) -> bytes:
         """The /metrics body (text format 0.0.4)."""
-        scrape = self.stats.scrape()
-        with self._lock:   # concurrent scrapes share the label cache and the Tick's text
+        with self._lock:   # concurrent scrapes share the label caches and the Tick's text
+            scrape = self.stats.scrape(self._label_tuples)
             if scrape.last is None or scrape.last is not self._tick_of:
                 self._tick_text = render((s for c in self.tick_collectors for s in c.samples(scrape)),
-                                         self._labels).encode()
+                                         self._labels, self._texts).encode()
                 self._tick_of = scrape.last
             return self._tick_text + render(self.health.samples(scrape), self._labels).encode()

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import http.server
 import math
+import struct
 import threading
+from operator import itemgetter
 from typing import Callable, Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, UntypedMetricFamily
@@ -95,37 +97,84 @@ def _header(f: Family) -> str:
     return text
 
 
-def render(families: Iterable[Samples], labels: LabelText | None = None) -> str:
+class FamilyTexts:
+    """Each family's text as last rendered, with the rows it was rendered from.
+
+    From one Tick to the next most families hold exactly the same rows (limits, grants, an
+    idle slice's figures), and their text is reused rather than formatted again. Exactly is
+    stricter than ==, which holds for 1 and 1.0 or 0.0 and -0.0 whose texts differ: the
+    values' types and their bits as doubles must match as well."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[list, str, tuple | None]] = {}   # name -> (rows, text, their kinds)
+
+    def reuse(self, fam: Samples) -> str | None:
+        last = self._last.get(fam.family.name)
+        if last is None or fam.rows != last[0]:
+            return None
+        rows, text, kinds = last
+        if kinds is None:
+            kinds = _kinds(rows)
+            self._last[fam.family.name] = (rows, text, kinds)
+        return text if kinds[1] is not None and _kinds(fam.rows) == kinds else None
+
+    def keep(self, fam: Samples, text: str) -> None:
+        self._last[fam.family.name] = (fam.rows, text, None)
+
+
+_VALUE = itemgetter(1)
+
+
+def _kinds(rows: list) -> tuple[tuple[type, ...], bytes | None]:
+    values = list(map(_VALUE, rows))
+    try:
+        bits = struct.pack(f"<{len(values)}d", *values)
+    except (OverflowError, TypeError, struct.error):
+        bits = None   # not all doubles: never reused
+    return tuple(map(type, values)), bits
+
+
+def render(families: Iterable[Samples], labels: LabelText | None = None, texts: FamilyTexts | None = None) -> str:
+    """The families' text; `texts`: reuse the text of a family whose rows are exactly the last render's."""
     labels = labels or LabelText()
     out: list[str] = []
-    append = out.append
     families = list(families)   # the rows' tuples stay alive while `seen` is keyed by their id()
     seen_by_names: dict[tuple[str, ...], dict[int, str]] = {}
     floats: dict[float, str] = {}   # the same ratio recurs across series: formatted once per render
     for fam in families:
-        f = fam.family
-        append(_header(f))
-        name, names = f.sample_name, f.labels
-        table = labels.table(names)
-        seen = seen_by_names.setdefault(names, {})
-        for values, value in fam.rows:
-            # a slice's label tuple is shared by its families: by identity first, then by value
-            text = seen.get(id(values))
+        text = texts.reuse(fam) if texts is not None else None
+        if text is None:
+            text = _family_text(fam, labels, seen_by_names.setdefault(fam.family.labels, {}), floats)
+            if texts is not None:
+                texts.keep(fam, text)
+        out.append(text)
+    return "".join(out)
+
+
+def _family_text(fam: Samples, labels: LabelText, seen: dict[int, str], floats: dict[float, str]) -> str:
+    f = fam.family
+    out = [_header(f)]
+    append = out.append
+    name, names = f.sample_name, f.labels
+    table = labels.table(names)
+    for values, value in fam.rows:
+        # a slice's label tuple is shared by its families: by identity first, then by value
+        text = seen.get(id(values))
+        if text is None:
+            text = table.get(values)
             if text is None:
-                text = table.get(values)
-                if text is None:
-                    text = labels.make(names, values, table)
-                seen[id(values)] = text
-            t = type(value)
-            if t is int:
-                append(f"{name}{text} {value}\n")
-            elif t is float and value:   # not 0.0: -0.0 is an equal key with another text
-                num = floats.get(value)
-                if num is None:
-                    num = floats[value] = _num(value)
-                append(f"{name}{text} {num}\n")
-            else:
-                append(f"{name}{text} {_num(value)}\n")
+                text = labels.make(names, values, table)
+            seen[id(values)] = text
+        t = type(value)
+        if t is int:
+            append(f"{name}{text} {value}\n")
+        elif t is float and value:   # not 0.0: -0.0 is an equal key with another text
+            num = floats.get(value)
+            if num is None:
+                num = floats[value] = _num(value)
+            append(f"{name}{text} {num}\n")
+        else:
+            append(f"{name}{text} {_num(value)}\n")
     return "".join(out)
 
 

@@ -64,19 +64,20 @@ class HamiMonitorCollector(FamilyCollector):
 
     def fill(self, scrape: Scrape, f: dict[str, Samples]) -> None:
         f["hami_build_info"].add(_build_labels(scrape.version), 1)
-        last = scrape.last
+        last, tuples = scrape.last, scrape.label_tuples
         t = last.tick
         for g in t.gpus:
             if g.model is None:
                 continue   # the monitor sends nothing for a GPU whose name NVML did not give
             dtype = monitor_device_type(g.model)
             index = str(g.gpu_index)
+            lv = tuples((t.node, index, g.gpu_uuid, dtype, ZONE))
             if g.memory_used_bytes is not None:
-                f["hami_host_gpu_memory_used_bytes"].add((t.node, index, g.gpu_uuid, dtype, ZONE), g.memory_used_bytes)
+                f["hami_host_gpu_memory_used_bytes"].add(lv, g.memory_used_bytes)
             if g.sm_util_ratio is not None:
-                f["hami_host_gpu_utilization_ratio"].add((t.node, index, g.gpu_uuid, dtype, ZONE), _pct(g.sm_util_ratio))
+                f["hami_host_gpu_utilization_ratio"].add(lv, _pct(g.sm_util_ratio))
             if g.mem_util_ratio is not None:
-                f["hami_host_gpu_memory_controller_utilization_ratio"].add((index, g.gpu_uuid, dtype, ZONE),
+                f["hami_host_gpu_memory_controller_utilization_ratio"].add(tuples((index, g.gpu_uuid, dtype, ZONE)),
                                                                            _pct(g.mem_util_ratio))
         region, region_values = reading_rows(f, self._REGION)
         util, last_kernel = f["hami_container_device_utilization_ratio"].rows, f["hami_container_last_kernel_elapsed_seconds"].rows
@@ -91,7 +92,8 @@ class HamiMonitorCollector(FamilyCollector):
                 continue
             if s.source != "hami":
                 continue   # the monitor reads HAMi-core's region files only
-            lv = (s.namespace or "", s.pod or s.pod_uid, s.container, str(s.vdevice_index), s.gpu_uuid[:UUID_CHARS], ZONE)
+            lv = tuples((s.namespace or "", s.pod or s.pod_uid, s.container, str(s.vdevice_index), s.gpu_uuid[:UUID_CHARS],
+                         ZONE))
             for rows, v in zip(region, region_values(s)):
                 if v is not None:
                     rows.append((lv, v))

@@ -58,11 +58,14 @@ class ExporterStats:
         with self.lock:
             self.source_errors[source] = self.source_errors.get(source, 0) + n
 
-    def scrape(self) -> Scrape:
+    def scrape(self, label_tuples: LabelTuples | None = None) -> Scrape:
+        """`label_tuples`: a long-lived one keeps each series' label tuple across Ticks."""
         with self.lock:
             last, source_errors, region_errors = self.last, dict(self.source_errors), dict(self.region_errors)
         spool = self.spool_stats() if self.spool_stats else {}
-        return Scrape(last, self.tenant, self.version, source_errors, region_errors, spool)
+        tuples = label_tuples or LabelTuples()
+        tuples.begin(last)
+        return Scrape(last, self.tenant, self.version, source_errors, region_errors, spool, tuples)
 
 
 def reading_rows(out: dict[str, Samples], pairs: Iterable[tuple[str, str]]) -> tuple[list[list], Callable]:
@@ -76,6 +79,31 @@ def label_value(v: object) -> str:
     return "" if v is None else str(v)
 
 
+class LabelTuples:
+    """One tuple object per series' label values, the same object from Tick to Tick while
+    the series lives. Two Ticks' rows then compare by identity, which is what makes a
+    family's unchanged rows cheap to recognise (exposition.FamilyTexts). The table is
+    emptied when it holds more than twice the last Tick's series, so deleted pods' tuples
+    do not pile up."""
+
+    SLACK = 256
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self._tick: object = None
+        self._asked = 0   # tuples asked for since the Tick began
+
+    def begin(self, tick: object) -> None:
+        if tick is not self._tick:
+            if len(self._kept) > 2 * self._asked + self.SLACK:
+                self._kept = {}
+            self._tick, self._asked = tick, 0
+
+    def __call__(self, values: tuple[str, ...]) -> tuple[str, ...]:
+        self._asked += 1
+        return self._kept.setdefault(values, values)
+
+
 @dataclass
 class Scrape:
     """What one scrape reads, copied under the stats' lock; `last` None until the first Tick."""
@@ -86,11 +114,12 @@ class Scrape:
     source_errors: dict[str, int] = field(default_factory=dict)
     region_errors: dict[str, int] = field(default_factory=dict)
     spool: dict[str, int] = field(default_factory=dict)
+    label_tuples: LabelTuples = field(default_factory=LabelTuples)
 
     @cached_property
     def view(self) -> TickView:
         assert self.last is not None
-        return TickView(self.last, self.tenant)
+        return TickView(self.last, self.tenant, self.label_tuples)
 
 
 class SliceView(NamedTuple):   # a tuple: one is made per slice per Tick
@@ -103,7 +132,7 @@ class SliceView(NamedTuple):   # a tuple: one is made per slice per Tick
 class TickView:
     """The Tick as the slicemeter families read it: label values and shares, computed once."""
 
-    def __init__(self, last: BuildResult, tenant: str):
+    def __init__(self, last: BuildResult, tenant: str, label_tuples: LabelTuples):
         t = last.tick
         self.last = last
         self.base = (t.node, t.cluster, tenant)
@@ -120,8 +149,8 @@ class TickView:
             allocated[uuid] = allocated.get(uuid, 0.0) + (a or 0.0)
             used[uuid] = used.get(uuid, 0.0) + (u or 0.0)
             self.names[s.pod_uid] = (s.namespace, s.pod)
-            labels = base + (label_value(s.namespace), label_value(s.pod or s.pod_uid), s.container, uuid,
-                             label_value(s.vdevice_index))
+            labels = label_tuples(base + (label_value(s.namespace), label_value(s.pod or s.pod_uid), s.container, uuid,
+                                          label_value(s.vdevice_index)))
             self.slices.append(SliceView(s, labels, a, u))
 
 
