@@ -87,7 +87,7 @@ def nvml_usage(g: GpuSample | None, pids: set[int]) -> NvmlUsage:
                 memory += procs[p]
                 listed += 1
     own = [util[p] for p in pids if p in util] if util else ()
-    return NvmlUsage(memory_bytes=memory, sm_ratio=min(100.0, sum(own)) / 100 if own else None, processes=listed)
+    return NvmlUsage(memory, min(100.0, sum(own)) / 100 if own else None, listed)   # positional: a keyword tuple costs 4x
 
 
 @dataclass(slots=True)

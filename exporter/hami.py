@@ -331,18 +331,20 @@ class LastParse:
     def __init__(self) -> None:
         self.reads: tuple[bytes, bytes, bytes | None, bytes | None] | None = None
         self.file_size = 0
-        self.device_memory: dict[str, int] = {}
+        self.device_memory: Mapping[str, int] = {}
         self.now_s = 0.0
         self.region: Region | RegionError | None = None
 
     def gives(self, raw: _Reads, file_size: int, device_memory: Mapping[str, int], now_s: float) -> bool:
         return (self.reads is not None and self.reads == (raw.tail, raw.head, raw.before, raw.after)
-                and file_size == self.file_size and now_s >= self.now_s and device_memory == self.device_memory)
+                and file_size == self.file_size and now_s >= self.now_s
+                and (device_memory is self.device_memory or device_memory == self.device_memory))
 
     def keep(self, raw: _Reads | None, file_size: int, device_memory: Mapping[str, int], now_s: float,
              region: Region | RegionError) -> None:
+        """`device_memory` is kept as it is: the caller never changes a mapping it passed."""
         self.reads = None if raw is None else (raw.tail, raw.head, raw.before, raw.after)
-        self.file_size, self.device_memory, self.now_s, self.region = file_size, dict(device_memory), now_s, region
+        self.file_size, self.device_memory, self.now_s, self.region = file_size, device_memory, now_s, region
 
 
 def _device(head: bytes, lay: Layout, d: int, seen: set[str], device_memory: Mapping[str, int]) -> tuple[DeviceView, int]:
@@ -725,6 +727,7 @@ class RegionSource:
         self.listings = listings or Listings()
         self.max_open = max_open
         self._last: dict[str, LastParse] = {}   # path -> the file's last parse (the last tick's files)
+        self._device_memory: dict[str, int] = {}   # never changed in place: LastParse keeps it
         self._open = _OpenFiles()
         self._open_scan = -1   # the listings' scan after which the kept files were opened
 
@@ -736,6 +739,9 @@ class RegionSource:
         """Each file's region (or why not), through at most one open of the containers
         directory; a file read as it was last tick keeps its Region (`LastParse`)."""
         last, self._last = self._last, {}
+        if device_memory != self._device_memory:   # else the last tick's mapping: LastParse compares it by identity
+            self._device_memory = dict(device_memory or {})
+        device_memory = self._device_memory
         was_open = self._open.take()
         if self.listings.scans != self._open_scan + 1:
             _close_all(was_open)   # no scan since they were opened: nothing says their directories stayed
@@ -763,7 +769,7 @@ class RegionSource:
         """The file's descriptor of the last tick while its directory is unchanged, else a new one."""
         kept = was_open.pop(f.dir_name, None)
         if kept is not None:
-            if kept[0] == f and self.listings.unchanged(f.dir_name):
+            if (kept[0] is f or kept[0] == f) and self.listings.unchanged(f.dir_name):
                 return kept[1]
             os.close(kept[1])
         return root.open(f)
