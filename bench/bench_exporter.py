@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 
+from slicemeter.exporter.cli import settle_heap
 from slicemeter.exporter.collector import ExporterCollector, ExporterStats
 from slicemeter.exporter.hami import Listings, discover
 from slicemeter.exporter.hami_metrics import HAMI_METRICS_MODES
@@ -92,6 +93,7 @@ def main() -> int:
         ts += 10_000
         sim.advance(ts)
         builder.build(ts)                       # the looks taken now are settled
+        settle_heap()                           # as the exporter does once started
 
         t = {k: [] for k in ("wall", "cpu", "cpu_all", "scrape", "nvml", "whole", "whole_cpu")}
         nvml = builder.nvml = _Prefetched(builder.nvml)
