@@ -53,6 +53,8 @@ def test_a_family_text_is_reused_only_for_exactly_the_same_values():
     assert texts.reuse(again) == "text of 3"
     again.rows[0] = (("0",), 3.0)
     assert texts.reuse(again) is None
+    again.rows[0] = (("1",), 3)   # another series with the same value
+    assert texts.reuse(again) is None
 
 
 def test_label_tuples_are_one_object_per_series_and_forget_deleted_series():

@@ -299,6 +299,29 @@ def test_fast_rendering_equals_prometheus_client(scenario, tmp_path):
     assert ours == theirs and len(ours) > 100
 
 
+def test_a_long_lived_collector_writes_each_tick_as_a_fresh_one_would(scenario, tmp_path):
+    """From Tick to Tick most families repeat (limits, grants, the idle reservation), and
+    their kept texts and label tuples are reused, while the workloads' values move: each
+    Tick still reads exactly as a new collector writes it, also once a pod is deleted."""
+    gone = set()
+    sim, tick = make(scenario, "node-v1", tmp_path,
+                     pods_filter=lambda pl: pl | {"items": [p for p in pl["items"] if p["metadata"]["name"] not in gone]})
+    stats = ExporterStats(tenant="acme")
+    kept = ExporterCollector(stats)
+    texts = []
+    for i in range(12):
+        if i == 6:
+            gone.add("translate")
+        stats.record(tick(T0 + i * 10_000))
+        texts.append(kept.exposition().decode())
+        assert texts[-1] == ExporterCollector(stats).exposition().decode(), i
+    assert ['pod="translate"' in t for t in texts] == [True] * 6 + [False] * 6
+    limits = [{l for l in t.splitlines() if l.startswith("hami_vgpu_memory_limit_bytes{")} for t in texts]
+    assert limits[0] == limits[5] and limits[6] < limits[5]   # repeated, then without the deleted pod's
+    used = [[l for l in t.splitlines() if l.startswith("slicemeter_slice_sm_utilization_ratio{")] for t in texts]
+    assert len({tuple(u) for u in used}) > 6   # values that moved from Tick to Tick
+
+
 def test_metrics_pass_promtool_and_serve_over_http(scenario, tmp_path):
     sim, tick = make(scenario, "node-v1", tmp_path)
     stats = ExporterStats(tenant="acme")
