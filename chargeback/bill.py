@@ -12,6 +12,7 @@ and checks the invariant (InvariantError) before any caller can write a file.
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from decimal import ROUND_HALF_UP, Decimal
@@ -445,6 +446,12 @@ def check_rounded(rounded: list[dict], gpu_cost_raw: int) -> None:
             for ln in bad[:5]))
 
 
+def _unmetered_report(con, m_start: date, m_end: date) -> tuple[pd.DataFrame, pa.Table]:
+    """Per GPU, and per GPU-hour with the reason, of the GPU-hours month_lines left in cb_hour_t."""
+    return (con.execute("SELECT * FROM cb_unmetered(?, ?)", [m_start, m_end]).df(),
+            con.sql("SELECT * FROM cb_unmetered_hours(?, ?)", params=[m_start, m_end]).to_arrow_table())
+
+
 def compute_bill(con, month: str, basis: str = "allocation", idle: str = "platform",
                  share: str = "dominant", prices: PriceCatalog | str | None = None,
                  tenant: str | None = None) -> Bill:
@@ -462,14 +469,9 @@ def compute_bill(con, month: str, basis: str = "allocation", idle: str = "platfo
     else:
         catalog = prices if isinstance(prices, PriceCatalog) else load_prices(prices or DEFAULT_PRICES)
         src = None
-    lines, gpus = month_lines(con, m_start, src, catalog, basis, idle, share)
-    for ln in lines:
-        ln["charge_class"], ln["charge_period"] = "Regular", month
-    gpu_cost_raw = sum(g["cost_raw"] for g in gpus)
-    unmet = con.execute("SELECT * FROM cb_unmetered(?, ?)", [m_start, m_end]).df()
-    unmet_hours = con.sql("SELECT * FROM cb_unmetered_hours(?, ?)", params=[m_start, m_end]).to_arrow_table()
-
-    # corrections: closed months C < M whose late data this invoice carries
+    # corrections (closed months C < M whose late data this invoice carries) come first: the
+    # month's own computation leaves its GPU-hours in the working tables for the unmetered report
+    corrections = []
     for c_month in sorted(closed):
         if c_month >= m_start:
             continue
@@ -487,19 +489,29 @@ def compute_bill(con, month: str, basis: str = "allocation", idle: str = "platfo
         old, _ = month_lines(con, c_month, old_src, c_catalog, basis, idle, share)
         for ln in diff_lines(new, old):
             ln["charge_class"], ln["charge_period"] = "Correction", month_str(c_month)
-            lines.append(ln)
+            corrections.append(ln)
 
-    rounded = round_lines(lines)
-    check_rounded(rounded, gpu_cost_raw)
-    invoice_rows = _invoice_rows(rounded)
-    total = sum((ln["cost"] for ln in rounded), Decimal("0.00"))
-    if tenant is not None:
-        rounded = [ln for ln in rounded if ln["tenant"] == tenant]
-        invoice_rows = [ln for ln in invoice_rows if ln["tenant"] == tenant]
-    detail = _line_records(rounded, _DETAIL_ORDER, catalog, True)
-    invoice = _line_records(invoice_rows, INVOICE_GROUP, catalog, False)
-    return Bill(month, catalog.currency, basis, idle, share,
-                _frame(detail, _DETAIL_ORDER, True), _frame(invoice, INVOICE_GROUP, False),
+    lines, gpus = month_lines(con, m_start, src, catalog, basis, idle, share)
+    for ln in lines:
+        ln["charge_class"], ln["charge_period"] = "Regular", month
+    lines += corrections
+    gpu_cost_raw = sum(g["cost_raw"] for g in gpus)
+    # DuckDB releases the GIL: the unmetered report runs beside the rounding, which is
+    # Python only; the connection is the worker's alone until it is done
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        unmetered = pool.submit(_unmetered_report, con, m_start, m_end)
+        rounded = round_lines(lines)
+        check_rounded(rounded, gpu_cost_raw)
+        invoice_rows = _invoice_rows(rounded)
+        total = sum((ln["cost"] for ln in rounded), Decimal("0.00"))
+        if tenant is not None:
+            rounded = [ln for ln in rounded if ln["tenant"] == tenant]
+            invoice_rows = [ln for ln in invoice_rows if ln["tenant"] == tenant]
+        detail = _line_records(rounded, _DETAIL_ORDER, catalog, True)
+        invoice = _line_records(invoice_rows, INVOICE_GROUP, catalog, False)
+        detail_frame, invoice_frame = _frame(detail, _DETAIL_ORDER, True), _frame(invoice, INVOICE_GROUP, False)
+        unmet, unmet_hours = unmetered.result()
+    return Bill(month, catalog.currency, basis, idle, share, detail_frame, invoice_frame,
                 unmet, Decimal(money.round_half_up_div(gpu_cost_raw, money.RAW_PER_CENT)) * money.CENT,
                 total, m_start in closed, catalog, unmet_hours, detail)
 
