@@ -82,3 +82,21 @@ def test_csv_files_have_the_bytes_csv_writer_gives(header):
         w.writerow([neutralise_csv_cell("" if v is None else format(v, "f") if isinstance(v, Decimal) else str(v))
                     for v in r])
     assert _csv_bytes(header, rows) == want.getvalue().encode()
+
+
+def test_csv_columns_without_special_cells_are_written_as_csv_writer_writes_them():
+    """A column of plain texts is its own cells; one formula-like or quoted text anywhere
+    (first row, last row, after a NUL inside a text) still gets the writer's bytes."""
+    from slicemeter.chargeback.exports import _csv_bytes
+    plain = [f"pod-{i}" for i in range(6)] + [Decimal("1.50"), None, 7]
+    columns = [plain, plain[:-1] + ["=1+1"], ["@sum"] + plain[1:], plain[:-1] + ["a\x00=b"],
+               plain[:-1] + ["-12.50"], plain[:-1] + ["x,y"], plain[:-1] + ["\tcmd"]]
+    rows = [list(r) for r in zip(*columns)]
+    header = [f"c{i}" for i in range(len(columns))]
+    want = io.StringIO()
+    w = csv.writer(want, lineterminator="\n")
+    w.writerow(header)
+    for r in rows:
+        w.writerow([neutralise_csv_cell("" if v is None else format(v, "f") if isinstance(v, Decimal) else str(v))
+                    for v in r])
+    assert _csv_bytes(header, rows) == want.getvalue().encode()
