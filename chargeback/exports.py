@@ -334,15 +334,18 @@ def write_exports(con, bill: Bill, out_dir: str | Path, tenant: str | None = Non
         "unmetered": out / f"unmetered-{suffix}.csv",
     }
     names = tenant_names(con)
-    # the unmetered report is formatted by DuckDB, which releases the GIL: it runs beside
-    # the other files, which are Python; the connection is the worker's alone until then
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    # DuckDB (formatting the unmetered report) and the Parquet writer release the GIL: they
+    # run in workers beside the Python that makes the other files' rows; the connection is
+    # the unmetered report's alone until it is done
+    with ThreadPoolExecutor(max_workers=2) as pool:
         unmetered = pool.submit(unmetered_csv, con, bill) if tenant is None else None
         paths["invoice"].write_bytes(invoice_csv(bill))
-        _write_parquet(detail_table(bill), paths["detail"])
+        parquet = [pool.submit(_write_parquet, detail_table(bill), paths["detail"])]
         rows = focus_rows(bill, names)
         paths["focus_csv"].write_bytes(focus_csv(rows))
-        _write_parquet(focus_table(rows), paths["focus_parquet"])
+        parquet.append(pool.submit(_write_parquet, focus_table(rows), paths["focus_parquet"]))
+        for written in parquet:
+            written.result()
         if unmetered is not None:
             paths["unmetered"].write_bytes(unmetered.result())
         else:
