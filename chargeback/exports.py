@@ -271,14 +271,19 @@ def focus_rows(bill: Bill, names: dict[str, str]) -> list[dict]:
     return out
 
 
-def focus_csv(rows: list[dict]) -> bytes:
-    return _csv_columns_bytes(FOCUS_COLUMNS, [[r[c] for r in rows] for c in FOCUS_COLUMNS])
+def focus_columns(rows: list[dict]) -> dict[str, list]:
+    """focus_rows by column, what both FOCUS files are made from."""
+    return {c: [r[c] for r in rows] for c in FOCUS_COLUMNS}
 
 
-def focus_table(rows: list[dict]) -> pa.Table:
+def focus_csv(columns: dict[str, list]) -> bytes:
+    return _csv_columns_bytes(FOCUS_COLUMNS, [columns[c] for c in FOCUS_COLUMNS])
+
+
+def focus_table(columns: dict[str, list]) -> pa.Table:
     cols = {}
     for c in FOCUS_COLUMNS:
-        vals = [r[c] for r in rows]
+        vals = columns[c]
         if c in _FOCUS_MONEY:
             cols[c] = _decimal_array(vals, 2)
         elif c in _FOCUS_QTY:
@@ -341,9 +346,9 @@ def write_exports(con, bill: Bill, out_dir: str | Path, tenant: str | None = Non
         unmetered = pool.submit(unmetered_csv, con, bill) if tenant is None else None
         paths["invoice"].write_bytes(invoice_csv(bill))
         parquet = [pool.submit(_write_parquet, detail_table(bill), paths["detail"])]
-        rows = focus_rows(bill, names)
-        paths["focus_csv"].write_bytes(focus_csv(rows))
-        parquet.append(pool.submit(_write_parquet, focus_table(rows), paths["focus_parquet"]))
+        focus = focus_columns(focus_rows(bill, names))
+        paths["focus_csv"].write_bytes(focus_csv(focus))
+        parquet.append(pool.submit(_write_parquet, focus_table(focus), paths["focus_parquet"]))
         for written in parquet:
             written.result()
         if unmetered is not None:
