@@ -12,9 +12,11 @@ and checks the invariant (InvariantError) before any caller can write a file.
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from decimal import ROUND_HALF_UP, Decimal
+from operator import itemgetter
 
 import pandas as pd
 import pyarrow as pa
@@ -34,6 +36,7 @@ IDLE_NAMESPACE = "(idle)"        # not a valid Kubernetes namespace, so never a 
 _SUMS = ("cost_raw", "charge_raw", "waste_raw", "alloc_u", "used_u", "billed_u", "idle_u", "energy_mj")
 # A line's identity inside a month.
 _KEY = ("kind", "tenant", "namespace", "pod", "pod_uid", "container", "cluster", "node", "gpu_uuid", "model")
+_line_key = itemgetter(*_KEY)
 
 
 parse_month = month_bounds   # '2026-11' -> (2026-11-01, 2026-12-01); ValueError names a bad value
@@ -79,16 +82,16 @@ def diff_lines(new: list[dict], old: list[dict]) -> list[dict]:
     """Correction lines: new - old per line identity, non-zero ones only (pure)."""
     index: dict[tuple, dict] = {}
     for ln in old:
-        k = tuple(ln[c] for c in _KEY)
+        k = _line_key(ln)
         index[k] = {c: -ln[c] for c in _SUMS} | {c: ln[c] for c in _KEY} | {"price_micro": ln["price_micro"]}
     for ln in new:
-        k = tuple(ln[c] for c in _KEY)
+        k = _line_key(ln)
         cur = index.setdefault(k, {c: 0 for c in _SUMS} | {c: ln[c] for c in _KEY} | {"price_micro": ln["price_micro"]})
         for c in _SUMS:
             cur[c] += ln[c]
         cur["price_micro"] = ln["price_micro"]
     out = [v for v in index.values() if any(v[c] for c in _SUMS)]
-    return sorted(out, key=lambda v: tuple(v[c] for c in _KEY))
+    return sorted(out, key=_line_key)
 
 
 # ---------------------------------------------------------------- database steps
@@ -141,6 +144,7 @@ def _ints(rows: list[dict], cols: tuple[str, ...]) -> list[dict]:
 
 
 _PLACEMENT = ("cluster", "node", "gpu_uuid", "model")
+_placement_of = itemgetter(*_PLACEMENT)
 
 
 def check_gpu_lines(slice_lines: list[dict], gpu_lines: list[dict]) -> None:
@@ -148,12 +152,12 @@ def check_gpu_lines(slice_lines: list[dict], gpu_lines: list[dict]) -> None:
     price x metered time, in exact raw units (pure). Raises InvariantError naming them."""
     charged: dict[tuple, int] = {}
     for s in slice_lines:
-        k = tuple(s[c] for c in _PLACEMENT)
+        k = _placement_of(s)
         charged[k] = charged.get(k, 0) + s["charge_raw"]
     bad = []
     known = set()
     for g in gpu_lines:
-        k = tuple(g[c] for c in _PLACEMENT)
+        k = _placement_of(g)
         known.add(k)
         if charged.get(k, 0) + g["idle_raw"] != g["cost_raw"] or g["idle_raw"] < 0:
             bad.append(f"{g['gpu_uuid']} on {g['cluster']} / {g['node']} "
@@ -341,13 +345,18 @@ class Bill:
         return self._unmetered_frame
 
 
+_MJ_PER_KWH = Decimal(3_600_000_000)
+_KWH_PLACES, _GCO2E_PLACES = Decimal("0.000001"), Decimal("0.1")
+
+
 def _kwh(mj: int) -> Decimal:
-    return (Decimal(mj) / Decimal(3_600_000_000)).quantize(Decimal("0.000001"), rounding=ROUND_HALF_UP)
+    return (Decimal(mj) / _MJ_PER_KWH).quantize(_KWH_PLACES, rounding=ROUND_HALF_UP)
 
 
 _DETAIL_ORDER = ["charge_class", "charge_period", "kind", "tenant", "namespace", "model", "cluster", "node",
                  "gpu_uuid", "pod", "pod_uid", "container"]
 INVOICE_GROUP = ["charge_class", "charge_period", "kind", "tenant", "namespace", "model"]
+_invoice_group = itemgetter(*INVOICE_GROUP)
 _MONEY = ("charge", "idle_share", "cost", "waste")
 
 
@@ -357,7 +366,7 @@ def round_lines(lines: list[dict]) -> list[dict]:
     tenants (each tenant's invoice) by largest remainder, and each tenant's amount to its
     lines the same way; waste likewise. A line's idle_share is its shared idle rounded
     and kept within [0, cost] (sign of cost on corrections); charge = cost - idle_share."""
-    lines = sorted(lines, key=lambda ln: tuple(ln[c] for c in _DETAIL_ORDER))
+    lines = sorted(lines, key=itemgetter(*_DETAIL_ORDER))
     paths = [(ln["charge_class"], ln["charge_period"], ln["tenant"]) for ln in lines]
     # top level: each charge class and period rounded on its own, so the Regular lines
     # add up to the month's rounded GPU cost
@@ -396,7 +405,7 @@ def _line_records(rows: list[dict], keys: list[str], catalog: PriceCatalog, with
             **{m: ln[m] for m in _MONEY},
             "kwh": kwh,
             "energy_cost": (kwh * catalog.price_per_kwh).quantize(money.CENT, rounding=ROUND_HALF_UP),
-            "gco2e": (kwh * catalog.carbon_g_per_kwh).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP),
+            "gco2e": (kwh * catalog.carbon_g_per_kwh).quantize(_GCO2E_PLACES, rounding=ROUND_HALF_UP),
             "currency": catalog.currency,
             "cost_raw": ln["cost_raw"],
         })
@@ -415,7 +424,7 @@ def _invoice_rows(rounded: list[dict]) -> list[dict]:
     """Invoice lines: sums of the rounded detail lines per INVOICE_GROUP (pure)."""
     acc: dict[tuple, dict] = {}
     for ln in rounded:
-        k = tuple(ln[c] for c in INVOICE_GROUP)
+        k = _invoice_group(ln)
         cur = acc.setdefault(k, {c: ln[c] for c in INVOICE_GROUP} | {c: 0 for c in _SUMS}
                              | {m: Decimal("0.00") for m in _MONEY})
         for c in _SUMS + _MONEY:
@@ -445,6 +454,12 @@ def check_rounded(rounded: list[dict], gpu_cost_raw: int) -> None:
             for ln in bad[:5]))
 
 
+def _unmetered_report(con, m_start: date, m_end: date) -> tuple[pd.DataFrame, pa.Table]:
+    """Per GPU, and per GPU-hour with the reason, of the GPU-hours month_lines left in cb_hour_t."""
+    return (con.execute("SELECT * FROM cb_unmetered(?, ?)", [m_start, m_end]).df(),
+            con.sql("SELECT * FROM cb_unmetered_hours(?, ?)", params=[m_start, m_end]).to_arrow_table())
+
+
 def compute_bill(con, month: str, basis: str = "allocation", idle: str = "platform",
                  share: str = "dominant", prices: PriceCatalog | str | None = None,
                  tenant: str | None = None) -> Bill:
@@ -462,14 +477,9 @@ def compute_bill(con, month: str, basis: str = "allocation", idle: str = "platfo
     else:
         catalog = prices if isinstance(prices, PriceCatalog) else load_prices(prices or DEFAULT_PRICES)
         src = None
-    lines, gpus = month_lines(con, m_start, src, catalog, basis, idle, share)
-    for ln in lines:
-        ln["charge_class"], ln["charge_period"] = "Regular", month
-    gpu_cost_raw = sum(g["cost_raw"] for g in gpus)
-    unmet = con.execute("SELECT * FROM cb_unmetered(?, ?)", [m_start, m_end]).df()
-    unmet_hours = con.sql("SELECT * FROM cb_unmetered_hours(?, ?)", params=[m_start, m_end]).to_arrow_table()
-
-    # corrections: closed months C < M whose late data this invoice carries
+    # corrections (closed months C < M whose late data this invoice carries) come first: the
+    # month's own computation leaves its GPU-hours in the working tables for the unmetered report
+    corrections = []
     for c_month in sorted(closed):
         if c_month >= m_start:
             continue
@@ -487,19 +497,29 @@ def compute_bill(con, month: str, basis: str = "allocation", idle: str = "platfo
         old, _ = month_lines(con, c_month, old_src, c_catalog, basis, idle, share)
         for ln in diff_lines(new, old):
             ln["charge_class"], ln["charge_period"] = "Correction", month_str(c_month)
-            lines.append(ln)
+            corrections.append(ln)
 
-    rounded = round_lines(lines)
-    check_rounded(rounded, gpu_cost_raw)
-    invoice_rows = _invoice_rows(rounded)
-    total = sum((ln["cost"] for ln in rounded), Decimal("0.00"))
-    if tenant is not None:
-        rounded = [ln for ln in rounded if ln["tenant"] == tenant]
-        invoice_rows = [ln for ln in invoice_rows if ln["tenant"] == tenant]
-    detail = _line_records(rounded, _DETAIL_ORDER, catalog, True)
-    invoice = _line_records(invoice_rows, INVOICE_GROUP, catalog, False)
-    return Bill(month, catalog.currency, basis, idle, share,
-                _frame(detail, _DETAIL_ORDER, True), _frame(invoice, INVOICE_GROUP, False),
+    lines, gpus = month_lines(con, m_start, src, catalog, basis, idle, share)
+    for ln in lines:
+        ln["charge_class"], ln["charge_period"] = "Regular", month
+    lines += corrections
+    gpu_cost_raw = sum(g["cost_raw"] for g in gpus)
+    # DuckDB releases the GIL: the unmetered report runs beside the rounding, which is
+    # Python only; the connection is the worker's alone until it is done
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        unmetered = pool.submit(_unmetered_report, con, m_start, m_end)
+        rounded = round_lines(lines)
+        check_rounded(rounded, gpu_cost_raw)
+        invoice_rows = _invoice_rows(rounded)
+        total = sum((ln["cost"] for ln in rounded), Decimal("0.00"))
+        if tenant is not None:
+            rounded = [ln for ln in rounded if ln["tenant"] == tenant]
+            invoice_rows = [ln for ln in invoice_rows if ln["tenant"] == tenant]
+        detail = _line_records(rounded, _DETAIL_ORDER, catalog, True)
+        invoice = _line_records(invoice_rows, INVOICE_GROUP, catalog, False)
+        detail_frame, invoice_frame = _frame(detail, _DETAIL_ORDER, True), _frame(invoice, INVOICE_GROUP, False)
+        unmet, unmet_hours = unmetered.result()
+    return Bill(month, catalog.currency, basis, idle, share, detail_frame, invoice_frame,
                 unmet, Decimal(money.round_half_up_div(gpu_cost_raw, money.RAW_PER_CENT)) * money.CENT,
                 total, m_start in closed, catalog, unmet_hours, detail)
 

@@ -11,7 +11,9 @@ import csv
 import io
 import json
 import re
+from concurrent.futures import ThreadPoolExecutor
 from decimal import ROUND_HALF_UP, Decimal
+from json.encoder import encode_basestring_ascii
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from slicemeter.chargeback.bill import IDLE_NAMESPACE, Bill, parse_month
-from slicemeter.chargeback.csv_cells import neutralise_csv_cell
+from slicemeter.chargeback.csv_cells import FORMULA_LEAD, neutralise_csv_cell
 from slicemeter.common import DNS_LABEL_RE, ConfigError
 from slicemeter.store import registered, sql_text
 
@@ -46,7 +48,7 @@ def check_tenant(tenant: str | None) -> str | None:
 def _text(v) -> str:
     if v is None:
         return ""
-    if isinstance(v, Decimal):
+    if type(v) is Decimal or isinstance(v, Decimal):
         return format(v, "f")
     return str(v)
 
@@ -67,18 +69,28 @@ def _csv_quoted(text: str) -> str:
     return '"' + text.replace('"', '""') + '"'
 
 
+class _Cells(dict):
+    """text -> its cell (spreadsheet-safe, quoted), made on first look-up."""
+
+    def __missing__(self, text: str) -> str:
+        cell = self[text] = _csv_quoted(neutralise_csv_cell(text))
+        return cell
+
+
+# A cell that begins with one of these, after the NUL that a column's texts are joined with
+_FORMULA_LEAD_AFTER_NUL = re.compile("\\x00[" + re.escape("".join(FORMULA_LEAD)) + "]")
+
+
 def _csv_column(values) -> list[str]:
-    """A column's cells: text, spreadsheet-safe, quoted. A file repeats few distinct texts
-    (names, dates, amounts): each is made a cell once."""
-    cells: dict[str, str] = {}
-    out = []
-    for v in values:
-        text = v if type(v) is str else _text(v)
-        cell = cells.get(text)
-        if cell is None:
-            cell = cells[text] = _csv_quoted(neutralise_csv_cell(text))
-        out.append(cell)
-    return out
+    """A column's cells: text, spreadsheet-safe, quoted. Most columns need neither, which a
+    few searches over the joined column tell; elsewhere each distinct text (a file repeats
+    few: names, dates, amounts) is made a cell once."""
+    texts = [v if type(v) is str else _text(v) for v in values]
+    joined = "\x00" + "\x00".join(texts)
+    if not any(ch in joined for ch in ',"\r\n') and _FORMULA_LEAD_AFTER_NUL.search(joined) is None:
+        return texts
+    cells = _Cells()
+    return [cells[t] for t in texts]
 
 
 def _csv_file(header: list[str], lines) -> bytes:
@@ -86,11 +98,16 @@ def _csv_file(header: list[str], lines) -> bytes:
     return ("\n".join([",".join(_csv_quoted(h) for h in header), *lines]) + "\n").encode()
 
 
-def _csv_bytes(header: list[str], rows: list[list]) -> bytes:
-    columns = [_csv_column(col) for col in zip(*rows)]
+def _csv_columns_bytes(header: list[str], columns: list[list]) -> bytes:
+    """A CSV file from its columns' values (one list per header name)."""
+    cells = [_csv_column(col) for col in columns]
     if len(header) == 1:   # a row of one empty cell is written as ""
-        columns = [['""' if c == "" else c for c in col] for col in columns]
-    return _csv_file(header, map(",".join, zip(*columns)))
+        cells = [['""' if c == "" else c for c in col] for col in cells]
+    return _csv_file(header, map(",".join, zip(*cells)))
+
+
+def _csv_bytes(header: list[str], rows: list[list]) -> bytes:
+    return _csv_columns_bytes(header, [list(col) for col in zip(*rows)])
 
 
 def invoice_csv(bill: Bill) -> bytes:
@@ -173,6 +190,23 @@ def pricing_quantity(cost: Decimal, unit_price: Decimal, hours: Decimal) -> Deci
     return (cost / unit_price).quantize(_PRICING_QTY, rounding=ROUND_HALF_UP)
 
 
+_JSON_TAG_KEYS: dict[str, str] = {}
+
+
+def tags_json(tags: dict) -> str:
+    """The Tags cell: tags under TAG_PREFIX, as json.dumps(sort_keys=True, separators=(",", ":"))
+    writes them, at a fraction of its cost per row (string and null values; anything else
+    through json.dumps)."""
+    items = []
+    for name in sorted(tags):
+        key = _JSON_TAG_KEYS.get(name)
+        if key is None:
+            key = _JSON_TAG_KEYS[name] = encode_basestring_ascii(TAG_PREFIX + name) + ":"
+        v = tags[name]
+        items.append(key + (encode_basestring_ascii(v) if type(v) is str else json.dumps(v)))
+    return "{" + ",".join(items) + "}"
+
+
 def focus_rows(bill: Bill, names: dict[str, str]) -> list[dict]:
     """One FOCUS row per detail line. names: tenant -> display name (BillingAccountName)."""
     b_start, b_end = (_iso(d) for d in parse_month(bill.month))
@@ -195,12 +229,10 @@ def focus_rows(bill: Bill, names: dict[str, str]) -> list[dict]:
             res_id = f"{r['cluster']}/{r['namespace']}/{r['pod_uid']}/{r['container']}/{r['gpu_uuid']}"
             res_name, res_type = f"{r['namespace']}/{r['pod']}/{r['container']}", "GPU slice"
         tags = {
-            f"{TAG_PREFIX}gpu-model": r["model"], f"{TAG_PREFIX}node": r["node"],
-            f"{TAG_PREFIX}gpu-uuid": r["gpu_uuid"], f"{TAG_PREFIX}basis": bill.basis,
-            f"{TAG_PREFIX}idle-policy": bill.idle, f"{TAG_PREFIX}gpu-hours-allocated": _text(r["gpu_hours_allocated"]),
-            f"{TAG_PREFIX}gpu-hours-used": _text(r["gpu_hours_used"]), f"{TAG_PREFIX}waste": _text(r["waste"]),
-            f"{TAG_PREFIX}idle-share": _text(r["idle_share"]), f"{TAG_PREFIX}kwh": _text(r["kwh"]),
-            f"{TAG_PREFIX}gco2e": _text(r["gco2e"]),
+            "gpu-model": r["model"], "node": r["node"], "gpu-uuid": r["gpu_uuid"], "basis": bill.basis,
+            "idle-policy": bill.idle, "gpu-hours-allocated": _text(r["gpu_hours_allocated"]),
+            "gpu-hours-used": _text(r["gpu_hours_used"]), "waste": _text(r["waste"]),
+            "idle-share": _text(r["idle_share"]), "kwh": _text(r["kwh"]), "gco2e": _text(r["gco2e"]),
         }
         price = _text(r["gpu_hour_price"])
         sku_key = (r["model"], price)
@@ -231,7 +263,7 @@ def focus_rows(bill: Bill, names: dict[str, str]) -> list[dict]:
             "ServiceCategory": "Compute", "ServiceSubcategory": "Containers", "ServiceName": "Fractional GPU",
             "SubAccountId": f"{r['tenant']}/{r['namespace']}" if r["namespace"] != IDLE_NAMESPACE else f"{r['tenant']}/idle",
             "SubAccountName": r["namespace"] if r["namespace"] != IDLE_NAMESPACE else "idle",
-            "Tags": json.dumps(tags, sort_keys=True, separators=(",", ":")),
+            "Tags": tags_json(tags),
             "x_Cluster": r["cluster"], "x_Node": r["node"], "x_GpuUuid": r["gpu_uuid"], "x_GpuModel": r["model"],
             "x_Namespace": None if idle else r["namespace"], "x_Pod": None if idle else r["pod"],
             "x_Container": None if idle else r["container"],
@@ -239,14 +271,19 @@ def focus_rows(bill: Bill, names: dict[str, str]) -> list[dict]:
     return out
 
 
-def focus_csv(rows: list[dict]) -> bytes:
-    return _csv_bytes(FOCUS_COLUMNS, [[r[c] for c in FOCUS_COLUMNS] for r in rows])
+def focus_columns(rows: list[dict]) -> dict[str, list]:
+    """focus_rows by column, what both FOCUS files are made from."""
+    return {c: [r[c] for r in rows] for c in FOCUS_COLUMNS}
 
 
-def focus_table(rows: list[dict]) -> pa.Table:
+def focus_csv(columns: dict[str, list]) -> bytes:
+    return _csv_columns_bytes(FOCUS_COLUMNS, [columns[c] for c in FOCUS_COLUMNS])
+
+
+def focus_table(columns: dict[str, list]) -> pa.Table:
     cols = {}
     for c in FOCUS_COLUMNS:
-        vals = [r[c] for r in rows]
+        vals = columns[c]
         if c in _FOCUS_MONEY:
             cols[c] = _decimal_array(vals, 2)
         elif c in _FOCUS_QTY:
@@ -281,7 +318,21 @@ def unmetered_csv(con, bill: Bill) -> bytes:
     seconds = [formatted[c].combine_chunks() for c in ("metered_s", "gpu_metered_s", "unmetered_s")]
     columns = [formatted["hour"].combine_chunks(), texts["cluster"], texts["node"], texts["gpu_uuid"], texts["model"],
                *seconds, texts["reason"]]
-    return _csv_file(UNMETERED_COLUMNS, pc.binary_join_element_wise(*columns, ",").to_pylist() if len(u) else [])
+    header = _csv_file(UNMETERED_COLUMNS, [])
+    if not len(u):
+        return header
+    # each row's line and its newline joined by Arrow: the file's body is the array's data
+    # buffer, hundreds of thousands of lines that never become Python strings
+    return b"".join([header, _concatenated(pc.binary_join_element_wise(pc.binary_join_element_wise(*columns, ","),
+                                                                        "", "\n"))])
+
+
+def _concatenated(texts: pa.StringArray) -> memoryview:
+    """A string array's texts one after the other: its data buffer between its first and last
+    offset, not copied."""
+    _, offsets_buffer, data = texts.buffers()
+    offsets = pa.Array.from_buffers(pa.int32(), len(texts) + 1, [None, offsets_buffer], offset=texts.offset)
+    return memoryview(data)[offsets[0].as_py():offsets[-1].as_py()]
 
 
 def tenant_names(con) -> dict[str, str]:
@@ -301,13 +352,21 @@ def write_exports(con, bill: Bill, out_dir: str | Path, tenant: str | None = Non
         "focus_parquet": out / f"focus-{suffix}.parquet",
         "unmetered": out / f"unmetered-{suffix}.csv",
     }
-    paths["invoice"].write_bytes(invoice_csv(bill))
-    _write_parquet(detail_table(bill), paths["detail"])
-    rows = focus_rows(bill, tenant_names(con))
-    paths["focus_csv"].write_bytes(focus_csv(rows))
-    _write_parquet(focus_table(rows), paths["focus_parquet"])
-    if tenant is None:
-        paths["unmetered"].write_bytes(unmetered_csv(con, bill))
-    else:
-        del paths["unmetered"]   # GPU coverage is the platform's, not a tenant's
+    names = tenant_names(con)
+    # DuckDB (formatting the unmetered report) and the Parquet writer release the GIL: they
+    # run in workers beside the Python that makes the other files' rows; the connection is
+    # the unmetered report's alone until it is done
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        unmetered = pool.submit(unmetered_csv, con, bill) if tenant is None else None
+        paths["invoice"].write_bytes(invoice_csv(bill))
+        parquet = [pool.submit(_write_parquet, detail_table(bill), paths["detail"])]
+        focus = focus_columns(focus_rows(bill, names))
+        paths["focus_csv"].write_bytes(focus_csv(focus))
+        parquet.append(pool.submit(_write_parquet, focus_table(focus), paths["focus_parquet"]))
+        for written in parquet:
+            written.result()
+        if unmetered is not None:
+            paths["unmetered"].write_bytes(unmetered.result())
+        else:
+            del paths["unmetered"]   # GPU coverage is the platform's, not a tenant's
     return sorted(paths.values())

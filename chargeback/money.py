@@ -106,8 +106,11 @@ def raw_to_decimal(raw: int, places: int = 2) -> Decimal:
     return (Decimal(raw) / Decimal(RAW_PER_UNIT)).quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
 
 
+_MICRO_SHARE_HOUR = Decimal(SHARE_SCALE * SECONDS_PER_HOUR)
+_QUANTUM = {places: Decimal(1).scaleb(-places) for places in range(13)}   # a bill's detail makes 10^5 calls
+
+
 def micro_share_to_hours(units: int, places: int = 4) -> Decimal:
     """Micro-GPU-seconds -> GPU-hours as Decimal with `places` decimals."""
-    return (Decimal(units) / Decimal(SHARE_SCALE * SECONDS_PER_HOUR)).quantize(
-        Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP
-    )
+    quantum = _QUANTUM.get(places) or Decimal(1).scaleb(-places)
+    return (Decimal(units) / _MICRO_SHARE_HOUR).quantize(quantum, rounding=ROUND_HALF_UP)

@@ -280,7 +280,8 @@ def test_hour_check_finds_overpaid_and_unbilled_gpu_hours(db):
     # hour 0: its slices billed one micro-second above the hour's capacity; hour 1: no GPU-hour
     cap = 3_600_000_000
     con.execute("UPDATE cb_hour_t SET b_tot = ? WHERE hour = ?", [cap + 1, hour(0)])
-    con.execute("INSERT INTO cb_hour_charge_t SELECT hour, gid, ?, 1 FROM cb_hour_t WHERE hour = ?", [cap + 1, hour(0)])
+    con.execute("INSERT INTO cb_hour_charge_t BY NAME SELECT hour, gid, pid, ? AS billed_u, 1 AS slice_rows, true AS overpaid "
+                "FROM cb_hour_t WHERE hour = ?", [cap + 1, hour(0)])
     con.execute("DELETE FROM cb_hour_t WHERE hour = ?", [hour(1)])
     found = con.execute("SELECT gpu_uuid, hour::VARCHAR, problem FROM cb_hour_overpaid()").fetchall()
     found += con.execute("SELECT gpu_uuid, hour::VARCHAR, problem FROM cb_hour_unbilled(?, ?, ?)", args).fetchall()

@@ -67,6 +67,17 @@ def _prices(tmp_path):
     return p
 
 
+def _csv_writer_bytes(header, rows) -> bytes:
+    """What csv.writer writes for the export's cells (Decimal as plain text, None empty)."""
+    want = io.StringIO()
+    w = csv.writer(want, lineterminator="\n")
+    w.writerow(header)
+    for r in rows:
+        w.writerow([neutralise_csv_cell("" if v is None else format(v, "f") if isinstance(v, Decimal) else str(v))
+                    for v in r])
+    return want.getvalue().encode()
+
+
 @pytest.mark.parametrize("header", [["a", "b", "c"], ["only"]])
 def test_csv_files_have_the_bytes_csv_writer_gives(header):
     """The export's CSV cells are made once per distinct text, without a writer per cell:
@@ -75,10 +86,16 @@ def test_csv_files_have_the_bytes_csv_writer_gives(header):
     texts = ["", "plain", "a,b", 'say "hi"', "line\nbreak", "cr\ronly", "cr\r\nlf", '",', " sp ", "=1+1",
              "-12.50", None, Decimal("1.50"), Decimal("-0.0001"), 7, "é,ü"]
     rows = [[texts[(i + j) % len(texts)] for j in range(len(header))] for i in range(2 * len(texts))]
-    want = io.StringIO()
-    w = csv.writer(want, lineterminator="\n")
-    w.writerow(header)
-    for r in rows:
-        w.writerow([neutralise_csv_cell("" if v is None else format(v, "f") if isinstance(v, Decimal) else str(v))
-                    for v in r])
-    assert _csv_bytes(header, rows) == want.getvalue().encode()
+    assert _csv_bytes(header, rows) == _csv_writer_bytes(header, rows)
+
+
+def test_csv_columns_without_special_cells_are_written_as_csv_writer_writes_them():
+    """A column of plain texts is its own cells; one formula-like or quoted text anywhere
+    (first row, last row, after a NUL inside a text) still gets the writer's bytes."""
+    from slicemeter.chargeback.exports import _csv_bytes
+    plain = [f"pod-{i}" for i in range(6)] + [Decimal("1.50"), None, 7]
+    columns = [plain, plain[:-1] + ["=1+1"], ["@sum"] + plain[1:], plain[:-1] + ["a\x00=b"],
+               plain[:-1] + ["-12.50"], plain[:-1] + ["x,y"], plain[:-1] + ["\tcmd"]]
+    rows = [list(r) for r in zip(*columns)]
+    header = [f"c{i}" for i in range(len(columns))]
+    assert _csv_bytes(header, rows) == _csv_writer_bytes(header, rows)

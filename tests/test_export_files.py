@@ -276,3 +276,14 @@ def test_catalog_change_after_close_moves_money_by_correction_only(tmp_path):
     inv = read_csv(tmp_path / "nov" / "invoice-2026-11.csv") if export(db, tmp_path / "nov", "2026-11") == 0 else []
     corr = {r["tenant"]: Decimal(r["cost"]) for r in inv if r["charge_class"] == "Correction"}
     assert corr == {"acme": Decimal("-3.60"), "globex": Decimal("3.60")}
+
+
+def test_tags_cell_is_what_json_dumps_writes():
+    """The FOCUS Tags cell is written without json.dumps per row: same text for escapes,
+    non-ASCII, nulls and non-string values, keys sorted under the tag prefix."""
+    import json
+    from slicemeter.chargeback.exports import TAG_PREFIX, tags_json
+    tags = {"node": 'gpu-"node"\\1', "gpu-model": "NVIDIA é\u2028\x01", "kwh": None, "basis": "usage",
+            "waste": 3, "a-b": "", "Z": "\t"}
+    assert tags_json(tags) == json.dumps({TAG_PREFIX + k: v for k, v in tags.items()}, sort_keys=True,
+                                         separators=(",", ":"))

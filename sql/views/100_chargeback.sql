@@ -42,8 +42,10 @@ CREATE TEMP TABLE IF NOT EXISTS cb_calc_sum_t (
     price_micro BIGINT, alloc_u HUGEINT, used_u HUGEINT, billed_u HUGEINT, waste_u HUGEINT, energy_mj HUGEINT, n BIGINT
 );
 -- Billed micro-seconds of the GPU-hours whose shares were scaled down (elsewhere a GPU-hour
--- bills its slices' total, b_tot), the GPU side of the invariant.
-CREATE TEMP TABLE IF NOT EXISTS cb_hour_charge_t (hour TIMESTAMP, gid INTEGER, billed_u HUGEINT, slice_rows BIGINT);
+-- bills its slices' total, b_tot), the GPU side of the invariant; with the placement and
+-- whether the hour was overpaid, so that the month's sums per placement need no join.
+CREATE TEMP TABLE IF NOT EXISTS cb_hour_charge_t (hour TIMESTAMP, gid INTEGER, billed_u BIGINT, slice_rows BIGINT,
+                                                  pid INTEGER, overpaid BOOLEAN);
 
 -- GPU-hours of the month, live or frozen.
 CREATE OR REPLACE TEMP MACRO cb_gpu_src(m_start, m_end, src_asof) AS TABLE
@@ -195,6 +197,10 @@ CREATE OR REPLACE TEMP MACRO cb_scaled(share, total, cap) AS (CASE
     ELSE (share::HUGEINT * cap) // total
 END)::BIGINT;
 
+-- A GPU-hour whose slices paid more than it cost (or were billed more than its capacity).
+CREATE OR REPLACE TEMP MACRO cb_hour_overpaid_when(price_micro, billed_u, cost_raw, cap_u) AS
+    price_micro::HUGEINT * billed_u > cost_raw OR billed_u > cap_u;
+
 -- Every slice-hour of [m_start, m_end) priced: shares scaled down where a GPU-hour is
 -- oversubscribed. Integer micro-GPU-seconds, so totals and the scaling (integer floor
 -- division) are exact and independent of the order DuckDB sums in: the same database
@@ -237,7 +243,9 @@ GROUP BY pid, tenant, namespace, pod, pod_uid, container, price_micro;
 -- pass of their own that computes only the billed share (about what feeding both aggregates
 -- from one pass costs, without a per-GPU-hour table of mostly empty columns).
 CREATE OR REPLACE TEMP MACRO cb_hour_charge(m_start, m_end, src_asof, share_kind, basis) AS TABLE
-SELECT hour, gid, sum(b_u)::HUGEINT AS billed_u, count(*)::BIGINT AS slice_rows
+SELECT hour, gid, sum(b_u)::BIGINT AS billed_u, count(*)::BIGINT AS slice_rows, any_value(pid) AS pid,
+       cb_hour_overpaid_when(any_value(price_micro), sum(b_u), any_value(price_micro)::HUGEINT * any_value(cap_u),
+                             any_value(cap_u)) AS overpaid
 FROM cb_calc(m_start, m_end, src_asof, share_kind, basis)
 WHERE b_tot > cap_u
 GROUP BY hour, gid;
@@ -266,26 +274,37 @@ SELECT g.hour, g.gid, g.pid, g.price_micro, g.cap_u, g.energy_mj,
        CASE WHEN g.b_tot > g.cap_u THEN coalesce(c.billed_u, 0) ELSE g.b_tot END::HUGEINT AS billed_u
 FROM cb_gpu_calc() g LEFT JOIN cb_hour_charge_t c ON c.hour = g.hour AND c.gid = g.gid;
 
--- A GPU-hour whose slices paid more than it cost (or were billed more than its capacity).
-CREATE OR REPLACE TEMP MACRO cb_hour_overpaid_when(price_micro, billed_u, cost_raw, cap_u) AS
-    price_micro::HUGEINT * billed_u > cost_raw OR billed_u > cap_u;
-
 -- Per placement and month: capacity, cost, what the slices paid and idle, each summed
 -- from the GPU-hours, independently of the detail lines; and how many of its GPU-hours
--- were overpaid (cb_hour_overpaid names them).
+-- were overpaid (cb_hour_overpaid names them). A placement has one price, so what its
+-- slices paid is that price x the micro-seconds billed: the hours that bill their slices'
+-- total (b_tot) and the scaled ones (cb_hour_charge_t) are summed apart, without a join
+-- per GPU-hour.
 -- Reads cb_detail_t only for the idle energy.
 CREATE OR REPLACE TEMP MACRO cb_gpu_agg() AS TABLE
-WITH g AS (
+WITH h AS (
     SELECT pid, any_value(price_micro) AS price_micro,
-           sum(cap_u)::HUGEINT AS metered_u, sum(cost_raw)::HUGEINT AS cost_raw,
-           sum(price_micro::HUGEINT * billed_u)::HUGEINT AS charged_raw,
-           sum(cost_raw - price_micro::HUGEINT * billed_u)::HUGEINT AS idle_raw,
-           sum(cap_u - billed_u)::HUGEINT AS idle_u,
+           sum(cap_u)::HUGEINT AS metered_u, sum(price_micro::HUGEINT * cap_u)::HUGEINT AS cost_raw,
+           sum(CASE WHEN b_tot > cap_u THEN 0 ELSE b_tot END)::HUGEINT AS billed_u,
            sum(energy_mj)::HUGEINT AS energy_mj, count(*) AS gpu_hours_seen,
            min(hour) AS first_hour, max(hour) AS last_hour,
-           count(*) FILTER (WHERE cb_hour_overpaid_when(price_micro, billed_u, cost_raw, cap_u)) AS overpaid_hours
-    FROM cb_hour_billed()
+           count(*) FILTER (WHERE b_tot <= cap_u
+                            AND cb_hour_overpaid_when(price_micro, b_tot, price_micro::HUGEINT * cap_u, cap_u))
+               AS overpaid_hours
+    FROM cb_gpu_calc()
     GROUP BY pid
+), c AS (
+    SELECT pid, sum(billed_u)::HUGEINT AS billed_u, count(*) FILTER (WHERE overpaid) AS overpaid_hours
+    FROM cb_hour_charge_t
+    GROUP BY pid
+), g AS (
+    SELECT h.pid, h.price_micro, h.metered_u, h.cost_raw,
+           (h.price_micro::HUGEINT * (h.billed_u + coalesce(c.billed_u, 0)))::HUGEINT AS charged_raw,
+           (h.cost_raw - h.price_micro::HUGEINT * (h.billed_u + coalesce(c.billed_u, 0)))::HUGEINT AS idle_raw,
+           (h.metered_u - h.billed_u - coalesce(c.billed_u, 0))::HUGEINT AS idle_u,
+           h.energy_mj, h.gpu_hours_seen, h.first_hour, h.last_hour,
+           h.overpaid_hours + coalesce(c.overpaid_hours, 0) AS overpaid_hours
+    FROM h LEFT JOIN c USING (pid)
 ), e AS (
     SELECT cluster, node, gpu_uuid, model, sum(energy_mj)::HUGEINT AS energy_mj_slices
     FROM cb_detail_t GROUP BY ALL
