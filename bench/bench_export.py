@@ -4,7 +4,7 @@ Two months of hourly rollups are generated straight into DuckDB (testkit/synth_m
 the demo fleet's size (10 GPUs, 2-3 slices each) and a large fleet (8,000 GPUs, ~20,000
 slices, ~5.6 M GPU-hours and ~12.6 M slice-hours). The export runs as `slicemeter export`
 in a child process, so its wall time, CPU time and peak RSS are the command's own.
-Targets: <= 2 s for the demo fleet; <= 15 s and <= 1.5 GB peak RSS for the large one.
+Targets: <= 2 s for the demo fleet; <= 15 s and <= 1.5 GiB peak RSS for the large one.
 Reference measured in the same run: one plain DuckDB aggregate over the same slice_hour
 rows (Σ share-seconds by tenant), i.e. the cost of just reading the month once.
 The large database is cached under var/bench/ (generating it takes minutes).
@@ -27,7 +27,7 @@ from slicemeter.store import connect
 from slicemeter.testkit.synth_month import synth_month_db
 
 MONTH = "2026-11"
-RSS_TARGET_GB = 1.5
+RSS_TARGET_GIB = 1.5
 
 
 def reference(path: Path) -> tuple[float, int, int]:
@@ -44,7 +44,7 @@ def reference(path: Path) -> tuple[float, int, int]:
 
 
 def export(path: Path, out: Path) -> tuple[float, float, float, str]:
-    """`slicemeter export` in a child: wall s, CPU s, peak RSS GB, its summary line. The
+    """`slicemeter export` in a child: wall s, CPU s, peak RSS GiB, its summary line. The
     figures are that child's own (wait4), not those of every child so far: generating the
     month may have run one bigger."""
     t = time.perf_counter()
@@ -61,7 +61,7 @@ def export(path: Path, out: Path) -> tuple[float, float, float, str]:
         raise SystemExit(f"slicemeter export failed ({proc.returncode}): {stderr[-2000:]}")
     summary = stderr.strip().splitlines()[-1]
     assert len(list(out.iterdir())) == 5, stderr[-2000:]
-    return took, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024**2, summary
+    return took, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024**2, summary   # ru_maxrss: KiB
 
 
 def main() -> int:
@@ -81,11 +81,11 @@ def main() -> int:
             built = time.perf_counter() - t
             ref, gh, sh = reference(path)
             load = os.getloadavg()[0]
-            took, cpu, rss_gb, summary = export(path, Path(tmp) / f"out-{gpus}")
+            took, cpu, rss_gib, summary = export(path, Path(tmp) / f"out-{gpus}")
             print(f"export {label}: {gpus} GPUs, {gh} GPU-hours, {sh} slice-hours -> {took:.2f} s "
                   f"(target <= {target:.0f} s, {'OK' if took <= target else 'OVER'}), "
                   f"CPU time {cpu:.2f} s over {os.cpu_count()} cores, load average {load:.1f} before, "
-                  f"peak RSS {rss_gb:.2f} GB (target <= {RSS_TARGET_GB} GB); "
+                  f"peak RSS {rss_gib:.2f} GiB = {rss_gib * 1.073741824:.2f} GB (target <= {RSS_TARGET_GIB} GiB); "
                   f"reference one-pass aggregate {ref:.3f} s, ratio {took / max(ref, 1e-9):.1f}x; "
                   f"{summary}" + (f"; generated in {built:.1f} s" if built > 1 else ""), flush=True)
     print("note: wall time on a shared machine depends on its load; CPU time is the steadier figure")
