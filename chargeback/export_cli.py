@@ -26,8 +26,11 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 # DuckDB's buffer pool defaults to 80 % of the machine's memory and holds the month's
 # GPU-hour working tables: a bound keeps a large fleet's export beside ingest and the
-# dashboards on one host (DuckDB spills to its temp directory past it).
-MEMORY_LIMIT = "768MB"
+# dashboards on one host (DuckDB spills to its temp directory past it). Once the bill is
+# computed the working tables are done with, and the lower bound makes DuckDB hand their
+# memory back before Python builds the files: otherwise both peak together.
+MEMORY_LIMIT = "1100MB"
+FILES_MEMORY_LIMIT = "256MB"
 
 
 def _open(db: str):
@@ -59,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     con = _open(existing_db(args.db))
     try:
         bill = compute_bill(con, args.month, args.basis, args.idle, args.share, catalog, args.tenant)
+        con.execute(f"SET memory_limit = '{FILES_MEMORY_LIMIT}'")
         paths = write_exports(con, bill, args.out, args.tenant)
     except InvariantError as exc:
         print(f"slicemeter export: the bill does not add up, no files written: {exc}", file=sys.stderr)

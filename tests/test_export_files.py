@@ -7,6 +7,7 @@ import sys
 from decimal import Decimal
 from pathlib import Path
 
+import duckdb
 import pyarrow.parquet as pq
 import pytest
 
@@ -56,6 +57,28 @@ def test_export_writes_every_file_and_is_byte_identical(month_db, tmp_path):
     # a different option gives a different bill, so the comparison above could fail
     assert export(month_db, tmp_path / "c", "2026-11", "--basis", "usage") == 0
     assert files(tmp_path / "c")["invoice-2026-11.csv"] != a["invoice-2026-11.csv"]
+
+
+def test_the_files_are_written_with_duckdbs_memory_bound_lowered(month_db, tmp_path, monkeypatch):
+    """The bill's working tables are done with before the files: DuckDB is bounded lower
+    then, so that its buffers are handed back and do not peak with Python's file building."""
+    from slicemeter.chargeback import export_cli
+
+    seen = {}
+    real = export_cli.write_exports
+
+    def write_exports(con, *args, **kwargs):
+        seen["limit"] = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+        return real(con, *args, **kwargs)
+
+    monkeypatch.setattr(export_cli, "write_exports", write_exports)
+    assert export(month_db, tmp_path / "a") == 0
+    def reported(limit: str) -> str:   # the bound as DuckDB writes it back
+        scratch = duckdb.connect()
+        scratch.execute(f"SET memory_limit = '{limit}'")
+        return scratch.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+
+    assert seen["limit"] == reported(export_cli.FILES_MEMORY_LIMIT) != reported(export_cli.MEMORY_LIMIT)
 
 
 def test_invoice_csv_columns_and_total(month_db, tmp_path):
