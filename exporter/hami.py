@@ -67,6 +67,10 @@ class Layout:
     seq_off: int | None      # None: layout without a seqlock
     versions: frozenset[tuple[int, int]] = frozenset()   # (major, minor) read at @4/@8; empty: none
 
+    @property
+    def tail_len(self) -> int:
+        return 24 if self.has_version else 16   # last_kernel_time came with the version fields
+
 
 LAYOUT_V1 = Layout(
     name="v1", size=2_008_952, has_version=True, header_len=1856, num_off=56, uuids_off=64,
@@ -385,7 +389,7 @@ class _Reads:
             self.tail, self.live, self.head = b"", 0, read_at(0, 12)
             self.nread = len(self.head)
             return
-        self.tail = read_at(lay.tail_off, 24 if lay.has_version else 16)
+        self.tail = read_at(lay.tail_off, lay.tail_len)
         live = _I32.unpack_from(self.tail)[0] if len(self.tail) >= 4 else 0
         self.live = live if 0 < live <= MAX_PROCS else 0   # a bad proc_num is refused after the header
         if self.live and lay.seq_off is not None:
@@ -445,9 +449,8 @@ def _parse(raw: _Reads, file_size: int, device_memory: Mapping[str, int], now_s:
     lay = pick_layout(head, file_size)
     if len(head) < lay.header_len:
         raise _Bad("truncated", f"wanted {lay.header_len} bytes at 0, got {len(head)}")
-    tail_len = 24 if lay.has_version else 16
-    if len(tail) != tail_len:
-        raise _Bad("truncated", f"wanted {tail_len} bytes at {lay.tail_off}, got {len(tail)}")
+    if len(tail) != lay.tail_len:
+        raise _Bad("truncated", f"wanted {lay.tail_len} bytes at {lay.tail_off}, got {len(tail)}")
     major = minor = None
     if lay.has_version:
         major, minor = _VERSION.unpack_from(head, 4)
@@ -739,8 +742,9 @@ class RegionSource:
         """Each file's region (or why not), through at most one open of the containers
         directory; a file read as it was last tick keeps its Region (`LastParse`)."""
         last, self._last = self._last, {}
+        device_memory = device_memory or {}
         if device_memory != self._device_memory:   # else the last tick's mapping: LastParse compares it by identity
-            self._device_memory = dict(device_memory or {})
+            self._device_memory = dict(device_memory)
         device_memory = self._device_memory
         was_open = self._open.take()
         if self.listings.scans != self._open_scan + 1:

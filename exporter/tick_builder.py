@@ -49,6 +49,27 @@ class BuildResult:
     nvml_unsupported: frozenset[tuple[int | None, str]] = frozenset()   # (GPU index, call) NVML does not offer
 
 
+class _AskedEachTick:
+    """Values kept from one tick to the next while each tick asks for them again; a key the
+    last tick did not ask for is forgotten (the pid exited)."""
+
+    def __init__(self) -> None:
+        self._this: dict = {}
+        self._last: dict = {}
+
+    def next_tick(self) -> None:
+        self._last, self._this = self._this, {}
+
+    def clear(self) -> None:
+        self._this, self._last = {}, {}
+
+    def get(self, key, make: Callable[[], object]):
+        if key in self._this:
+            return self._this[key]
+        value = self._this[key] = self._last[key] if key in self._last else make()
+        return value
+
+
 class ProcessOwners:
     """Host pid -> its container, through the pid's cgroup under the host /proc.
 
@@ -59,38 +80,24 @@ class ProcessOwners:
 
     def __init__(self, proc_root: str):
         self.proc_root = proc_root
-        self._cgroups: dict[int, tuple[str, str | None] | None] = {}
-        self._cgroups_prev: dict[int, tuple[str, str | None] | None] = {}
-        self._owners: dict[tuple[int, str | None], ProcOwner | None] = {}   # (pid, GPU) -> owner in _owners_in
-        self._owners_prev: dict[tuple[int, str | None], ProcOwner | None] = {}
+        self._cgroups = _AskedEachTick()   # pid -> (pod uid, container id) or None
+        self._owners = _AskedEachTick()    # (pid, GPU) -> ProcOwner or None, in the pod list _owners_in
         self._owners_in: PodIndex | None = None
 
     def next_tick(self) -> None:
         """Forget the pids the last tick did not ask for."""
-        self._cgroups_prev, self._cgroups = self._cgroups, {}
-        self._owners_prev, self._owners = self._owners, {}
+        self._cgroups.next_tick()
+        self._owners.next_tick()
 
     def owner(self, pid: int, pods: PodIndex, gpu_uuid: str | None = None) -> ProcOwner | None:
         """The container of a host pid; None: not a live pod's. `gpu_uuid`: the GPU it runs on,
         which names the container when only one of the pod's containers was granted that GPU
         (the pod's status may not list the container id yet)."""
-        found = self._cgroup_of(pid)
+        found = self._cgroups.get(pid, lambda: pid_to_pod(pid, self.proc_root))
         if pods is not self._owners_in:   # another pod list: every owner is found again
-            self._owners, self._owners_prev, self._owners_in = {}, {}, pods
-        key = (pid, gpu_uuid)
-        if key in self._owners:
-            return self._owners[key]
-        owner = self._owners_prev[key] if key in self._owners_prev else _owner(found, pods, gpu_uuid)
-        self._owners[key] = owner
-        return owner
-
-    def _cgroup_of(self, pid: int) -> tuple[str, str | None] | None:
-        if pid not in self._cgroups:
-            if pid in self._cgroups_prev:
-                self._cgroups[pid] = self._cgroups_prev[pid]
-            else:
-                self._cgroups[pid] = pid_to_pod(pid, self.proc_root)
-        return self._cgroups[pid]
+            self._owners.clear()
+            self._owners_in = pods
+        return self._owners.get((pid, gpu_uuid), lambda: _owner(found, pods, gpu_uuid))
 
     def on_gpus(self, gpus: list[GpuSample], pods: PodIndex) -> dict[str, GpuProcesses]:
         """The owner of every process NVML lists on a GPU outside MIG mode (MIG devices: MigStrategy)."""
