@@ -48,7 +48,7 @@ def check_tenant(tenant: str | None) -> str | None:
 def _text(v) -> str:
     if v is None:
         return ""
-    if type(v) is Decimal or isinstance(v, Decimal):
+    if isinstance(v, Decimal):
         return format(v, "f")
     return str(v)
 
@@ -87,7 +87,7 @@ def _csv_column(values) -> list[str]:
     few: names, dates, amounts) is made a cell once."""
     texts = [v if type(v) is str else _text(v) for v in values]
     joined = "\x00" + "\x00".join(texts)
-    if not any(ch in joined for ch in ',"\r\n') and _FORMULA_LEAD_AFTER_NUL.search(joined) is None:
+    if _NEEDS_QUOTES.search(joined) is None and _FORMULA_LEAD_AFTER_NUL.search(joined) is None:
         return texts
     cells = _Cells()
     return [cells[t] for t in texts]

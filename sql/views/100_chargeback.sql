@@ -297,14 +297,16 @@ WITH h AS (
     SELECT pid, sum(billed_u)::HUGEINT AS billed_u, count(*) FILTER (WHERE overpaid) AS overpaid_hours
     FROM cb_hour_charge_t
     GROUP BY pid
-), g AS (
-    SELECT h.pid, h.price_micro, h.metered_u, h.cost_raw,
-           (h.price_micro::HUGEINT * (h.billed_u + coalesce(c.billed_u, 0)))::HUGEINT AS charged_raw,
-           (h.cost_raw - h.price_micro::HUGEINT * (h.billed_u + coalesce(c.billed_u, 0)))::HUGEINT AS idle_raw,
-           (h.metered_u - h.billed_u - coalesce(c.billed_u, 0))::HUGEINT AS idle_u,
+), b AS (
+    SELECT h.pid, h.price_micro, h.metered_u, h.cost_raw, (h.billed_u + coalesce(c.billed_u, 0))::HUGEINT AS billed_u,
            h.energy_mj, h.gpu_hours_seen, h.first_hour, h.last_hour,
            h.overpaid_hours + coalesce(c.overpaid_hours, 0) AS overpaid_hours
     FROM h LEFT JOIN c USING (pid)
+), g AS (
+    SELECT pid, price_micro, metered_u, cost_raw, (price_micro::HUGEINT * billed_u)::HUGEINT AS charged_raw,
+           (cost_raw - price_micro::HUGEINT * billed_u)::HUGEINT AS idle_raw, (metered_u - billed_u)::HUGEINT AS idle_u,
+           energy_mj, gpu_hours_seen, first_hour, last_hour, overpaid_hours
+    FROM b
 ), e AS (
     SELECT cluster, node, gpu_uuid, model, sum(energy_mj)::HUGEINT AS energy_mj_slices
     FROM cb_detail_t GROUP BY ALL
