@@ -34,7 +34,7 @@ import streamlit as st
 from slicemeter.common import is_lake
 from slicemeter.dashboard import access
 from slicemeter.store.script import statements
-from slicemeter.store import connect, lake, sql_text, transaction
+from slicemeter.store import connect, lake, quote_ident, sql_text, transaction
 
 DB_ENV = "SLICEMETER_DB"
 TENANT_ENV = "SLICEMETER_TENANT"
@@ -122,7 +122,7 @@ def scope_connection(con: duckdb.DuckDBPyConnection, tenant: str) -> None:
     tables added later) is shadowed by an empty view, so nothing reads another tenant's
     rows through it."""
     catalog = con.execute("SELECT current_database()").fetchone()[0]
-    store = '"' + catalog.replace('"', '""') + '"'
+    store = quote_ident(catalog)
     scoped = set()
     for body in statements(sql_text("scope/tenant.sql").replace("{store}", store)):
         con.execute(body, {"tenant": tenant} if "$tenant" in body else None)
@@ -134,7 +134,7 @@ def scope_connection(con: duckdb.DuckDBPyConnection, tenant: str) -> None:
         "AND NOT temporary AND NOT internal").fetchall()
     for (name,) in others:
         if name not in scoped:
-            ident = '"' + name.replace('"', '""') + '"'
+            ident = quote_ident(name)
             con.execute(f"CREATE OR REPLACE TEMP VIEW {ident} AS SELECT * FROM {store}.main.{ident} LIMIT 0")
 
 

@@ -54,6 +54,11 @@ def quote_literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def quote_ident(name: str) -> str:
+    """A SQL identifier (a table, column or catalog name read from the store, never typed in)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 def _numbered(folder: str) -> list[Path]:
     return sorted((SQL_DIR / folder).glob("[0-9][0-9][0-9]_*.sql"))
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import duckdb
 
 from slicemeter.common import LAKE_PREFIX as PREFIX
-from slicemeter.store import migrate, quote_literal, sql_text
+from slicemeter.store import migrate, quote_ident, quote_literal, sql_text
 
 ALIAS = "lake"            # the lake's name in every connection (sql/lake/*.sql use it)
 _WHEELS = {"ducklake": "duckdb_extension_ducklake", "postgres_scanner": "duckdb_extension_postgres"}
@@ -107,10 +107,6 @@ def _lake_columns() -> dict[str, list[tuple[str, str]]]:
     return tables
 
 
-def _quoted(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     """Create the lake's tables, and add columns later migrations brought, in one lake
     transaction; a worker that lost the race to another reads what that one created."""
@@ -123,10 +119,10 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
         ddl = []
         for table, columns in _lake_columns().items():
             if table not in have:
-                ddl.append(f"CREATE TABLE {ALIAS}.main.{_quoted(table)} ("
-                           + ", ".join(f"{_quoted(c)} {t}" for c, t in columns) + ")")
+                ddl.append(f"CREATE TABLE {ALIAS}.main.{quote_ident(table)} ("
+                           + ", ".join(f"{quote_ident(c)} {t}" for c, t in columns) + ")")
             else:
-                ddl += [f"ALTER TABLE {ALIAS}.main.{_quoted(table)} ADD COLUMN {_quoted(c)} {t}"
+                ddl += [f"ALTER TABLE {ALIAS}.main.{quote_ident(table)} ADD COLUMN {quote_ident(c)} {t}"
                         for c, t in columns if c not in have[table]]
         if not ddl:
             return

@@ -25,15 +25,11 @@ from pathlib import Path
 
 import duckdb
 
-from slicemeter.store import has_pending_rollups, quote_literal, sql_text
+from slicemeter.store import has_pending_rollups, quote_ident, quote_literal, sql_text
 
 log = logging.getLogger("slicemeter.ingest")
 
 _ALIAS = "slicemeter_reader_next"
-
-
-def _ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def _tmp_path(dest: Path) -> Path:
@@ -97,9 +93,9 @@ class ReaderFile:
     def _copy(self, cur: duckdb.DuckDBPyConnection, tmp: Path, started: float) -> None:
         try:
             cur.execute(f"ATTACH {quote_literal(str(tmp))} AS {_ALIAS}")   # DuckDB 1.5 binds no ATTACH parameter
-            source = _ident(cur.execute("SELECT current_database()").fetchone()[0])
+            source = quote_ident(cur.execute("SELECT current_database()").fetchone()[0])
             for name, with_rows in cur.execute(sql_text("ingest/reader_tables.sql")).fetchall():
-                cur.execute(f"CREATE TABLE {_ALIAS}.{_ident(name)} AS SELECT * FROM {source}.main.{_ident(name)}"
+                cur.execute(f"CREATE TABLE {_ALIAS}.{quote_ident(name)} AS SELECT * FROM {source}.main.{quote_ident(name)}"
                             + ("" if with_rows else " LIMIT 0"))
             cur.execute("COMMIT")
             cur.execute("DETACH " + _ALIAS)  # checkpoints the new file: no WAL beside it
