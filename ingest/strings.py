@@ -59,7 +59,7 @@ class StringIds:
         return pa.chunked_array([mapping.take(arr.indices)], self.id_type)
 
     def encode(self, table: pa.Table) -> pa.Table:
-        """The table with every string column `c` replaced by an int32 column `c_id`."""
+        """The table with every string column `c` replaced by an id column `c_id` (`id_type`)."""
         names, columns = [], []
         for f, col in zip(table.schema, table.columns):
             t = f.type.value_type if pa.types.is_dictionary(f.type) else f.type

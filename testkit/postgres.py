@@ -9,11 +9,12 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from slicemeter.broker import free_port
 
 PG_BIN_ROOT = Path("/usr/lib/postgresql")
 _USER = "lake"
@@ -26,12 +27,6 @@ def pg_bin() -> Path:
     if not versions:
         raise RuntimeError(f"no PostgreSQL server under {PG_BIN_ROOT}: apt-get install postgresql (make system-deps)")
     return versions[-1]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -76,7 +71,7 @@ def start_cluster() -> PostgresCluster:
     data = root / "data"
     subprocess.run(as_user + [str(binary / "initdb"), "-D", str(data), "-A", "trust", "-U", _USER, "--no-sync",
                               "-E", "UTF8"], check=True, capture_output=True)
-    port = _free_port()
+    port = free_port()
     options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
     done = subprocess.run(as_user + [str(binary / "pg_ctl"), "-D", str(data), "-w", "-l", str(root / "server.log"),
                                      "-o", options, "start"], capture_output=True, text=True)

@@ -105,6 +105,11 @@ def make(scenario, node_name, hami_dir, pods_filter=None, proc_root=None):
     return sim, tick
 
 
+def without(gone: set[str]):
+    """A pod-list filter that drops the pods named in `gone` (deleted while HAMi's directories linger)."""
+    return lambda pl: pl | {"items": [p for p in pl["items"] if p["metadata"]["name"] not in gone]}
+
+
 def by_key(tick):
     return {(s.pod, s.container, s.gpu_uuid): s for s in tick.slices}
 
@@ -195,8 +200,7 @@ def test_corrupt_region_costs_one_container(scenario, tmp_path):
 
 def test_deleted_pod_vanishes_next_tick(scenario, tmp_path):
     gone = set()
-    sim, tick = make(scenario, "node-v1", tmp_path,
-                     pods_filter=lambda pl: pl | {"items": [p for p in pl["items"] if p["metadata"]["name"] not in gone]})
+    sim, tick = make(scenario, "node-v1", tmp_path, pods_filter=without(gone))
     stats = ExporterStats(tenant="acme")
     stats.record(tick(T0))
     assert 'pod="translate"' in _exposition(stats)
@@ -213,8 +217,7 @@ def test_one_collector_renders_each_tick_afresh(scenario, tmp_path):
     """The Tick's text is kept between scrapes of that Tick only: the next Tick's scrape
     drops a deleted pod's series, writes the new values, and reads as a new collector's."""
     gone = set()
-    sim, tick = make(scenario, "node-v1", tmp_path,
-                     pods_filter=lambda pl: pl | {"items": [p for p in pl["items"] if p["metadata"]["name"] not in gone]})
+    sim, tick = make(scenario, "node-v1", tmp_path, pods_filter=without(gone))
     stats = ExporterStats(tenant="acme")
     collector = ExporterCollector(stats)
     stats.record(tick(T0))
@@ -304,8 +307,7 @@ def test_a_long_lived_collector_writes_each_tick_as_a_fresh_one_would(scenario, 
     their kept texts and label tuples are reused, while the workloads' values move: each
     Tick still reads exactly as a new collector writes it, also once a pod is deleted."""
     gone = set()
-    sim, tick = make(scenario, "node-v1", tmp_path,
-                     pods_filter=lambda pl: pl | {"items": [p for p in pl["items"] if p["metadata"]["name"] not in gone]})
+    sim, tick = make(scenario, "node-v1", tmp_path, pods_filter=without(gone))
     stats = ExporterStats(tenant="acme")
     kept = ExporterCollector(stats)
     texts = []
