@@ -85,7 +85,7 @@ def main() -> int:
             print(f"export {label}: {gpus} GPUs, {gh} GPU-hours, {sh} slice-hours -> {took:.2f} s "
                   f"(target <= {target:.0f} s, {'OK' if took <= target else 'OVER'}), "
                   f"CPU time {cpu:.2f} s over {os.cpu_count()} cores, load average {load:.1f} before, "
-                  f"peak RSS {rss_gib:.2f} GiB = {rss_gib * 1.073741824:.2f} GB (target <= {RSS_TARGET_GIB} GiB); "
+                  f"peak RSS {rss_gib:.2f} GiB = {rss_gib * 2**30 / 1e9:.2f} GB (target <= {RSS_TARGET_GIB} GiB); "
                   f"reference one-pass aggregate {ref:.3f} s, ratio {took / max(ref, 1e-9):.1f}x; "
                   f"{summary}" + (f"; generated in {built:.1f} s" if built > 1 else ""), flush=True)
     print("note: wall time on a shared machine depends on its load; CPU time is the steadier figure")
