@@ -98,7 +98,7 @@ def test_fleet_headline_is_the_sharing_dividend_and_the_months_cost(fleet_db, ra
     finally:
         con.close()
     # tenant charges plus idle: every metered GPU-hour at its catalog price, as chargeback has it
-    assert metric(at, "Month's GPU cost") == fmt.money(bill.gpu_cost)
+    assert metric(at, "GPU cost (month to date)") == fmt.money(bill.gpu_cost)
 
 
 def test_fleet_month_switch_and_new_data_invalidate_cache(fleet_db, raw, monkeypatch, tmp_path):

@@ -29,6 +29,9 @@ try:
 except data.ModuleMissing as exc:
     bill = None
     st.warning(f"Costs unavailable: {exc}. The GPU-hours below are metered data; costs appear once chargeback is installed.")
+except data.Unavailable as exc:
+    bill = None
+    st.error(f"{exc} The GPU-hours below are metered data.")
 
 cost_col = money.cost_column(bill) if bill is not None else None
 if bill is not None and cost_col is not None:
