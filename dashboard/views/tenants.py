@@ -4,6 +4,7 @@ from decimal import Decimal
 import altair as alt
 import streamlit as st
 
+from slicemeter import clock
 from slicemeter.dashboard import catalog, common, data, fmt, money
 
 common.header("Tenants", "GPU-hours and cost by tenant (Kamaji control plane) and namespace")
@@ -41,6 +42,8 @@ if bill is not None and cost_col is not None:
     m1, m2 = st.columns([1, 3])
     m1.metric(f"Total ({basis}, idle {idle})", fmt.money(grand, cur))
     totals = totals.merge(per_tenant[["tenant", "display_name", "allocated_gpu_h", "used_gpu_h"]], on="tenant", how="left")
+    # the platform's idle line holds no slice: nothing allocated, nothing used
+    totals[["allocated_gpu_h", "used_gpu_h"]] = totals[["allocated_gpu_h", "used_gpu_h"]].fillna(0.0)
     # rows chargeback adds beyond the catalog: the platform's idle line, unassigned clusters
     totals["display_name"] = totals["display_name"].fillna(totals["tenant"].map(
         {"platform": "idle capacity (nobody's slice)", "unassigned": "not in the tenant catalog"}))
@@ -75,6 +78,11 @@ st.dataframe(per_tenant, hide_index=True, width="stretch",
 
 st.subheader("Trend")
 daily = data.query("tenant_daily", **b)
+# the day still running holds only the hours so far: drawn, it would read as a drop
+today = clock.now().date()
+if (daily["day"].dt.date >= today).any():
+    daily = daily[daily["day"].dt.date < today]
+    st.caption(f"Whole days only: {today:%Y-%m-%d} (UTC) is still running.")
 common.chart(alt.Chart(daily).mark_area(opacity=0.85).encode(
     x=alt.X("day:T", title=None),
     y=alt.Y("allocated_gpu_h:Q", stack="zero", title="allocated GPU-hours per day"),
