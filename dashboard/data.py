@@ -290,6 +290,8 @@ def _exports(path: str, version: tuple, tenant: str | None, month: str, basis: s
              "--out", out, "--basis", basis, "--idle", idle, *(["--tenant", tenant] if tenant else [])],
             capture_output=True, text=True, timeout=300,
         )
+        if proc.returncode == 4:   # nothing to bill in the month for this scope: no files
+            return {}
         if proc.returncode != 0:
             raise RuntimeError(f"slicemeter export failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
         return {p.name: p.read_bytes() for p in sorted(Path(out).rglob("*")) if p.is_file()}

@@ -99,3 +99,12 @@ def test_an_error_from_another_tenants_data_names_nothing_of_it(fleet_db, monkey
         assert "unavailable" in texts["acme"], texts["acme"]
         assert "NVIDIA L4" in texts[None]    # the platform user gets the cause
     assert [w for w in OTHERS if w in texts["acme"]] == []
+
+
+
+def test_a_month_with_nothing_to_bill_gives_no_files_rather_than_an_error(fleet_db, monkeypatch):
+    """`slicemeter export` refuses such a month (exit 4): the page says no files were written."""
+    monkeypatch.setenv("SLICEMETER_DB", str(fleet_db))
+    monkeypatch.setenv("SLICEMETER_TENANT", "nosuch")
+    data._exports.clear()
+    assert data.exports(MONTH, "allocation", "platform") == {}
