@@ -9,7 +9,7 @@ import argparse
 import csv
 from pathlib import Path
 
-from slicemeter.chargeback.csv_cells import neutralise_csv_cell
+from slicemeter.csv_cells import neutralise_csv_cell
 from slicemeter.chargeback.prices import DEFAULT_PRICES, load_prices_or_default
 from slicemeter.common import ConfigError, existing_db, month_window, named
 

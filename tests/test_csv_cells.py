@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 
 from slicemeter.testkit.cb_rows import add_gpu, add_slice, add_tenants
-from slicemeter.chargeback.csv_cells import neutralise_csv_cell
+from slicemeter.csv_cells import neutralise_csv_cell
 from slicemeter.store import connect
 from slicemeter.cli import main
 
