@@ -18,6 +18,7 @@ import pandas as pd
 from slicemeter.chargeback.prices import PriceCatalog
 from slicemeter.store import sql_text
 from slicemeter.common import ConfigError, month_window
+from slicemeter.headline import Family, Samples, samples
 
 FLEET = "fleet"
 ENTERPRISE_BAND = (0.20, 0.25)   # typical utilization of enterprise GPU fleets (docs/dividend.md)
@@ -197,30 +198,37 @@ def in_band(utilization: float | None) -> str:
 
 
 
-def dividend_metrics(reports: list[Report]) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """Prometheus samples (slicemeter.ingest.metrics.DIVIDEND_METRICS) for the fleet and each tenant of
-    each report's month. Floats are fine here: gauges on a dashboard, never summed into a bill."""
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+# The dividend of the current and the previous month as ingest serves it (docs/dividend.md);
+# scope is "fleet" or a tenant (the GPUs of its cluster), month YYYY-MM.
+_SCOPE_MONTH = ("scope", "month")
+DIVIDEND_METRICS = {
+    "slicemeter_dividend_sharing_factor": Family(
+        "GPUs the month's containers would need as whole GPUs, per GPU in use (N x the users)", _SCOPE_MONTH,
+        lambda f: f.sharing_factor),
+    "slicemeter_dividend_containers_per_gpu": Family(
+        "Container slices served per physical GPU metered", _SCOPE_MONTH, lambda f: f.containers_per_gpu),
+    "slicemeter_dividend_gpus_in_use": Family(
+        "GPUs holding at least one container slice, month average", _SCOPE_MONTH, lambda f: f.gpus_in_use),
+    "slicemeter_dividend_gpus_needed": Family(
+        "GPUs the same containers would hold as whole GPUs, month average", _SCOPE_MONTH, lambda f: f.gpus_needed),
+    "slicemeter_dividend_gpus_avoided": Family(
+        "Whole-GPU need minus GPUs in use, month average", _SCOPE_MONTH, lambda f: f.gpus_avoided),
+    "slicemeter_dividend_utilization_ratio": Family(
+        "NVML SM busy time over metered GPU time (0-1)", _SCOPE_MONTH, lambda f: f.utilization),
+    "slicemeter_dividend_monthly_cost_avoided": Family(
+        "The avoided GPUs at catalog prices over the whole month", (*_SCOPE_MONTH, "currency"),
+        lambda f: f.monthly_cost_avoided if f.currency else None),
+    "slicemeter_dividend_energy_avoided_kwh": Family(
+        "The avoided GPU-hours at each model's measured idle power", _SCOPE_MONTH, lambda f: f.kwh_avoided),
+    "slicemeter_dividend_co2e_avoided_grams": Family(
+        "The avoided energy at the catalog's carbon intensity", _SCOPE_MONTH, lambda f: f.co2e_kg_avoided * 1000),
+}
 
-    def add(name: str, labels: dict[str, str], value) -> None:
-        out.setdefault(name, [])
-        if value is not None:
-            out[name].append((labels, float(value)))
 
-    for report in reports:
-        for f in [report.fleet, *report.tenants]:
-            labels = {"scope": f.scope, "month": report.month}
-            add("slicemeter_dividend_sharing_factor", labels, f.sharing_factor)
-            add("slicemeter_dividend_containers_per_gpu", labels, f.containers_per_gpu)
-            add("slicemeter_dividend_gpus_in_use", labels, f.gpus_in_use)
-            add("slicemeter_dividend_gpus_needed", labels, f.gpus_needed)
-            add("slicemeter_dividend_gpus_avoided", labels, f.gpus_avoided)
-            add("slicemeter_dividend_utilization_ratio", labels, f.utilization)
-            add("slicemeter_dividend_monthly_cost_avoided", {**labels, "currency": f.currency or ""},
-                f.monthly_cost_avoided if f.currency else None)
-            add("slicemeter_dividend_energy_avoided_kwh", labels, f.kwh_avoided)
-            add("slicemeter_dividend_co2e_avoided_grams", labels, f.co2e_kg_avoided * 1000)
-    return out
+def dividend_metrics(reports: list[Report]) -> Samples:
+    """DIVIDEND_METRICS' samples for the fleet and each tenant of each report's month."""
+    return samples(DIVIDEND_METRICS, (({"scope": f.scope, "month": report.month, "currency": f.currency or ""}, f)
+                                      for report in reports for f in [report.fleet, *report.tenants]))
 
 
 def previous_month(month: str) -> str:

@@ -62,6 +62,13 @@ def run(args: argparse.Namespace) -> int:
     con = _open(existing_db(args.db))
     try:
         bill = compute_bill(con, args.month, args.basis, args.idle, args.share, catalog, args.tenant)
+        if not bill.detail_records:
+            # the FinOps validator refuses a FOCUS file without rows (its allowed-value
+            # rules need a value to check), so an empty month is refused, not written
+            who = f" for tenant {args.tenant}" if args.tenant else ""
+            print(f"slicemeter export: {args.month}{who} has no charge to bill (no metered GPU-hours, no "
+                  "corrections): no files written", file=sys.stderr)
+            return 4
         con.execute(f"SET memory_limit = '{FILES_MEMORY_LIMIT}'")
         paths = write_exports(con, bill, args.out, args.tenant)
     except InvariantError as exc:

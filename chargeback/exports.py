@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from slicemeter.chargeback.bill import IDLE_NAMESPACE, Bill, parse_month
-from slicemeter.chargeback.csv_cells import FORMULA_LEAD, neutralise_csv_cell
+from slicemeter.csv_cells import FORMULA_LEAD, neutralise_csv_cell
 from slicemeter.common import DNS_LABEL_RE, ConfigError
 from slicemeter.store import registered, sql_text
 

@@ -18,6 +18,9 @@ SECONDS_PER_HOUR = 3600
 RAW_PER_UNIT = PRICE_SCALE * SHARE_SCALE * SECONDS_PER_HOUR
 RAW_PER_CENT = RAW_PER_UNIT // 100
 CENT = Decimal("0.01")
+# A bill's money columns (Decimal: the invoice's and the detail's); COST is the amount owed
+MONEY_COLUMNS = ("charge", "idle_share", "cost", "waste", "energy_cost")
+COST = "cost"
 
 
 def price_to_micro(price: Decimal) -> int:

@@ -7,6 +7,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
+from slicemeter.common import month_window
 from slicemeter.dashboard import access, data, fmt
 
 MONTH_KEY = "month"
@@ -55,7 +56,7 @@ def month() -> str:
 
 
 def bounds() -> dict[str, datetime]:
-    start, end = fmt.month_bounds(month())
+    start, end, _hours = month_window(month())
     return {"start": start, "end": end}
 
 

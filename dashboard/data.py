@@ -16,11 +16,14 @@ to the request's tenant (sql/scope/tenant.sql: the store's tables read as that t
 rows, every other table reads empty), chargeback and the export files are the full bill's
 rows of that tenant, and every cache key carries the scope, so one tenant's cached result
 never answers another's request (the fleet's bill is cached once for every scope and only
-the request's tenant's rows of it leave data.py).
+the request's tenant's rows of it leave data.py). The same holds for errors: a fleet-wide
+computation can fail on another tenant's data, and a tenant is shown only that its figure is
+unavailable (`Unavailable`), the whole message going to the dashboard's log.
 """
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 import threading
@@ -43,8 +46,26 @@ TENANT_PICK = "tenant_pick"   # session key of the tenant picker (a user granted
 _UNSET = object()
 
 
+log = logging.getLogger("slicemeter.dashboard")
+
+
 class NoDatabase(RuntimeError):
     pass
+
+
+class Unavailable(RuntimeError):
+    """A figure this request cannot have; its text is safe to show to the request's scope."""
+
+
+def unavailable(what: str, exc: Exception) -> Unavailable:
+    """The error a page shows for `exc`: its text for an unscoped (platform) request; for a
+    tenant, one that names nothing of the fleet, since the failing computation may have
+    read other tenants' nodes, GPUs and clusters. The whole text goes to the log."""
+    if scope() is None:
+        return Unavailable(f"{what}: {exc}")
+    log.error("%s failed for a tenant's request: %s", what, exc)
+    return Unavailable(f"{what} is unavailable: the platform's data or price catalog needs attention. "
+                       "The dashboard's log has the details for the platform team.")
 
 
 def script_option(name: str, env: str) -> str | None:
@@ -231,16 +252,19 @@ def chargeback(month: str, basis: str, idle: str) -> pd.DataFrame:
     same code and rows as `slicemeter export --tenant`."""
     _import("slicemeter.chargeback.bill")  # fail before touching the cache
     tenant = scope()
-    fleet = _fleet_chargeback(*store_key(), month, basis, idle)
+    try:
+        fleet = _fleet_chargeback(*store_key(), month, basis, idle)
+    except Exception as exc:  # the fleet's bill fails on any tenant's data: see unavailable()
+        raise unavailable("The month's bill", exc) from None
     return fleet if tenant is None else fleet[fleet["tenant"] == tenant].reset_index(drop=True)
 
 
 @st.cache_data(show_spinner="Computing the sharing dividend…", max_entries=64)
-def _dividend(path: str, version: tuple, month: str):
+def _dividend(path: str, version: tuple, tenant: str | None, month: str):
     div = _import("slicemeter.chargeback.dividend")
     from slicemeter.chargeback.prices import load_prices_or_default
 
-    with open_db(path) as con:
+    with open_db(path, tenant) as con:
         return div.dividend(con, month, load_prices_or_default(None))
 
 
@@ -248,7 +272,10 @@ def dividend(month: str):
     """slicemeter.chargeback.dividend.dividend on this database, at the default price catalog: the same
     figures as `slicemeter report`."""
     _import("slicemeter.chargeback.dividend")
-    return _dividend(*store_key(), month)
+    try:
+        return _dividend(*store_key(), scope(), month)
+    except Exception as exc:
+        raise unavailable("The sharing dividend", exc) from None
 
 
 @st.cache_data(show_spinner="Writing the month's exports…", max_entries=32)
@@ -263,6 +290,8 @@ def _exports(path: str, version: tuple, tenant: str | None, month: str, basis: s
              "--out", out, "--basis", basis, "--idle", idle, *(["--tenant", tenant] if tenant else [])],
             capture_output=True, text=True, timeout=300,
         )
+        if proc.returncode == 4:   # nothing to bill in the month for this scope: no files
+            return {}
         if proc.returncode != 0:
             raise RuntimeError(f"slicemeter export failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
         return {p.name: p.read_bytes() for p in sorted(Path(out).rglob("*")) if p.is_file()}
@@ -273,7 +302,10 @@ def exports(month: str, basis: str, idle: str) -> dict[str, bytes]:
     in a child process, so the dashboard shows exactly what the CLI writes (with --tenant
     when this request is scoped to one)."""
     _import("slicemeter.chargeback.exports")
-    return _exports(*store_key(), scope(), month, basis, idle)
+    try:
+        return _exports(*store_key(), scope(), month, basis, idle)
+    except RuntimeError as exc:
+        raise unavailable("The month's export", exc) from None
 
 
 def price_catalog():
@@ -290,11 +322,5 @@ def price_catalog():
 
 def carbon_intensity(default: float = 320.0) -> float:
     """gCO2e per kWh from the price catalog's electricity section, else `default`."""
-    import yaml
-
-    prices = Path(os.environ.get("SLICEMETER_PRICES", Path(__file__).resolve().parent.parent / "examples" / "prices.yaml"))
-    try:
-        value = (yaml.safe_load(prices.read_text()) or {}).get("electricity", {}).get("carbon_g_per_kwh")
-        return float(value) if value is not None else default
-    except (OSError, yaml.YAMLError, AttributeError, TypeError, ValueError):
-        return default
+    catalog = price_catalog()
+    return float(catalog.carbon_g_per_kwh) if catalog is not None and catalog.carbon_g_per_kwh else default

@@ -1,18 +1,10 @@
-"""Pure formatting and calendar helpers for the dashboard (no Streamlit, no I/O)."""
+"""Pure formatting helpers for the dashboard (no Streamlit, no I/O)."""
 from __future__ import annotations
 
-from datetime import datetime
 from decimal import ROUND_HALF_EVEN, Decimal
 
-from slicemeter.common import month_window
 
 CURRENCY_SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£", "JPY": "¥"}
-
-
-def month_bounds(month: str) -> tuple[datetime, datetime]:
-    """[start, end) of a 'YYYY-MM' month as naive UTC datetimes; ValueError names the input."""
-    start, end, _hours = month_window(month)
-    return start, end
 
 
 def pct(x: float | None, digits: int = 1) -> str:

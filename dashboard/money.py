@@ -1,37 +1,17 @@
-"""Reading the chargeback DataFrame for display: which columns hold money, totals in Decimal."""
+"""Reading the chargeback DataFrame for display: its money columns, totals in Decimal."""
 from __future__ import annotations
 
 from decimal import Decimal
 
 import pandas as pd
 
-from slicemeter.chargeback.money import RAW_PER_CENT, SHARE_SCALE, price_to_micro, round_half_up_div
+from slicemeter.chargeback.money import MONEY_COLUMNS, RAW_PER_CENT, SHARE_SCALE, price_to_micro, round_half_up_div
 
-# The preferred name of the billed amount, in order; else the last all-Decimal column.
-COST_NAMES = ("cost", "total_cost", "charge", "amount", "total", "billed")
-# Decimal columns that hold money (others hold GPU-hours, kWh, gCO2e)
-MONEY_NAMES = ("charge", "idle_share", "cost", "waste", "energy_cost", "amount", "total", "billed")
-
-
-def decimal_columns(df: pd.DataFrame) -> list[str]:
-    out = []
-    for col in df.columns:
-        vals = df[col].dropna()
-        if len(vals) and all(isinstance(v, Decimal) for v in vals):
-            out.append(col)
-    return out
 
 
 def money_columns(df: pd.DataFrame) -> list[str]:
-    return [c for c in decimal_columns(df) if c in MONEY_NAMES or c.endswith(("_cost", "price"))]
-
-
-def cost_column(df: pd.DataFrame) -> str | None:
-    dec = decimal_columns(df)
-    for name in COST_NAMES:
-        if name in dec:
-            return name
-    return dec[-1] if dec else None
+    """The bill's money columns that `df` holds (chargeback/money.py names them)."""
+    return [c for c in MONEY_COLUMNS if c in df.columns]
 
 
 def currency(df: pd.DataFrame, default: str = "USD") -> str:

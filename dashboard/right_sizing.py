@@ -11,6 +11,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
+from slicemeter.dashboard import fmt
 from slicemeter.dashboard.data import connection_scope
 from slicemeter.chargeback.prices import DEFAULT_PRICES as PRICES_FILE
 from slicemeter.rightsizing.plan import build_plan
@@ -98,7 +99,7 @@ def render(con, month: str) -> None:
     c[0].metric("GPUs freeable", f"{s['gpus_freeable']:,} of {s['gpus_total']:,}",
                 help=f"{s['nodes_freeable']} whole nodes")
     c[1].metric("Monthly saving",
-                f"{s['monthly_saving']:,} {s['currency']}" if s["currency"] else "n/a",
+                fmt.money(s["monthly_saving"], s["currency"]) if s["currency"] else "n/a",
                 help="freed GPUs x catalog price per GPU-hour x hours in the month")
     c[2].metric("Utilization", f"{s['projected_utilization']:.1%}",
                 delta=f"{s['projected_utilization'] - s['utilization_today']:+.1%} vs today "

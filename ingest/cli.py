@@ -154,8 +154,8 @@ def run(args: argparse.Namespace) -> int:
         metrics.serve(args.metrics_port, args.metrics_listen)
     refresher = None
     if args.recommend_interval:
-        from slicemeter.rightsizing.refresher import RecommendRefresher
-        refresher = RecommendRefresher(args.snapshot, args.recommend_interval, metrics.recommend, prices,
+        from slicemeter.ingest.headlines import HeadlineRefresher
+        refresher = HeadlineRefresher(args.snapshot, args.recommend_interval, metrics.recommend, prices,
                                        dividend=metrics.dividend).start()
     cfg = IngestConfig(
         bootstrap=args.kafka, db=args.db, topic=args.topic, group=args.group or None,

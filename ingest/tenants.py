@@ -18,6 +18,7 @@ from pathlib import Path
 import duckdb
 from prometheus_client.parser import text_string_to_metric_families
 
+from slicemeter import clock
 from slicemeter.store import sql_text, transaction
 from slicemeter.common import ConfigError
 from slicemeter.config_schema import Schema, YamlLines, validate
@@ -181,10 +182,9 @@ def _utc_naive(iso: str | None) -> datetime | None:
     if not iso:
         return None
     try:
-        t = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+        return clock.parse_instant(iso).replace(tzinfo=None)
     except ValueError:
         raise ConfigError(f"tenant catalog: {iso!r} is not an RFC 3339 time") from None
-    return (t.astimezone(timezone.utc) if t.tzinfo else t).replace(tzinfo=None)
 
 
 def keep_names(previous: list[Tenant], imported: list[Tenant]) -> list[Tenant]:

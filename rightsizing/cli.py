@@ -9,6 +9,7 @@ import argparse
 import csv
 from pathlib import Path
 
+from slicemeter.csv_cells import neutralise_csv_cell
 from slicemeter.chargeback.prices import DEFAULT_PRICES, load_prices_or_default
 from slicemeter.common import ConfigError, existing_db, month_window, named
 
@@ -32,8 +33,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top", type=int, default=20, help="slices to print")
 
 
+def _safe_cell(value):
+    """Names in a plan are the tenants' own (namespace, pod, container, a node's GPU model):
+    written as a spreadsheet shows text, never as a formula."""
+    return neutralise_csv_cell(value) if isinstance(value, str) else value
+
+
 def _write_csv(path: Path, df) -> None:
-    df.to_csv(path, index=False, quoting=csv.QUOTE_MINIMAL)
+    text = df.select_dtypes(include=["object", "string"]).columns
+    df.assign(**{c: df[c].map(_safe_cell) for c in text}).to_csv(path, index=False, quoting=csv.QUOTE_MINIMAL)
 
 
 def format_summary(s: dict) -> str:
@@ -94,6 +102,6 @@ def run(args: argparse.Namespace) -> int:
             w = csv.writer(fh)
             w.writerow(["key", "value"])
             for k, v in plan.summary.items():
-                w.writerow([k, ";".join(v) if isinstance(v, list) else v])
+                w.writerow([k, _safe_cell(";".join(v) if isinstance(v, list) else v)])
         print(f"\nwrote {out}/slices.csv, placement.csv, groups.csv, summary.csv")
     return 0

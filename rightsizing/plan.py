@@ -26,6 +26,7 @@ import pandas as pd
 
 from slicemeter.rightsizing import packing
 from slicemeter.common import MiB, month_window
+from slicemeter.headline import Family, Samples, samples
 from slicemeter.store import registered, sql_text
 
 
@@ -399,15 +400,16 @@ def build_plan(con, month: str, headroom: float = 0.2, prices=None, *, currency:
     return Plan(month, headroom, slices, placement, groups, summary)
 
 
-def headline_metrics(plan: Plan) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """Prometheus samples for ingest's collector (ingest/metrics.py): metric name -> [(labels, value)].
-    Floats are fine here: a gauge on a dashboard, never summed into a bill."""
-    s = plan.summary
-    out: dict[str, list[tuple[dict[str, str], float]]] = {
-        "slicemeter_recommend_freeable_gpus": [({}, float(s["gpus_freeable"]))],
-        "slicemeter_recommend_monthly_saving": [],
-    }
-    if s.get("currency"):
-        out["slicemeter_recommend_monthly_saving"].append(
-            ({"currency": s["currency"]}, float(s["monthly_saving"])))
-    return out
+# The current month's plan as ingest serves it (docs/metrics.md, "Ingest")
+RECOMMEND_METRICS = {
+    "slicemeter_recommend_freeable_gpus": Family(
+        "GPUs the current month's consolidation plan frees", (), lambda s: s["gpus_freeable"]),
+    "slicemeter_recommend_monthly_saving": Family(
+        "Monthly saving of the current month's plan at catalog prices", ("currency",),
+        lambda s: s["monthly_saving"] if s.get("currency") else None),
+}
+
+
+def headline_metrics(plan: Plan) -> Samples:
+    """RECOMMEND_METRICS' samples of `plan`."""
+    return samples(RECOMMEND_METRICS, [({"currency": plan.summary.get("currency") or ""}, plan.summary)])

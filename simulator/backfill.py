@@ -8,15 +8,14 @@ stderr follows simulated time.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import sys
 import time
 
 import numpy as np
 import pyarrow as pa
 
-from slicemeter import kafka_security, signing
-from slicemeter.common import ConfigError
+from slicemeter import clock, kafka_security, signing
+from slicemeter.common import ConfigError, MiB
 from slicemeter.progress import ProgressReporter
 
 MAX_ROWS_PER_MESSAGE = 50_000   # keeps messages well under Kafka's default 1 MB x lz4 / 10 MB limits
@@ -37,15 +36,21 @@ def configure(p: argparse.ArgumentParser) -> None:
     kafka_security.add_options(p)
 
 
+def bulk_producer(bootstrap: str, security: dict | None = None):
+    """A kafka-python producer for history: large lz4 batches (a message holds many Ticks of
+    a node, up to 16 MiB), unlike the exporter's one Tick at a time (exporter/publisher.py)."""
+    from kafka import KafkaProducer
+
+    return KafkaProducer(bootstrap_servers=bootstrap, compression_type="lz4", linger_ms=20,
+                         batch_size=MiB, max_request_size=16 * MiB, acks="all", **(security or {}))
+
+
 def parse_start(text: str) -> int:
     """UTC epoch milliseconds of a date or ISO date-time (naive = UTC)."""
     try:
-        when = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise ConfigError(f"--start: {text!r} is not a date (YYYY-MM-DD[THH:MM])") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
-    return int(when.timestamp() * 1000)
+        return int(clock.parse_instant(text, "--start").timestamp() * 1000)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def split_by_ticks(gpus: pa.Table, slices: pa.Table, max_rows: int = MAX_ROWS_PER_MESSAGE):
@@ -100,8 +105,6 @@ def _ensure_topic(bootstrap: str, topic: str, partitions: int, security: dict) -
 
 
 def run(args: argparse.Namespace) -> int:
-    from kafka import KafkaProducer
-
     from slicemeter.simulator.scenario import ScenarioError, load_scenario
     from slicemeter.simulator.timetravel import generate
     from slicemeter.tick import encode_tables
@@ -121,8 +124,7 @@ def run(args: argparse.Namespace) -> int:
     security = kafka_security.settings(args)
     key = signing.key_from_options(args.signing_key_file, args.signing_key_id)
     _ensure_topic(args.kafka, args.topic, args.partitions, security)
-    producer = KafkaProducer(bootstrap_servers=args.kafka, compression_type="lz4", linger_ms=20,
-                             batch_size=1 << 20, max_request_size=16 << 20, acks="all", **security)
+    producer = bulk_producer(args.kafka, security)
     progress = Progress(start_ms, end_ms, enabled=not args.no_progress)
     samples = messages = 0
     for node, gpus, slices in generate(scenario, start_ms, end_ms, interval_s=args.interval, seed=args.seed):

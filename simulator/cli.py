@@ -8,7 +8,6 @@ Pod lists go to `PODS_DIR/<node>.json` (the kubelet's /pods PodList), replaced a
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import logging
 import os
@@ -42,12 +41,9 @@ def _start_ms(value: str | None, interval_ms: int) -> int:
     if value.isdigit():
         return int(value)
     try:
-        t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return int(clock.parse_instant(value, "--start").timestamp() * 1000)
     except ValueError:
         raise ConfigError(f"--start: {value!r} is neither ISO 8601 nor epoch milliseconds") from None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=dt.timezone.utc)
-    return int(t.timestamp() * 1000)
 
 
 def _write_json(path: Path, doc: dict) -> None:

@@ -15,6 +15,7 @@ from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from slicemeter import store
+from slicemeter.simulator.backfill import bulk_producer
 from slicemeter.tick import encode_tables
 
 TOPIC = "slicemeter.ticks"
@@ -32,8 +33,7 @@ def create_topic(bootstrap: str, topic: str = TOPIC, partitions: int = 4, deadli
 
 
 def producer(bootstrap: str) -> KafkaProducer:
-    return KafkaProducer(bootstrap_servers=bootstrap, compression_type="lz4", linger_ms=20,
-                         batch_size=1 << 20, max_request_size=16 << 20, acks="all")
+    return bulk_producer(bootstrap)
 
 
 def produce_chunks(bootstrap: str, chunks, topic: str = TOPIC) -> tuple[int, int]:

@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 
 from slicemeter.testkit.cb_rows import add_gpu, add_slice, add_tenants
-from slicemeter.chargeback.csv_cells import neutralise_csv_cell
+from slicemeter.csv_cells import neutralise_csv_cell
 from slicemeter.store import connect
 from slicemeter.cli import main
 
@@ -31,14 +31,20 @@ def test_numbers_and_ordinary_text_are_unchanged(cell):
     assert neutralise_csv_cell(cell) == cell
 
 
-def test_exported_csvs_carry_no_formula_and_keep_numbers(tmp_path, monkeypatch):
-    monkeypatch.setattr(sys, "argv", sys.argv[:])   # main() sets sys.argv; later tests read it
+def _hostile_db(tmp_path):
+    """A month with a pod, a namespace and a GPU model named like formulas."""
     db = tmp_path / "m.duckdb"
     con = connect(db)
     add_tenants(con)
     add_gpu(con, model="@NVIDIA(1)")
     add_slice(con, "=cmd()", 0.5, 0.1, namespace=HOSTILE_NS)
     con.close()
+    return db
+
+
+def test_exported_csvs_carry_no_formula_and_keep_numbers(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", sys.argv[:])   # main() sets sys.argv; later tests read it
+    db = _hostile_db(tmp_path)
     assert main(["export", "--db", str(db), "--month", "2026-11", "--out", str(tmp_path / "o"),
                  "--prices", str(_prices(tmp_path))]) == 0
     for name in ("invoice-2026-11.csv", "focus-2026-11.csv"):
@@ -51,6 +57,21 @@ def test_exported_csvs_carry_no_formula_and_keep_numbers(tmp_path, monkeypatch):
     assert sum(Decimal(r["cost"]) for r in inv) == Decimal("1.00")   # the GPU-hour, all numeric
     assert {r["namespace"] for r in inv} == {"'" + HOSTILE_NS, "(idle)"}
     assert {r["gpu_model"] for r in inv} == {"'@NVIDIA(1)"}
+
+
+def test_recommend_csvs_carry_no_formula(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", sys.argv[:])
+    db = _hostile_db(tmp_path)
+    out = tmp_path / "plan"
+    assert main(["recommend", "--db", str(db), "--month", "2026-11", "--out", str(out),
+                 "--prices", str(_prices(tmp_path))]) == 0
+    cells = {name: [c for r in list(csv.reader(io.StringIO((out / name).read_text())))[1:] for c in r]
+             for name in ("slices.csv", "placement.csv", "groups.csv", "summary.csv")}
+    for name, found in cells.items():
+        assert not [c for c in found if c.startswith(("=", "+", "@", "\t", "\r"))], name
+        assert not [c for c in found if c.startswith("-") and not _is_number(c)], name
+    assert "'" + HOSTILE_NS in cells["slices.csv"] and "'=cmd()" in cells["slices.csv"]
+    assert "'@NVIDIA(1)" in cells["groups.csv"]
 
 
 def _is_number(cell: str) -> bool:

@@ -68,10 +68,10 @@ def record_frames(page) -> list[bytes]:
     return frames
 
 
-def visit_every_page(page, url: str, artifacts_dir, name: str) -> dict[str, str]:
+def visit_every_page(page, url: str, artifacts_dir, name: str, pages=PAGES) -> dict[str, str]:
     texts = {}
     frames = record_frames(page)
-    for path, markers in PAGES:
+    for path, markers in pages:
         page.goto(url + path)
         for marker in markers:
             page.wait_for_selector(marker, timeout=60_000)

@@ -98,7 +98,7 @@ def test_fleet_headline_is_the_sharing_dividend_and_the_months_cost(fleet_db, ra
     finally:
         con.close()
     # tenant charges plus idle: every metered GPU-hour at its catalog price, as chargeback has it
-    assert metric(at, "Month's GPU cost") == fmt.money(bill.gpu_cost)
+    assert metric(at, "GPU cost (month to date)") == fmt.money(bill.gpu_cost)
 
 
 def test_fleet_month_switch_and_new_data_invalidate_cache(fleet_db, raw, monkeypatch, tmp_path):
@@ -160,8 +160,7 @@ def test_tenants_costs_come_from_chargeback(fleet_db, monkeypatch):
         con = connect(fleet_db, read_only=True)
         bill = chargeback(con, MONTH, basis=basis, idle=idle)
         con.close()
-        col = money.cost_column(bill)
-        total = sum(bill[col], Decimal(0))
+        total = sum(bill["cost"], Decimal(0))
         assert total > 0
         assert metric(at, "Total") == fmt.money(total, money.currency(bill))
 
@@ -270,6 +269,24 @@ def test_right_sizing_page(fleet_db, monkeypatch):
     else:  # recommend's page rendered inside this app, on this month's data
         assert [t.value for t in at.title] == ["Right-sizing"]
         assert metric(at, "GPUs freeable").endswith("of 10")
+        assert metric(at, "Monthly saving").startswith("$")   # money reads alike on every page
+
+
+def test_tenants_cost_table_gives_the_idle_line_numbers_not_none(fleet_db, monkeypatch):
+    at = app(fleet_db, monkeypatch, "tenants")
+    costs = table_by_title(at, "cost_text")[0]
+    idle = costs[costs["tenant"] == "platform"]
+    assert len(idle) == 1
+    assert idle[["allocated_gpu_h", "used_gpu_h"]].values.tolist() == [[0.0, 0.0]]
+
+
+def test_tenants_trend_leaves_out_the_day_still_running(fleet_db, monkeypatch):
+    monkeypatch.setenv("SLICEMETER_NOW", "2026-11-15T12:00Z")
+    at = app(fleet_db, monkeypatch, "tenants")
+    assert any("2026-11-15 (UTC) is still running" in c.value for c in at.caption)
+    monkeypatch.setenv("SLICEMETER_NOW", "2026-12-02T00:00Z")   # the month is over: every day drawn
+    at = app(fleet_db, monkeypatch, "tenants")
+    assert not any("still running" in c.value for c in at.caption)
 
 
 def test_no_database_is_a_clear_error(monkeypatch, tmp_path):

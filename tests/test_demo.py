@@ -171,10 +171,10 @@ def months_in(snapshot: Path) -> dict[str, int]:
 def short_lived_reservations(snapshot: Path, month: str) -> set[str]:
     """Pods the Waste page lists as short-lived idle reservations in `month` (its own query
     and thresholds: lived under 24 h, idle at least half the time)."""
-    from slicemeter.dashboard import fmt
+    from slicemeter.common import month_window
     from slicemeter.store import connect, sql_text
 
-    start, end = fmt.month_bounds(month)
+    start, end, _hours = month_window(month)
     con = connect(snapshot, read_only=True)
     try:
         return set(con.execute(sql_text("dashboard/short_reservations.sql"), {

@@ -81,6 +81,14 @@ def test_the_files_are_written_with_duckdbs_memory_bound_lowered(month_db, tmp_p
     assert seen["limit"] == reported(export_cli.FILES_MEMORY_LIMIT) != reported(export_cli.MEMORY_LIMIT)
 
 
+@pytest.mark.parametrize("args", [("2026-09",), ("2026-11", "--tenant", "nosuch")], ids=["month", "tenant"])
+def test_a_month_without_charges_is_refused_and_writes_nothing(month_db, tmp_path, capsys, args):
+    out = tmp_path / "out"
+    assert export(month_db, out, *args) == 4
+    assert not out.exists() or not any(out.iterdir())
+    assert "has no charge to bill" in capsys.readouterr().err
+
+
 def test_invoice_csv_columns_and_total(month_db, tmp_path):
     assert export(month_db, tmp_path / "o") == 0
     rows = read_csv(tmp_path / "o" / "invoice-2026-11.csv")

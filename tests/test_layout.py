@@ -21,13 +21,14 @@ MAY_IMPORT = {
     "simulator": {"core"},
     "exporter": {"core", "simulator"},          # simulator: only for --simulate's fake NVML
     "store": {"core", "sql"},
-    "ingest": {"core", "store", "chargeback", "rightsizing"},   # the prices and the plan refresher it hosts
+    "ingest": {"core", "store", "chargeback", "rightsizing"},   # prices; the headline figures it serves
     "chargeback": {"core", "store"},
-    "rightsizing": {"core", "store", "chargeback", "ingest"},    # ingest: the metric it refreshes
+    "rightsizing": {"core", "store", "chargeback"},
     "dashboard": {"core", "store", "chargeback", "rightsizing"},
 }
 NEVER = {("exporter", "ingest"), ("exporter", "chargeback"), ("exporter", "dashboard"), ("exporter", "store"),
-         ("simulator", "exporter"), ("dashboard", "ingest"), ("chargeback", "dashboard"), ("store", "ingest")}
+         ("simulator", "exporter"), ("dashboard", "ingest"), ("chargeback", "dashboard"), ("store", "ingest"),
+         ("rightsizing", "ingest"), ("chargeback", "ingest")}
 PACKAGES = {"exporter", "simulator", "ingest", "store", "chargeback", "rightsizing", "dashboard", "sql", "testkit"}
 
 
@@ -80,6 +81,41 @@ def test_imports_point_left(folder):
     assert not wrong, "\n".join(wrong)
     for a, b in NEVER:
         assert a != folder or b not in MAY_IMPORT[folder]
+
+
+def a_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A path that comes back to where it started, or None: the graph is a hierarchy."""
+    state: dict[str, str] = {}
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                return path[path.index(nxt):] + [nxt] if nxt in path else path + [nxt]
+            if nxt not in state and (found := visit(nxt, path + [nxt])):
+                return found
+        state[node] = "done"
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start, [start])):
+            return found
+    return None
+
+
+def test_no_folder_imports_itself_back_through_another():
+    """Folders form a hierarchy, in the imports they make and in the table that allows them."""
+    made = {folder: {package_of(m) for f in folder_modules(folder) for m, _ in imports_of(f)} - {folder}
+            for folder in MAY_IMPORT}
+    assert a_cycle(made) is None, " -> ".join(a_cycle(made))
+    allowed = {folder: targets - {folder} for folder, targets in MAY_IMPORT.items()}
+    assert a_cycle(allowed) is None, " -> ".join(a_cycle(allowed))
+
+
+def test_the_cycle_check_sees_a_loop():
+    assert a_cycle({"ingest": {"rightsizing"}, "rightsizing": {"core", "ingest"}, "core": set()}) == \
+        ["ingest", "rightsizing", "ingest"]
+    assert a_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
 
 
 def test_the_checker_sees_a_wrong_import(tmp_path):

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from slicemeter.ingest.metrics import IngestMetrics
 from slicemeter.chargeback.prices import DEFAULT_PRICES, load_prices
 from slicemeter.rightsizing.plan import build_plan
-from slicemeter.rightsizing.refresher import RecommendRefresher
+from slicemeter.ingest.headlines import HeadlineRefresher
 from slicemeter.store import connect
 from slicemeter.testkit.recommend_rows import build_fleet
 from slicemeter.cli import main
@@ -54,7 +54,7 @@ def test_served_figures_match_the_plan(tmp_path, served):
     metrics, port = served
     snapshot = tmp_path / "snapshot.duckdb"
     catalog = load_prices(DEFAULT_PRICES)
-    refresher = RecommendRefresher(snapshot, 0.2, metrics.recommend, catalog, now=lambda: NOV).start()
+    refresher = HeadlineRefresher(snapshot, 0.2, metrics.recommend, catalog, now=lambda: NOV).start()
     try:
         # no snapshot yet: nothing is served rather than a made-up 0
         assert refresher.refresh() is False
@@ -83,7 +83,7 @@ def test_a_month_without_data_frees_nothing(tmp_path, served):
     build_fleet(con)
     con.close()
     october = datetime(2026, 10, 5, tzinfo=timezone.utc)
-    assert RecommendRefresher(snapshot, 60, metrics.recommend, load_prices(DEFAULT_PRICES),
+    assert HeadlineRefresher(snapshot, 60, metrics.recommend, load_prices(DEFAULT_PRICES),
                               now=lambda: october).refresh()
     got = scrape(port)
     assert got["slicemeter_recommend_freeable_gpus"] == [({}, 0.0)]
@@ -116,7 +116,7 @@ def test_dividend_figures_are_served_beside_the_plan(tmp_path, served):
     build_fleet(con)
     con.close()
     catalog = load_prices(DEFAULT_PRICES)
-    assert RecommendRefresher(snapshot, 60, metrics.recommend, catalog, now=lambda: NOV,
+    assert HeadlineRefresher(snapshot, 60, metrics.recommend, catalog, now=lambda: NOV,
                               dividend=metrics.dividend).refresh()
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
         families = {f.name: f for f in text_string_to_metric_families(r.read().decode())}

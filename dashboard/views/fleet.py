@@ -13,33 +13,39 @@ hourly = data.query("fleet_hourly", **b)
 if common.no_rows(hourly, "metered GPU-hours"):
     st.stop()
 
-div = data.dividend(common.month())
-fd = div.fleet
 st.subheader("Sharing dividend")
+try:
+    div = data.dividend(common.month())
+except data.Unavailable as exc:
+    div = None
+    st.error(str(exc))
 
 
-def money(amount) -> str:
+def money(amount, currency) -> str:
     """At catalog prices; a dash without a price catalog ($SLICEMETER_PRICES)."""
-    return fmt.money(amount, fd.currency) if fd.currency else "–"
+    return fmt.money(amount, currency) if currency else "–"
 
 
-d1, d2, d3 = st.columns(3)
-d1.metric("Users on the same hardware", "–" if fd.sharing_factor is None else f"{fd.sharing_factor:.1f}x",
-          help="GPUs the same containers would need if each took whole GPUs, over the GPUs in use "
-               f"({fd.gpus_needed:.1f} / {fd.gpus_in_use:.1f}); {fd.containers} containers served.")
-d2.metric("Avoided GPUs", f"{fd.gpus_avoided:.1f}", help="Whole-GPU need minus GPUs in use, averaged over the month's metered hours.")
-d3.metric("Cost avoided / month", money(fd.monthly_cost_avoided),
-          help="The avoided GPUs at catalog prices, at this month's rate over the whole month.")
-d4, d5, d6 = st.columns(3)
-d4.metric("Month's GPU cost", money(fd.gpu_cost),
-          help="Metered GPU-hours at catalog prices: tenant charges plus idle.")
-d5.metric("Energy avoided", f"{fd.kwh_avoided:,.0f} kWh", help="Avoided GPU-hours at each model's measured idle power.")
-d6.metric("Carbon avoided", f"{fd.co2e_kg_avoided:,.0f} kgCO2e",
-          help=f"Energy avoided at {div.carbon_g_per_kwh:g} gCO2e/kWh, from the price catalog "
-               "(electricity.carbon_g_per_kwh).")
-st.caption(f"Utilization {fmt.pct(fd.utilization)} with sharing, {fmt.pct(fd.utilization_unshared)} if each container "
-           f"held whole GPUs; enterprise fleets typically run at 20-25 %. {fd.hours} of {div.month_hours} hours "
-           "metered. Definitions: docs/dividend.md.")
+if div is not None:
+    fd = div.fleet
+    d1, d2, d3 = st.columns(3)
+    d1.metric("Users on the same hardware", "–" if fd.sharing_factor is None else f"{fd.sharing_factor:.1f}x",
+              help="GPUs the same containers would need if each took whole GPUs, over the GPUs in use "
+                   f"({fd.gpus_needed:.1f} / {fd.gpus_in_use:.1f}); {fd.containers} containers served.")
+    d2.metric("Avoided GPUs", f"{fd.gpus_avoided:.1f}", help="Whole-GPU need minus GPUs in use, averaged over the month's metered hours.")
+    # the one projected figure of the row: both money labels say which kind they are
+    d3.metric("Cost avoided (whole month, projected)", money(fd.monthly_cost_avoided, fd.currency),
+              help="The avoided GPUs at catalog prices, at this month's rate so far, over the whole month.")
+    d4, d5, d6 = st.columns(3)
+    d4.metric("GPU cost (month to date)", money(fd.gpu_cost, fd.currency),
+              help="Metered GPU-hours so far at catalog prices: tenant charges plus idle.")
+    d5.metric("Energy avoided", f"{fd.kwh_avoided:,.0f} kWh", help="Avoided GPU-hours at each model's measured idle power.")
+    d6.metric("Carbon avoided", f"{fd.co2e_kg_avoided:,.0f} kgCO2e",
+              help=f"Energy avoided at {div.carbon_g_per_kwh:g} gCO2e/kWh, from the price catalog "
+                   "(electricity.carbon_g_per_kwh).")
+    st.caption(f"Utilization {fmt.pct(fd.utilization)} with sharing, {fmt.pct(fd.utilization_unshared)} if each container "
+               f"held whole GPUs; enterprise fleets typically run at 20-25 %. {fd.hours} of {div.month_hours} hours "
+               "metered. Definitions: docs/dividend.md.")
 
 util_7d, util_delta = fmt.trend(daily["utilization"].tolist())
 c1, c2, c3, c4, c5 = st.columns(5)

@@ -4,6 +4,8 @@ from decimal import Decimal
 import altair as alt
 import streamlit as st
 
+from slicemeter import clock
+from slicemeter.chargeback.money import COST
 from slicemeter.dashboard import catalog, common, data, fmt, money
 
 common.header("Tenants", "GPU-hours and cost by tenant (Kamaji control plane) and namespace")
@@ -29,21 +31,25 @@ try:
 except data.ModuleMissing as exc:
     bill = None
     st.warning(f"Costs unavailable: {exc}. The GPU-hours below are metered data; costs appear once chargeback is installed.")
+except data.Unavailable as exc:
+    bill = None
+    st.error(f"{exc} The GPU-hours below are metered data.")
 
-cost_col = money.cost_column(bill) if bill is not None else None
-if bill is not None and cost_col is not None:
+if bill is not None:
     cur = money.currency(bill)
-    totals = money.totals_by(bill, "tenant", cost_col)
-    grand = sum(totals[cost_col], Decimal(0))
+    totals = money.totals_by(bill, "tenant", COST)
+    grand = sum(totals[COST], Decimal(0))
     m1, m2 = st.columns([1, 3])
     m1.metric(f"Total ({basis}, idle {idle})", fmt.money(grand, cur))
     totals = totals.merge(per_tenant[["tenant", "display_name", "allocated_gpu_h", "used_gpu_h"]], on="tenant", how="left")
+    # the platform's idle line holds no slice: nothing allocated, nothing used
+    totals[["allocated_gpu_h", "used_gpu_h"]] = totals[["allocated_gpu_h", "used_gpu_h"]].fillna(0.0)
     # rows chargeback adds beyond the catalog: the platform's idle line, unassigned clusters
     totals["display_name"] = totals["display_name"].fillna(totals["tenant"].map(
         {"platform": "idle capacity (nobody's slice)", "unassigned": "not in the tenant catalog"}))
-    totals["cost_text"] = totals[cost_col].map(lambda d: fmt.money(d, cur))
-    totals["share"] = [float(d / grand) if grand else 0.0 for d in totals[cost_col]]
-    totals["cost_value"] = totals[cost_col].map(float)  # chart only; bills stay Decimal
+    totals["cost_text"] = totals[COST].map(lambda d: fmt.money(d, cur))
+    totals["share"] = [float(d / grand) if grand else 0.0 for d in totals[COST]]
+    totals["cost_value"] = totals[COST].map(float)  # chart only; bills stay Decimal
     with m2:
         common.chart(alt.Chart(totals).mark_bar().encode(
             x=alt.X("cost_value:Q", title=f"cost ({cur})"), y=alt.Y("tenant:N", sort="-x", title=None),
@@ -62,8 +68,6 @@ if bill is not None and cost_col is not None:
         for col in money.money_columns(detail):
             detail[col] = detail[col].map(lambda d: fmt.money(d, cur))
         st.dataframe(detail, hide_index=True, width="stretch")
-elif bill is not None:
-    st.warning("The chargeback result has no Decimal cost column; showing GPU-hours only.")
 
 st.subheader("GPU-hours by tenant")
 st.dataframe(per_tenant, hide_index=True, width="stretch",
@@ -72,6 +76,11 @@ st.dataframe(per_tenant, hide_index=True, width="stretch",
 
 st.subheader("Trend")
 daily = data.query("tenant_daily", **b)
+# the day still running holds only the hours so far: drawn, it would read as a drop
+today = clock.now().date()
+if (daily["day"].dt.date >= today).any():
+    daily = daily[daily["day"].dt.date < today]
+    st.caption(f"Whole days only: {today:%Y-%m-%d} (UTC) is still running.")
 common.chart(alt.Chart(daily).mark_area(opacity=0.85).encode(
     x=alt.X("day:T", title=None),
     y=alt.Y("allocated_gpu_h:Q", stack="zero", title="allocated GPU-hours per day"),

@@ -30,9 +30,9 @@ if not common.no_rows(waste, "slices"):
     w1.metric("Allocated but unused, all slices", fmt.gpu_hours(total))
     try:  # the money value of that waste, as chargeback prices it (allocation basis)
         bill = data.chargeback(common.month(), "allocation", "platform")
-    except data.ModuleMissing:
+    except (data.ModuleMissing, data.Unavailable):   # the figure goes; the Tenants page says why
         bill = None
-    if bill is not None and "waste" in money.decimal_columns(bill):
+    if bill is not None:
         cur = money.currency(bill)
         w2.metric("Paid for, not used (allocation basis)", fmt.money(sum(bill["waste"], Decimal(0)), cur),
                   help="chargeback's waste column: allocated minus used, at the GPU's price.")

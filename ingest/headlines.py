@@ -1,8 +1,9 @@
-"""`slicemeter ingest --recommend-interval S`: the right-sizing plan's headline figures as
-ingest metrics (docs/metrics.md, "Ingest").
+"""`slicemeter ingest --recommend-interval S`: the right-sizing plan's and the sharing
+dividend's headline figures as ingest metrics (docs/metrics.md, "Ingest").
 
-A background thread rebuilds the plan for the current UTC month every S seconds and hands
-slicemeter.rightsizing.plan.headline_metrics(plan) to the metrics collector. It reads the snapshot,
+A background thread rebuilds the plan and the dividend for the current UTC month every S
+seconds and hands their samples (slicemeter.rightsizing.plan.headline_metrics,
+slicemeter.chargeback.dividend.dividend_metrics) to the metrics collector. It reads the snapshot,
 as every other reader does, never the live file: the writer's transactions are not
 disturbed and the plan sees one consistent copy. A failed plan keeps the previous figures
 and is logged; the thread never stops ingest.
@@ -27,7 +28,7 @@ def utc_now() -> datetime:
     return clock.now()
 
 
-class RecommendRefresher:
+class HeadlineRefresher:
     def __init__(self, snapshot: Path, interval_s: float, headline: RecommendHeadline, prices=None,
                  headroom: float = 0.2, now: Callable[[], datetime] = utc_now, dividend: Headline | None = None):
         self.snapshot = Path(snapshot)
@@ -72,7 +73,7 @@ class RecommendRefresher:
                 planned = True
             self._stop.wait(self.interval_s if planned else min(self.interval_s, RETRY_S))
 
-    def start(self) -> "RecommendRefresher":
+    def start(self) -> "HeadlineRefresher":
         self._thread.start()
         return self
 
