@@ -59,7 +59,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clock-slack-seconds", type=float, default=600.0,
                    help="samples may be this far ahead of ingest's clock (and older than the raw retention by as much)")
     p.add_argument("--dedupe-window-seconds", type=float, default=3600.0,
-                   help="a node's instants remembered this long: a Tick repeating one is a duplicate")
+                   help="a node's instants checked in memory this long (older ones in the store): "
+                        "a Tick repeating one is a duplicate")
     kafka_security.add_options(p)
     p.add_argument("--prices", type=Path, metavar="FILE",
                    help="price catalog for --recommend-interval (default examples/prices.yaml when present)")

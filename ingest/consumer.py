@@ -211,7 +211,7 @@ class Ingestor:
         tick = decode(value)
         if self._one_by_one and (why := implausible(tick, self.cfg.limits, self.cfg.clock_ms())):
             return why
-        return repeated_key(tick) or self.bindings.check(tick, publisher) or self.instants.check(tick) or tick
+        return repeated_key(tick) or self.bindings.check(tick, publisher) or self.instants.check(tick, ask_store=bool(self._one_by_one)) or tick
 
     # ---- the broker's log against the stored offsets -------------------------------------
     def _check_resume(self, topic: str, partition: int, offset: int, key, value) -> bool:
@@ -475,7 +475,7 @@ class Ingestor:
                 now = time.monotonic()
                 if not self.lake and now - last_retention >= cfg.retention_every_s:
                     self.flush()
-                    apply_retention(self.con, cfg.raw_retention_days)
+                    apply_retention(self.con, cfg.raw_retention_days, accepted_age_ms=cfg.limits.max_age_ms)
                     self.held_slices = held_slice_table(self.con)  # it may have deleted held rows
                     last_retention = now
                 if reader and now - last_snapshot >= cfg.snapshot_interval_s and not reader.busy():

@@ -6,8 +6,9 @@
 - Bindings: a GPU UUID and a node belong to the cluster that first reported them; a
   message from another cluster naming them is a dead letter until an operator moves the
   binding (`slicemeter bindings move`).
-- Recent instants: a node reports each instant once; a message repeating an instant of
-  its node already taken in (the producer's resend, a replayed spool) is a duplicate.
+- Instants: a node reports each instant once; a message repeating an instant of its node
+  already taken in (the producer's resend, a replayed spool, a captured Tick sent again
+  under any key, on any partition) is a duplicate.
 
 Each check returns the reason a message is refused, or None; the consumer dead-letters it.
 """
@@ -25,6 +26,7 @@ import pyarrow.compute as pc
 import yaml
 
 from slicemeter import signing
+from slicemeter.store import sql_text
 from slicemeter.common import ConfigError
 from slicemeter.tick import TickBatch
 
@@ -120,23 +122,33 @@ class Bindings:
         return pending
 
 
-class RecentInstants:
-    """The instants (ts_ms) each node reported within `window_ms` of its latest one.
+def node_instants(batch: TickBatch) -> tuple[str | None, np.ndarray]:
+    """A message's node and the instants (ts_ms, sorted, each once) it reports, from its GPU
+    rows and its slice rows alike: a message of slice rows alone claims its instants too."""
+    table = batch.gpus if batch.gpus.num_rows else batch.slices
+    node = table.column("node")[0].as_py() if table.num_rows else None
+    return node, np.union1d(batch.gpus.column("ts_ms").to_numpy(), batch.slices.column("ts_ms").to_numpy())
 
-    Bounded memory: an instant older than that is not remembered, and a message that old
-    is not checked (a backfill of history, behind the live Ticks of the same node)."""
+
+def stored_instants(con: duckdb.DuckDBPyConnection, node: str, instants: np.ndarray) -> list[int]:
+    """The first few of `instants` (sorted) that the store holds for `node` already."""
+    return [t for (t,) in con.execute(sql_text("ingest/stored_instants.sql"), {
+        "node": node, "instants": instants.tolist(), "lo": int(instants[0]), "hi": int(instants[-1])}).fetchall()]
+
+
+class RecentInstants:
+    """The instants (ts_ms) each node reported within `window_ms` of its latest one, in
+    memory; older ones, and those of a node it does not know, are looked up in the store
+    (ingest_instants, kept as long as the timestamp window accepts them), so a Tick is
+    refused however late it comes back. Live Ticks cost no lookup."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, window_ms: int):
+        self.con = con
         self.window_ms = window_ms
         self.latest: dict[str, int] = {}
         self.pruned_at: dict[str, int] = {}
         self.seen: dict[str, set[int]] = defaultdict(set)
-        rows = con.execute("""
-            WITH latest AS (SELECT node_id, max(last_seen_ms) AS latest FROM gpu_inventory_latest GROUP BY node_id)
-            SELECT s.value, r.ts_ms FROM raw_gpu_rows r JOIN latest l USING (node_id)
-            JOIN ingest_strings s ON s.id = r.node_id
-            WHERE r.ts_ms >= (SELECT min(latest) FROM latest) - $w AND r.ts_ms >= l.latest - $w
-            GROUP BY ALL""", {"w": window_ms}).fetchall()
+        rows = con.execute(sql_text("ingest/recent_instants.sql"), {"w": window_ms}).fetchall()
         by_node: dict[str, list[int]] = defaultdict(list)
         for node, ts in rows:
             by_node[node].append(ts)
@@ -153,18 +165,18 @@ class RecentInstants:
             seen.difference_update([t for t in seen if t < horizon])
             self.pruned_at[node] = horizon
 
-    def check(self, batch: TickBatch) -> str | None:
-        """Why `batch` repeats instants already taken in, or None (and they are remembered)."""
-        table = batch.gpus if batch.gpus.num_rows else batch.slices
-        if not table.num_rows:
+    def check(self, batch: TickBatch, ask_store: bool = False) -> str | None:
+        """Why `batch` repeats instants already taken in, or None (and they are remembered).
+        One repeated instant refuses the whole message. `ask_store`: look in the store even
+        where memory covers the instants (another writer may have stored them)."""
+        node, instants = node_instants(batch)
+        if node is None:
             return None
-        node = table.column("node")[0].as_py()
-        instants = np.unique(table.column("ts_ms").to_numpy())
         seen = self.seen.get(node)
-        if seen:
-            horizon = self.latest[node] - self.window_ms
-            repeated = [int(t) for t in instants if int(t) in seen and t >= horizon]
-            if repeated:
-                return f"duplicate: node {node!r} already reported instant(s) {repeated[:3]} (ts_ms)"
+        repeated = [int(t) for t in instants if int(t) in seen] if seen else []
+        if not repeated and (ask_store or seen is None or instants[0] < self.latest[node] - self.window_ms):
+            repeated = stored_instants(self.con, node, instants)
+        if repeated:
+            return f"duplicate: node {node!r} already reported instant(s) {repeated[:3]} (ts_ms)"
         self._remember(node, instants.tolist())
         return None

@@ -18,10 +18,12 @@ import logging
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from slicemeter.store import registered, sql_text, transaction
 from slicemeter.store.script import execute_script
 from slicemeter.ingest.strings import StringIds
+from slicemeter.ingest.trust import node_instants
 from slicemeter import clock
 from slicemeter.tick import TickBatch
 
@@ -97,6 +99,7 @@ class Batch:
     digests: dict[tuple[str, int], bytes] = field(default_factory=dict)
     first_offsets: dict[tuple[str, int], int] = field(default_factory=dict)   # where it is read again from
     bindings: list[dict] = field(default_factory=list)   # GPUs and nodes first seen (ingest/trust.py)
+    instants: list[tuple[str, np.ndarray]] = field(default_factory=list)   # each message's node and instants
 
     def __bool__(self) -> bool:
         return bool(self.next_offsets)
@@ -113,6 +116,9 @@ class Batch:
         """Take in a decoded message's tables."""
         self.gpus.append(tick.gpus)
         self.slices.append(tick.slices)
+        node, instants = node_instants(tick)
+        if node is not None:
+            self.instants.append((node, instants))
         self.samples += tick.sample_count
         self.slice_rows += tick.slices.num_rows
 
@@ -144,6 +150,7 @@ class PreparedBatch:
     digests: dict[tuple[str, int], bytes] = field(default_factory=dict)
     bindings: list[dict] = field(default_factory=list)
     first_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    instants: pa.Table | None = None   # node_id, ts_ms: a row per instant of each message
 
 
 def fold_only() -> PreparedBatch:
@@ -200,11 +207,20 @@ def prepare(con: duckdb.DuckDBPyConnection, batch: Batch, strings: StringIds,
             gpu_hours = con.sql(sql_text("ingest/batch_gpu_hours.sql")).to_arrow_table()
             slice_hours = con.sql(sql_text("ingest/batch_slice_hours.sql")).to_arrow_table()
         inventory.known = known
+    instants = _instants_table(batch.instants, strings) if batch.instants else None
     return PreparedBatch(gpu=gpu, slice=rows, slice_held=slice_held, strings=strings.take_pending(),
                          inventory=touched, gpu_hours=gpu_hours, slice_hours=slice_hours, dead=batch.dead,
                          next_offsets=batch.next_offsets, source=batch.source,
                          samples=batch.samples, messages=batch.messages, digests=batch.digests,
-                         bindings=batch.bindings, first_offsets=batch.first_offsets)
+                         bindings=batch.bindings, first_offsets=batch.first_offsets, instants=instants)
+
+
+def _instants_table(instants: list[tuple[str, np.ndarray]], strings: StringIds) -> pa.Table:
+    """The batch's (node, instants) per message as node_id, ts_ms rows (its nodes' ids are
+    known: their rows were encoded first)."""
+    nodes = strings.ids([node for node, _ in instants])
+    return pa.table({"node_id": pa.array(np.repeat(nodes, [len(ts) for _, ts in instants]), strings.id_type),
+                     "ts_ms": pa.array(np.concatenate([ts for _, ts in instants]), pa.int64())})
 
 
 def rejected_message(batch: Batch | PreparedBatch, error: Exception, strings: pa.Table) -> PreparedBatch:
@@ -240,7 +256,17 @@ def _batch_tables(batch: PreparedBatch) -> dict[str, pa.Table]:
     if batch.gpu is not None and batch.slice is not None:
         tables |= {"batch_gpu": batch.gpu, "batch_inventory": batch.inventory,
                    "gpu_hour_delta": batch.gpu_hours, "slice_hour_delta": batch.slice_hours}
+    if batch.instants is not None:
+        tables["batch_instants"] = batch.instants
     return tables
+
+
+def _save_instants(con: duckdb.DuckDBPyConnection, tables: dict[str, pa.Table]) -> None:
+    """Refuse the batch if it repeats an instant of a node (within itself or stored),
+    else store its instants (sql/ingest/save_instants.sql)."""
+    if "batch_instants" in tables:
+        lo, hi = pc.min_max(tables["batch_instants"].column("ts_ms")).values()
+        execute_script(con, "ingest/save_instants.sql", {"lo": lo.as_py(), "hi": hi.as_py()})
 
 
 def _store_letters_bindings_offsets(con: duckdb.DuckDBPyConnection, batch: PreparedBatch,
@@ -272,6 +298,7 @@ def write_lake(con: duckdb.DuckDBPyConnection, batch: PreparedBatch) -> float:
     try:
         with transaction(con), registered(con, **tables):
             if "batch_gpu" in tables:
+                _save_instants(con, tables)
                 con.execute(sql_text("lake/apply_batch.sql"))
             elif batch.strings.num_rows:
                 con.execute(sql_text("lake/save_strings.sql"))
@@ -300,6 +327,7 @@ def write_prepared(con: duckdb.DuckDBPyConnection, batch: PreparedBatch) -> floa
 def _apply(con: duckdb.DuckDBPyConnection, batch: PreparedBatch, tables: dict) -> None:
     """The statements that store a prepared batch, its `tables` registered."""
     if "batch_gpu" in tables:
+        _save_instants(con, tables)
         con.execute(sql_text("ingest/apply_batch.sql"))
         if "batch_slice_head" in tables:
             con.execute(sql_text("ingest/store_slice_rows.sql"))
@@ -401,12 +429,16 @@ def reset_offset(con: duckdb.DuckDBPyConnection, topic: str, partition: int, res
         execute_script(con, script, params)
 
 
-def apply_retention(con: duckdb.DuckDBPyConnection, days: float, now_ms: int | None = None) -> None:
-    """Drop raw samples older than `days`; rollups are kept for ever."""
+def apply_retention(con: duckdb.DuckDBPyConnection, days: float, now_ms: int | None = None,
+                    accepted_age_ms: int = 0) -> None:
+    """Drop raw samples older than `days`; rollups are kept for ever. The instants nodes
+    reported stay while the timestamp window accepts a sample of their age
+    (`accepted_age_ms`, Limits.max_age_ms), so a replay is refused by one or the other."""
     now_ms = clock.now_ms() if now_ms is None else now_ms
     cutoff = now_ms - int(days * 86_400_000)
     with transaction(con):
-        execute_script(con, "ingest/retention.sql", {"cutoff": cutoff})
+        execute_script(con, "ingest/retention.sql",
+                       {"cutoff": cutoff, "instants_cutoff": min(cutoff, now_ms - accepted_age_ms)})
 
 
 class BatchWriterThread:

@@ -11,17 +11,20 @@ from decimal import Decimal
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pandas as pd
 import pytest
+from kafka import KafkaProducer
 
 from slicemeter import store
 from slicemeter.chargeback.bill import chargeback
 from slicemeter.dashboard import fmt, money
 from slicemeter.store import lake
 from slicemeter.testkit.dashboard_app import metric, run_app
-from slicemeter.testkit.ingest_helpers import (SLICEMETER, create_topic, expected_checksum, produce_chunks,
+from slicemeter.testkit.ingest_helpers import (SLICEMETER, TOPIC, create_topic, expected_checksum, produce_chunks,
                                                sigkill_within, wait_for_line)
-from slicemeter.testkit.synth_ticks import fleet, messages, recent_midnight_ms
+from slicemeter.testkit.synth_ticks import SynthNode, fleet, messages, node_tables, recent_midnight_ms
+from slicemeter.tick import encode_tables
 
 REPO = Path(__file__).resolve().parents[2]
 START = recent_midnight_ms()
@@ -261,3 +264,51 @@ def _read_while_writing(target: str, tmp_path: Path, monkeypatch) -> list[subpro
     return [subprocess.Popen([*SLICEMETER, *args, "--db", target, "--month", month], cwd=REPO,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for args in (["export", "--out", str(tmp_path / "out")], ["recommend"])]
+
+
+# ---- a replay on another partition ---------------------------------------------------
+
+HOUR, STEP = 3_600_000, 60_000
+T0 = recent_midnight_ms(days_ago=2) + 9 * HOUR
+NODE = SynthNode("node-a", "https://acme.example:6443", gpus=2, slices_per_gpu=2)
+
+
+def _produce_to(bootstrap: str, values: list[bytes], key: bytes, partition: int) -> None:
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    for value in values:
+        p.send(TOPIC, key=key, value=value, partition=partition)
+    p.flush()
+    p.close()
+
+
+def _ingest_until_idle(bootstrap: str, target: str) -> None:
+    done = subprocess.run([*SLICEMETER, "ingest", "--kafka", bootstrap, "--db", target, "--group", "",
+                           "--until-idle", "4"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def _billed_and_letters(target: str) -> tuple[list, list]:
+    con = store.connect(target, read_only=True)
+    try:
+        hours = con.execute("SELECT hour, sum(sample_count), round(sum(alloc_dominant_share_s), 6) "
+                            "FROM slice_hour GROUP BY 1 ORDER BY 1").fetchall()
+        letters = con.execute('SELECT "partition", error FROM dead_letters ORDER BY "offset"').fetchall()
+    finally:
+        con.close()
+    return hours, letters
+
+
+def test_a_replay_on_another_partition_of_a_lake_is_billed_once(broker, lake_db):
+    target, _ = lake_db
+    create_topic(broker.bootstrap, partitions=2)
+    ticks = [encode_tables(*node_tables(NODE, [ts], STEP)) for ts in np.arange(T0, T0 + int(3.5 * HOUR), STEP)]
+    _produce_to(broker.bootstrap, ticks, NODE.node.encode(), partition=0)
+    _ingest_until_idle(broker.bootstrap, target)
+    before, letters = _billed_and_letters(target)
+    assert before and not letters
+
+    _produce_to(broker.bootstrap, ticks[:60], b"another-key", partition=1)   # the first hour again
+    _ingest_until_idle(broker.bootstrap, target)
+    after, letters = _billed_and_letters(target)
+    assert after == before
+    assert len(letters) == 60 and all(p == 1 and e.startswith("duplicate") for p, e in letters)
