@@ -81,8 +81,12 @@ def run_ingest(bootstrap: str, tmp_path: Path, records: int, *extra: str, deadli
                                  "--snapshot-interval", "1", *extra],
                                 cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + deadline_s
-    consumed = -1
-    while proc.poll() is None and consumed < records:
+    consumed, alive = -1, True
+    while consumed < records:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)   # not Popen.poll: wait4 keeps the rusage
+        if pid:
+            alive = False
+            break
         assert time.monotonic() < deadline, f"{consumed} of {records} consumed:\n{log.read_text()[-3000:]}"
         time.sleep(0.2)  # polling interval; the condition is the reader file's offsets
         try:
@@ -90,10 +94,9 @@ def run_ingest(bootstrap: str, tmp_path: Path, records: int, *extra: str, deadli
                 consumed = con.execute("SELECT coalesce(sum(next_offset), 0) FROM ingest_offsets").fetchone()[0]
         except (duckdb.Error, OSError):
             pass   # not written yet, or being renamed over
-    alive = proc.poll() is None
     if alive:
         proc.send_signal(signal.SIGTERM)
-    _, status, usage = os.wait4(proc.pid, 0)
+        _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     return Run(alive, proc.returncode, usage.ru_maxrss * 1024, db, log.read_text())
 
@@ -114,7 +117,6 @@ def bound() -> int:
 def assert_survived(run: Run) -> None:
     assert run.alive_after_drain, f"ingest exited {run.returncode}:\n{run.log[-3000:]}"
     assert run.returncode == 0, run.log[-3000:]
-    print(f"peak RSS {run.peak_rss >> 20} MiB")
     assert run.peak_rss < bound(), f"peak RSS {run.peak_rss >> 20} MiB over the bound {bound() >> 20} MiB"
 
 
@@ -122,14 +124,19 @@ def assert_survived(run: Run) -> None:
 
 def test_a_column_claiming_more_nulls_than_rows_is_a_dead_letter(broker, tmp_path):
     create_topic(broker.bootstrap, partitions=1)
-    lie = null_count_lie(honest("node-a", 0))
-    produce(broker.bootstrap, [(b"node-a", lie, None), (b"node-a", encode_ticks([honest("node-a", 1)]), None)])
-    run = run_ingest(broker.bootstrap, tmp_path, 2)
+    lie_tick = honest("node-a", 0)
+    lie_tick.gpus = [dataclasses.replace(lie_tick.gpus[0], gpu_uuid=f"GPU-{g}", gpu_index=g) for g in range(3)]
+    lie = null_count_lie(lie_tick)        # sm_util_ratio: 8 nulls in 3 rows
+    produce(broker.bootstrap, [(b"node-a", lie, None)])      # alone in its batch
+    run = run_ingest(broker.bootstrap, tmp_path, 1)
     assert_survived(run)
     letters = dead_letters(run.db)
-    assert list(letters) == [0] and "claims 6 null(s) in 1 rows" in letters[0][0]
+    assert list(letters) == [0] and "claims 8 null(s) in 3 rows" in letters[0][0]
+    produce(broker.bootstrap, [(b"node-a", encode_ticks([honest("node-a", 1)]), None)])
+    assert_survived(run := run_ingest(broker.bootstrap, tmp_path, 2))
     con = store.connect(run.db)
     assert con.execute("SELECT ts_ms FROM raw_gpu").fetchall() == [(T0 + 10_000,)]
+    assert con.execute("SELECT count(*) FROM dead_letters").fetchone() == (1,)
 
 
 def test_a_decompression_bomb_is_refused_before_it_unpacks(broker, tmp_path):
