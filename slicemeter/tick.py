@@ -394,7 +394,9 @@ def _read_section(buf: memoryview, pos: int, what: str, budget: int) -> tuple[pa
     try:
         table = ipc.open_stream(pa.py_buffer(section)).read_all()
         table.validate(full=True)
-    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+    # any of Arrow's errors (a type it cannot read is malformed too); ValueError: one whose
+    # message quotes bytes that are not UTF-8
+    except (pa.ArrowException, OSError, ValueError) as exc:
         raise TickDecodeError(f"malformed {what} table: {exc}") from None
     if table.num_rows > MAX_ROWS:
         raise TickDecodeError(f"{what} table: {table.num_rows} rows, over the maximum of {MAX_ROWS}")

@@ -217,3 +217,45 @@ def test_a_hostile_topic_costs_only_its_poison(broker, tmp_path):
     chunks = [(t.node, *ticks_to_tables([t])) for t in honest_ticks]
     con = store.connect(run.db)
     assert con.execute(store.sql_text("testkit/sample_checksum.sql")).fetchone() == expected_checksum(chunks)
+
+
+# ---- the decoder's bounds, unit by unit --------------------------------------------------
+
+def test_decode_refuses_what_would_decode_past_its_cap():
+    from slicemeter.tick import MAX_DECODED_BYTES, MAX_ROWS, TickDecodeError, decode
+
+    with pytest.raises(TickDecodeError, match=f"over the maximum of {MAX_DECODED_BYTES}"):
+        decode(decompression_bomb(rows=MAX_ROWS, columns=16))         # 128 MiB in rows under the cap
+    with pytest.raises(TickDecodeError, match=f"rows, over the maximum of {MAX_ROWS}"):
+        decode(decompression_bomb(rows=MAX_ROWS + 1))
+
+
+def test_decode_caps_each_name_column():
+    from slicemeter.tick import NAME_MAX_BYTES, TickDecodeError, decode
+
+    t = honest("node-a", 0)
+    t.slices[0].namespace = "n" * NAME_MAX_BYTES["namespace"]
+    assert decode(encode_ticks([t])).slices.column("namespace")[0].as_py() == t.slices[0].namespace
+    t.slices[0].namespace += "n"
+    with pytest.raises(TickDecodeError, match="slice.namespace: a value of 64 bytes, over the 63-byte maximum"):
+        decode(encode_ticks([t]))
+
+
+def test_a_mangled_message_is_a_decode_error_or_a_tick_never_anything_else():
+    import random
+
+    from slicemeter.tick import TickBatch, TickDecodeError, decode
+
+    good = encode_ticks([honest("node-a", i) for i in range(3)])
+    rng = random.Random(7)
+    outcomes = {"decoded": 0, "refused": 0}
+    for _ in range(400):
+        mangled = bytearray(good)
+        for _ in range(rng.randint(1, 8)):
+            mangled[rng.randrange(len(mangled))] = rng.randrange(256)
+        try:
+            assert isinstance(decode(bytes(mangled)), TickBatch)
+            outcomes["decoded"] += 1
+        except TickDecodeError:
+            outcomes["refused"] += 1
+    assert outcomes["refused"] > 0 and sum(outcomes.values()) == 400
