@@ -34,7 +34,8 @@ from slicemeter.ingest.writer import (Batch, BatchWriterThread, InventoryCache, 
                            rejected_message, reset_offset, stored_positions, write_lake)
 from slicemeter.store import lake
 from slicemeter import clock
-from slicemeter.tick import Limits, TickBatch, TickDecodeError, decode, implausible, repeated_key
+from slicemeter.tick import (MAX_DECODED_BYTES, Limits, TickBatch, TickDecodeError, decode, implausible,
+                             repeated_key)
 
 log = logging.getLogger("slicemeter.ingest")
 # DuckDB 1.5 (a lake install's version, pyproject) runs out of 100 MB folding the demo's
@@ -49,6 +50,7 @@ class IngestConfig:
     topic: str = "slicemeter.ticks"
     group: str | None = "slicemeter-ingest"    # None: assign every partition, no group
     batch_samples: int = 250_000                # flush when a batch holds this many samples
+    batch_bytes: int = 64 << 20                 # ... or this many decoded bytes (the memory bound, docs/ingest.md)
     batch_max_s: float = 1.0                    # ... or when its first message is this old
     fold_every_batches: int = 8                 # rollup deltas wait this many batches at most, or a flush
     max_poll_records: int = 200
@@ -70,6 +72,24 @@ class IngestConfig:
     clock_ms: Callable[[], int] = field(default=clock.now_ms)   # the timestamp window's now (SLICEMETER_NOW too)
     kafka_security: dict = field(default_factory=dict)   # SASL / TLS settings of the KafkaConsumer
     extra: dict = field(default_factory=dict)   # more KafkaConsumer settings (tests)
+
+
+# The interpreter with pyarrow, DuckDB and kafka-python loaded, their threads and caches,
+# before any batch (measured idle: ~190 MiB), with room for the string-id and inventory
+# caches of a fleet's names.
+BASE_RSS_BYTES = 320 << 20
+# raw_slice_tail's rows held in memory (< ROW_GROUP_ROWS rows of ~170 bytes decoded)
+HELD_SLICE_BYTES = 24 << 20
+
+
+def memory_bound(cfg: IngestConfig, duckdb_memory_bytes: int) -> int:
+    """The peak RSS ingest stays under whatever the topic holds (docs/ingest.md, Memory):
+    the base, DuckDB's limit, Kafka's fetch buffers (the fetched records and their copy
+    as Python bytes), and three batches (the one being filled, the one prepared, the one
+    being written), each at most `batch_bytes` plus the one message that crossed it,
+    itself at most slicemeter.tick.MAX_DECODED_BYTES; the held-back slice rows."""
+    batch = cfg.batch_bytes + MAX_DECODED_BYTES
+    return BASE_RSS_BYTES + duckdb_memory_bytes + 2 * cfg.fetch_max_bytes + 3 * batch + HELD_SLICE_BYTES
 
 
 class _Rebalance(ConsumerRebalanceListener):
@@ -184,7 +204,7 @@ class Ingestor:
         except Exception as exc:  # noqa: BLE001 - any undecodable message costs only itself
             reason = f"undecodable: {exc!r}"
         if isinstance(reason, str):
-            b.dead.append(dead_letter(topic, partition, offset, key, value, reason))
+            b.add_dead(dead_letter(topic, partition, offset, key, value, reason))
         else:
             b.add_tables(reason)
             if self._one_by_one:
@@ -276,7 +296,8 @@ class Ingestor:
 
     def batch_full(self) -> bool:
         b = self.batch
-        return bool(b) and (b.full(self.cfg.batch_samples, self.held_slices.num_rows) or b.source is not None)
+        return bool(b) and (b.full(self.cfg.batch_samples, self.held_slices.num_rows) or b.source is not None
+                            or b.decoded_bytes >= self.cfg.batch_bytes)
 
     def batch_due(self) -> bool:
         return bool(self.batch) and (self.batch_full()
@@ -341,8 +362,11 @@ class Ingestor:
     def _implausible(self, b: Batch) -> str | None:
         """The first impossible value in a whole batch (one check for all its messages: the
         rare batch that has one is read again one message at a time, see _refusal)."""
-        whole = TickBatch(gpus=pa.concat_tables(b.gpus), slices=pa.concat_tables(b.slices), minor=0)
-        return implausible(whole, self.cfg.limits, self.cfg.clock_ms())
+        try:
+            whole = TickBatch(gpus=pa.concat_tables(b.gpus), slices=pa.concat_tables(b.slices), minor=0)
+            return implausible(whole, self.cfg.limits, self.cfg.clock_ms())
+        except Exception as exc:  # noqa: BLE001 - one by one, the message that raises is a dead letter
+            return f"checking the batch raised {exc!r}"
 
     def drain(self) -> None:
         """Wait until every handed-over batch is stored (or a rejected one dealt with)."""

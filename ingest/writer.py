@@ -32,7 +32,15 @@ log = logging.getLogger("slicemeter.ingest")
 _DEAD_SCHEMA = pa.schema([
     ("received_at", pa.timestamp("us")), ("topic", pa.string()), ("partition", pa.int32()),
     ("offset", pa.int64()), ("key", pa.binary()), ("payload", pa.binary()), ("error", pa.string()),
+    ("payload_bytes", pa.int64()), ("payload_sha256", pa.binary()),
 ])
+# What a dead letter keeps of its record: enough to recognise it (the payload's length and
+# SHA-256 find it in the log) and bounded, so that however much junk one batch reads, its
+# dead letters cost at most DEAD_LETTER_BYTES each (docs/ingest.md, Dead letters).
+DEAD_PAYLOAD_PREFIX = 1024
+DEAD_KEY_PREFIX = 256
+DEAD_ERROR_CHARS = 1024
+DEAD_LETTER_BYTES = DEAD_PAYLOAD_PREFIX + DEAD_KEY_PREFIX + 4 * DEAD_ERROR_CHARS + 256
 _OFFSET_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("next_offset", pa.int64()),
                             ("last_digest", pa.binary())])
 _BINDING_SCHEMA = pa.schema([("kind", pa.string()), ("name", pa.string()), ("cluster", pa.string())])
@@ -94,6 +102,7 @@ class Batch:
     samples: int = 0
     slice_rows: int = 0
     messages: int = 0
+    decoded_bytes: int = 0      # its messages' tables and dead letters in memory (the batch byte bound)
     # each partition's last record, and its digest (record_digest, taken once per batch)
     last_records: dict[tuple[str, int], tuple[bytes | None, bytes | None]] = field(default_factory=dict)
     digests: dict[tuple[str, int], bytes] = field(default_factory=dict)
@@ -121,6 +130,11 @@ class Batch:
             self.instants.append((node, instants))
         self.samples += tick.sample_count
         self.slice_rows += tick.slices.num_rows
+        self.decoded_bytes += tick.decoded_bytes
+
+    def add_dead(self, letter: dict) -> None:
+        self.dead.append(letter)
+        self.decoded_bytes += DEAD_LETTER_BYTES
 
 
 @dataclass
@@ -403,8 +417,15 @@ def write_batch(con: duckdb.DuckDBPyConnection, batch: Batch, strings: StringIds
 
 
 def dead_letter(topic: str, partition: int, offset: int, key: bytes | None, payload: bytes | None, error: str) -> dict:
+    """A refused record as a dead_letters row: prefixes of its key and payload, the
+    payload's length and SHA-256, the reason (cut to DEAD_ERROR_CHARS)."""
+    if len(error) > DEAD_ERROR_CHARS:
+        error = error[: DEAD_ERROR_CHARS - 1] + "\u2026"
     return {"received_at": dt.datetime.now(dt.timezone.utc).replace(tzinfo=None), "topic": topic,
-            "partition": partition, "offset": offset, "key": key, "payload": payload, "error": error}
+            "partition": partition, "offset": offset, "key": None if key is None else bytes(key[:DEAD_KEY_PREFIX]),
+            "payload": None if payload is None else bytes(payload[:DEAD_PAYLOAD_PREFIX]), "error": error,
+            "payload_bytes": None if payload is None else len(payload),
+            "payload_sha256": None if payload is None else hashlib.sha256(payload).digest()}
 
 
 def stored_offsets(con: duckdb.DuckDBPyConnection, topic: str) -> dict[int, int]:

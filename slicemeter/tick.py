@@ -157,6 +157,7 @@ class TickBatch:
     gpus: pa.Table
     slices: pa.Table
     minor: int
+    decoded_bytes: int = 0      # what its tables take in memory (the IPC bodies, decompressed)
 
     @property
     def sample_count(self) -> int:
@@ -236,18 +237,181 @@ def encode_ticks(ticks: Sequence[Tick]) -> bytes:
     return encode_tables(*ticks_to_tables(ticks))
 
 
-def _read_section(buf: memoryview, pos: int, what: str) -> tuple[pa.Table, int]:
+# ---- what one message may make the decoder allocate -----------------------------------
+# A message is untrusted until decoded, and Arrow believes the lengths, counts and
+# compressed sizes it declares: these bounds are checked on the IPC headers themselves
+# (`_ipc_body_bytes`) before Arrow allocates or decompresses anything, and the arrays are
+# validated in full before anything reads them.
+
+# Bytes a message's tables may take once decoded (decompressed), both sections together. A
+# backfill message (simulator/backfill.py, at most ~50,000 rows) decodes to under 8 MiB.
+MAX_DECODED_BYTES = 64 << 20
+MAX_ROWS = 1 << 20          # rows of one table (and values of one dictionary) in a message
+MAX_COLUMNS = 64            # columns of one table (this version has 30 slice columns)
+# Longest value of each string column, in UTF-8 bytes: Kubernetes names (RFC 1123 subdomain
+# 253, label 63), GPU UUIDs and models under the subdomain bound, a cluster's API server URL.
+NAME_MAX_BYTES = {
+    "node": 253, "pod": 253, "pod_uid": 253, "gpu_uuid": 253, "model": 253,
+    "namespace": 63, "container": 63, "source": 63, "cluster": 1024,
+}
+
+_U32, _I32, _U16, _I64 = struct.Struct("<I"), struct.Struct("<i"), struct.Struct("<H"), struct.Struct("<q")
+_NODE_OR_BUFFER = struct.Struct("<qq")      # FieldNode (length, null_count), Buffer (offset, length)
+# Message.fbs: the header union's types, and each table's field slots
+_SCHEMA, _DICTIONARY_BATCH, _RECORD_BATCH = 1, 2, 3
+
+
+class _FlatTable:
+    """Just enough of a FlatBuffers reader for Arrow IPC message headers; every read is
+    bounds-checked, so a lying header is a TickDecodeError, never a wild read."""
+
+    def __init__(self, buf: memoryview, pos: int, what: str):
+        self.buf, self.pos, self.what = buf, pos, what
+        vtable = pos - self._read(_I32, pos)
+        self.vtable, self.vtable_size = vtable, self._read(_U16, vtable)
+
+    def _read(self, fmt: struct.Struct, pos: int):
+        if pos < 0 or pos + fmt.size > len(self.buf):
+            raise TickDecodeError(f"malformed {self.what} table: an IPC header points outside itself")
+        return fmt.unpack_from(self.buf, pos)[0]
+
+    def _field(self, slot: int) -> int | None:
+        if 4 + 2 * slot + 2 > self.vtable_size:
+            return None
+        offset = self._read(_U16, self.vtable + 4 + 2 * slot)
+        return self.pos + offset if offset else None
+
+    def scalar(self, slot: int, fmt: struct.Struct, default: int = 0) -> int:
+        pos = self._field(slot)
+        return default if pos is None else self._read(fmt, pos)
+
+    def table(self, slot: int) -> "_FlatTable | None":
+        pos = self._field(slot)
+        return None if pos is None else _FlatTable(self.buf, pos + self._read(_U32, pos), self.what)
+
+    def structs(self, slot: int, fmt: struct.Struct, cap: int, name: str) -> list[tuple]:
+        """A vector of structs, refused past `cap` entries before any is read."""
+        pos = self._field(slot)
+        if pos is None:
+            return []
+        start = pos + self._read(_U32, pos)
+        count = self._read(_U32, start)
+        if count > cap:
+            raise TickDecodeError(f"{self.what} table: {count} {name}, over the maximum of {cap}")
+        if start + 4 + count * fmt.size > len(self.buf):
+            raise TickDecodeError(f"malformed {self.what} table: its {name} run past the IPC header")
+        return [fmt.unpack_from(self.buf, start + 4 + i * fmt.size) for i in range(count)]
+
+    def count(self, slot: int) -> int:
+        pos = self._field(slot)
+        return 0 if pos is None else self._read(_U32, pos + self._read(_U32, pos))
+
+
+def _batch_bytes(batch: _FlatTable, body: memoryview, what: str) -> int:
+    """Bytes a record (or dictionary) batch decodes to, from its declared buffers, after
+    checking its row and null counts and that every buffer lies inside its body."""
+    rows = batch.scalar(0, _I64)
+    if not 0 <= rows <= MAX_ROWS:
+        raise TickDecodeError(f"{what} table: a batch of {rows} rows, over the maximum of {MAX_ROWS}")
+    for length, nulls in batch.structs(1, _NODE_OR_BUFFER, MAX_COLUMNS, "columns"):
+        if not 0 <= length <= MAX_ROWS or not 0 <= nulls <= length:
+            raise TickDecodeError(f"{what} table: a column claims {nulls} null(s) in {length} rows")
+    compressed = batch.table(3) is not None
+    total = 0
+    for offset, length in batch.structs(2, _NODE_OR_BUFFER, 4 * MAX_COLUMNS, "buffers"):
+        if offset < 0 or length < 0 or offset + length > len(body):
+            raise TickDecodeError(f"{what} table: a buffer at {offset} of {length} bytes lies outside "
+                                  f"its {len(body)}-byte body")
+        if compressed and length:
+            if length < _I64.size:
+                raise TickDecodeError(f"{what} table: a compressed buffer of {length} bytes has no length prefix")
+            declared = _I64.unpack_from(body, offset)[0]   # -1: stored uncompressed
+            if declared < -1:
+                raise TickDecodeError(f"{what} table: a compressed buffer declares {declared} bytes")
+            total += length - _I64.size if declared == -1 else declared
+        else:
+            total += length
+    return total
+
+
+def _ipc_body_bytes(data: memoryview, what: str) -> int:
+    """Bytes an IPC stream's batches decode to, from the headers alone (nothing allocated
+    or decompressed); raises TickDecodeError past the bounds above."""
+    pos, total = 0, 0
+    while pos + _U32.size <= len(data):
+        meta_len = _U32.unpack_from(data, pos)[0]
+        pos += _U32.size
+        if meta_len == 0xFFFFFFFF:      # continuation marker, then the length
+            if pos + _I32.size > len(data):
+                break
+            meta_len = _U32.unpack_from(data, pos)[0]
+            pos += _I32.size
+        if meta_len == 0:               # end of stream
+            break
+        if pos + meta_len > len(data):
+            raise TickDecodeError(f"malformed {what} table: an IPC header of {meta_len} bytes, "
+                                  f"{len(data) - pos} left")
+        meta = data[pos : pos + meta_len]
+        pos += meta_len
+        if meta_len < _U32.size:
+            raise TickDecodeError(f"malformed {what} table: an IPC header of {meta_len} bytes")
+        message = _FlatTable(meta, _U32.unpack_from(meta, 0)[0], what)
+        kind, body_len = message.scalar(1, struct.Struct("<B")), message.scalar(3, _I64)
+        if body_len < 0 or pos + body_len > len(data):
+            raise TickDecodeError(f"malformed {what} table: a body of {body_len} bytes, {len(data) - pos} left")
+        body = data[pos : pos + body_len]
+        pos += body_len
+        header = message.table(2)
+        if kind == _SCHEMA and header is not None:
+            if (columns := header.count(1)) > MAX_COLUMNS:
+                raise TickDecodeError(f"{what} table: {columns} columns, over the maximum of {MAX_COLUMNS}")
+        elif kind == _DICTIONARY_BATCH and header is not None and (data_batch := header.table(1)) is not None:
+            total += _batch_bytes(data_batch, body, what)
+        elif kind == _RECORD_BATCH and header is not None:
+            total += _batch_bytes(header, body, what)
+        elif kind not in (_SCHEMA, _DICTIONARY_BATCH, _RECORD_BATCH):
+            raise TickDecodeError(f"{what} table: IPC message type {kind} is not a schema or batch")
+        if total > MAX_DECODED_BYTES:
+            raise TickDecodeError(f"{what} table decodes to over {total} bytes, over the maximum of "
+                                  f"{MAX_DECODED_BYTES}")
+    return total
+
+
+def _read_section(buf: memoryview, pos: int, what: str, budget: int) -> tuple[pa.Table, int, int]:
+    """(table, end position, decoded bytes) of one section; `budget`: the decoded bytes the
+    message may still take."""
     if pos + _LEN.size > len(buf):
         raise TickDecodeError(f"truncated message: no length for the {what} table at byte {pos}")
     (n,) = _LEN.unpack_from(buf, pos)
     pos += _LEN.size
     if pos + n > len(buf):
         raise TickDecodeError(f"truncated message: {what} table claims {n} bytes, {len(buf) - pos} left")
+    section = buf[pos : pos + n]
+    decoded = _ipc_body_bytes(section, what)
+    if decoded > budget:
+        raise TickDecodeError(f"the message decodes to over {MAX_DECODED_BYTES} bytes (its {what} table "
+                              f"{decoded}), over the maximum")
     try:
-        table = ipc.open_stream(pa.py_buffer(buf[pos : pos + n])).read_all()
-    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+        table = ipc.open_stream(pa.py_buffer(section)).read_all()
+        table.validate(full=True)
+    # any of Arrow's errors (a type it cannot read is malformed too); ValueError: one whose
+    # message quotes bytes that are not UTF-8
+    except (pa.ArrowException, OSError, ValueError) as exc:
         raise TickDecodeError(f"malformed {what} table: {exc}") from None
-    return table, pos + n
+    if table.num_rows > MAX_ROWS:
+        raise TickDecodeError(f"{what} table: {table.num_rows} rows, over the maximum of {MAX_ROWS}")
+    return table, pos + n, decoded
+
+
+def _check_names(table: pa.Table, what: str) -> None:
+    """Every string value within NAME_MAX_BYTES (a dictionary column: its dictionary)."""
+    for name, cap in NAME_MAX_BYTES.items():
+        if name not in table.schema.names:
+            continue
+        for chunk in table.column(name).chunks:
+            values = chunk.dictionary if pa.types.is_dictionary(chunk.type) else chunk
+            if len(values) and (longest := pc.max(pc.binary_length(values)).as_py() or 0) > cap:
+                raise TickDecodeError(f"{what}.{name}: a value of {longest} bytes, over the {cap}-byte maximum")
 
 
 @functools.cache
@@ -298,16 +462,18 @@ def decode(payload: bytes | memoryview) -> TickBatch:
         raise TickDecodeError(f"bad magic {bytes(magic)!r}: not a slicemeter Tick")
     if major != SCHEMA_MAJOR:
         raise TickDecodeError(f"unsupported Tick schema major version {major}.{minor} (this decoder reads {SCHEMA_MAJOR}.x)")
-    gpus, pos = _read_section(buf, _HEADER.size, "gpu")
-    slices, pos = _read_section(buf, pos, "slice")
+    gpus, pos, gpu_bytes = _read_section(buf, _HEADER.size, "gpu", MAX_DECODED_BYTES)
+    slices, pos, slice_bytes = _read_section(buf, pos, "slice", MAX_DECODED_BYTES - gpu_bytes)
     if pos != len(buf):
         raise TickDecodeError(f"{len(buf) - pos} trailing byte(s) after the slice table")
     gpus = _conform(gpus, GPU_SCHEMA, "gpu")
     slices = _conform(slices, SLICE_SCHEMA, "slice")
+    _check_names(gpus, "gpu")
+    _check_names(slices, "slice")
     nodes = set(gpus.column("node").unique().to_pylist()) | set(slices.column("node").unique().to_pylist())
     if len(nodes) > 1:
         raise TickDecodeError(f"a message must carry one node, this one carries {sorted(map(str, nodes))}")
-    return TickBatch(gpus=gpus, slices=slices, minor=minor)
+    return TickBatch(gpus=gpus, slices=slices, minor=minor, decoded_bytes=gpu_bytes + slice_bytes)
 
 
 def batch_to_ticks(batch: TickBatch) -> list[Tick]:

@@ -1,2 +1,3 @@
-INSERT INTO dead_letters (received_at, topic, "partition", "offset", key, payload, error)
-SELECT received_at, topic, "partition", "offset", key, payload, error FROM batch_dead_letters;
+INSERT INTO dead_letters (received_at, topic, "partition", "offset", key, payload, error, payload_bytes, payload_sha256)
+SELECT received_at, topic, "partition", "offset", key, payload, error, payload_bytes, payload_sha256
+FROM batch_dead_letters;

@@ -1,0 +1,261 @@
+"""Poison records on the Ticks topic cost only themselves: `slicemeter ingest` (a child
+process, the real Tansu broker) dead-letters each with its reason, stores every honest Tick
+once, never exits, and its peak RSS stays under the bound docs/ingest.md states."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+from kafka import KafkaProducer
+
+from slicemeter import signing, store
+from slicemeter.ingest.consumer import IngestConfig, memory_bound
+from slicemeter.testkit.hostile_ticks import decompression_bomb, null_count_lie, random_junk
+from slicemeter.testkit.ingest_helpers import SLICEMETER, TOPIC, create_topic, expected_checksum
+from slicemeter.testkit.synth_ticks import recent_midnight_ms
+from slicemeter.tick import GpuReading, SliceReading, Tick, encode_ticks, ticks_to_tables
+
+REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.broker
+CLUSTER = "https://acme.example:6443"
+KEY_ID, KEY = "acme-1", b"acme-secret-0123456789"
+T0 = recent_midnight_ms(days_ago=2) + 9 * 3_600_000
+GiB = 1 << 30
+DUCKDB_MEMORY = 100 * 1000 * 1000          # --duckdb-memory 100MB
+
+
+def honest(node: str, i: int, pod: str = "train-0") -> Tick:
+    return Tick(node=node, cluster=CLUSTER, ts_ms=T0 + i * 10_000, interval_ms=10_000,
+                gpus=[GpuReading(f"GPU-{node}", 0, "NVIDIA A100-SXM4-80GB", 80 * GiB, 8 * GiB, 0.2, 0.1,
+                                 200.0, 1.0e6 + i, 1)],
+                slices=[SliceReading(f"uid-{node}", "main", f"GPU-{node}", pod=pod, namespace="ml",
+                                     hami_memory_used_bytes=(i % 7) * GiB, alloc_memory_bytes=20 * GiB,
+                                     alloc_cores_ratio=0.25, sm_util_ratio=0.2, whole_gpu=False, source="hami")])
+
+
+def signed(value: bytes) -> list:
+    return signing.signed_headers(KEY_ID, KEY, value)
+
+
+def produce(bootstrap: str, records) -> None:
+    """(key, value, headers) records, in order, on one partition."""
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=1 << 20,
+                      max_request_size=16 << 20)
+    for key, value, headers in records:
+        p.send(TOPIC, key=key, value=value, headers=headers)
+    p.flush()
+    p.close()
+
+
+def publishers_file(tmp_path: Path) -> Path:
+    (tmp_path / "acme.key").write_bytes(KEY)
+    config = tmp_path / "publishers.yaml"
+    config.write_text(f"publishers:\n  - {{key_id: {KEY_ID}, key_file: acme.key, clusters: ['{CLUSTER}']}}\n")
+    return config
+
+
+@dataclasses.dataclass
+class Run:
+    alive_after_drain: bool
+    returncode: int
+    peak_rss: int
+    db: Path
+    log: str
+
+
+def run_ingest(bootstrap: str, tmp_path: Path, records: int, *extra: str, deadline_s: float = 120) -> Run:
+    """`slicemeter ingest` until its reader file shows all `records` consumed, then SIGTERM;
+    its peak RSS from wait4."""
+    db, snapshot, log = tmp_path / "i.duckdb", tmp_path / "reader.duckdb", tmp_path / "ingest.log"
+    env = {**os.environ, "SLICEMETER_NOW": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(T0 / 1000 + 600))}
+    with log.open("w") as out:
+        proc = subprocess.Popen([*SLICEMETER, "ingest", "--kafka", bootstrap, "--db", str(db), "--group", "",
+                                 "--duckdb-memory", "100MB", "--snapshot", str(snapshot),
+                                 "--snapshot-interval", "1", *extra],
+                                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + deadline_s
+    consumed, alive = -1, True
+    while consumed < records:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)   # not Popen.poll: wait4 keeps the rusage
+        if pid:
+            alive = False
+            break
+        assert time.monotonic() < deadline, f"{consumed} of {records} consumed:\n{log.read_text()[-3000:]}"
+        time.sleep(0.2)  # polling interval; the condition is the reader file's offsets
+        try:
+            with duckdb.connect(str(snapshot), read_only=True) as con:
+                consumed = con.execute("SELECT coalesce(sum(next_offset), 0) FROM ingest_offsets").fetchone()[0]
+        except (duckdb.Error, OSError):
+            pass   # not written yet, or being renamed over
+    if alive:
+        proc.send_signal(signal.SIGTERM)
+        _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return Run(alive, proc.returncode, usage.ru_maxrss * 1024, db, log.read_text())
+
+
+def dead_letters(db: Path) -> dict[int, tuple]:
+    con = store.connect(db)
+    try:
+        return {r[0]: r[1:] for r in con.execute(
+            'SELECT "offset", error, octet_length(payload), payload_bytes, payload_sha256 FROM dead_letters').fetchall()}
+    finally:
+        con.close()
+
+
+def bound() -> int:
+    return memory_bound(IngestConfig(bootstrap="", db=Path()), DUCKDB_MEMORY)
+
+
+def assert_survived(run: Run) -> None:
+    assert run.alive_after_drain, f"ingest exited {run.returncode}:\n{run.log[-3000:]}"
+    assert run.returncode == 0, run.log[-3000:]
+    assert run.peak_rss < bound(), f"peak RSS {run.peak_rss >> 20} MiB over the bound {bound() >> 20} MiB"
+
+
+# ---- one test per reported poison record ---------------------------------------------------
+
+def test_a_column_claiming_more_nulls_than_rows_is_a_dead_letter(broker, tmp_path):
+    create_topic(broker.bootstrap, partitions=1)
+    lie_tick = honest("node-a", 0)
+    lie_tick.gpus = [dataclasses.replace(lie_tick.gpus[0], gpu_uuid=f"GPU-{g}", gpu_index=g) for g in range(3)]
+    lie = null_count_lie(lie_tick)        # sm_util_ratio: 8 nulls in 3 rows
+    produce(broker.bootstrap, [(b"node-a", lie, None)])      # alone in its batch
+    run = run_ingest(broker.bootstrap, tmp_path, 1)
+    assert_survived(run)
+    letters = dead_letters(run.db)
+    assert list(letters) == [0] and "claims 8 null(s) in 3 rows" in letters[0][0]
+    produce(broker.bootstrap, [(b"node-a", encode_ticks([honest("node-a", 1)]), None)])
+    assert_survived(run := run_ingest(broker.bootstrap, tmp_path, 2))
+    con = store.connect(run.db)
+    assert con.execute("SELECT ts_ms FROM raw_gpu").fetchall() == [(T0 + 10_000,)]
+    assert con.execute("SELECT count(*) FROM dead_letters").fetchone() == (1,)
+
+
+def test_a_decompression_bomb_is_refused_before_it_unpacks(broker, tmp_path):
+    create_topic(broker.bootstrap, partitions=1)
+    bomb = decompression_bomb(rows=1 << 28)          # 2 GiB of zeros in ~70 KB
+    assert len(bomb) < 100_000
+    produce(broker.bootstrap, [(b"node-a", bomb, None), (b"node-a", encode_ticks([honest("node-a", 0)]), None)])
+    run = run_ingest(broker.bootstrap, tmp_path, 2)
+    assert_survived(run)
+    letters = dead_letters(run.db)
+    assert list(letters) == [0] and "over the maximum" in letters[0][0]
+    assert letters[0][2:4] == (len(bomb), hashlib.sha256(bomb).digest())
+
+
+def test_a_flood_of_unsigned_junk_keeps_only_bounded_dead_letters(broker, tmp_path):
+    create_topic(broker.bootstrap, partitions=1)
+    junk = [random_junk(1 << 20, seed) for seed in range(120)]          # 120 MiB
+    produce(broker.bootstrap, [(b"x", j, None) for j in junk])
+    produce(broker.bootstrap, [(b"node-a", v, signed(v)) for v in [encode_ticks([honest("node-a", 0)])]])
+    run = run_ingest(broker.bootstrap, tmp_path, 121, "--publishers", str(publishers_file(tmp_path)))
+    assert_survived(run)
+    letters = dead_letters(run.db)
+    assert sorted(letters) == list(range(120))
+    for offset, (error, kept, length, digest) in letters.items():
+        assert error.startswith("unsigned message")
+        assert (kept, length, digest) == (1024, 1 << 20, hashlib.sha256(junk[offset]).digest())
+
+
+def test_signed_ticks_with_64_kib_pod_names_are_dead_letters(broker, tmp_path):
+    create_topic(broker.bootstrap, partitions=1)
+    long_names = [encode_ticks([honest("node-a", i, pod=f"{i:05d}" + "p" * (64 * 1024 - 5))]) for i in range(2400)]
+    produce(broker.bootstrap, [(b"node-a", v, signed(v)) for v in long_names])
+    fine = encode_ticks([honest("node-a", 0)])
+    produce(broker.bootstrap, [(b"node-a", fine, signed(fine))])
+    run = run_ingest(broker.bootstrap, tmp_path, 2401, "--publishers", str(publishers_file(tmp_path)))
+    assert_survived(run)
+    letters = dead_letters(run.db)
+    assert sorted(letters) == list(range(2400))
+    assert all("slice.pod: a value of 65536 bytes, over the 253-byte maximum" in e for e, *_ in letters.values())
+    con = store.connect(run.db)
+    assert con.execute("SELECT ts_ms, pod FROM raw_slice").fetchall() == [(T0, "train-0")]
+
+
+# ---- the soak: every kind at once -----------------------------------------------------------
+
+def test_a_hostile_topic_costs_only_its_poison(broker, tmp_path):
+    """Honest signed Ticks of 8 nodes interleaved with every kind of poison record; one
+    partition so the offsets of the bad ones are known."""
+    create_topic(broker.bootstrap, partitions=1)
+    nodes, rounds = [f"node-{n}" for n in range(8)], 60
+    honest_ticks = [honest(node, i) for i in range(rounds) for node in nodes]
+    poison = {
+        "null": lambda i: (null_count_lie(honest("node-0", 10_000 + i)), True, "null(s) in"),
+        "bomb": lambda i: (decompression_bomb(rows=1 << 27), True, "over the maximum"),
+        "junk": lambda i: (random_junk(256 << 10, i), True, "bad magic"),
+        "unsigned": lambda i: (encode_ticks([honest("node-1", 20_000 + i)]), False, "unsigned message"),
+        "long name": lambda i: (encode_ticks([honest("node-2", 30_000 + i, pod="p" * (64 << 10))]), True,
+                                "over the 253-byte maximum"),
+        "replay": lambda i: (encode_ticks([honest_ticks[i]]), True, "duplicate"),
+    }
+    records, expected_dead = [], {}
+    for i, t in enumerate(honest_ticks):
+        value = encode_ticks([t])
+        records.append((t.node.encode(), value, signed(value)))
+        if i % 8 == 7:   # a poison record after every round of honest Ticks
+            kind = sorted(poison)[(i // 8) % len(poison)]
+            bad, sign, reason = poison[kind](i - 7)
+            expected_dead[len(records)] = reason
+            records.append((kind.encode(), bad, signed(bad) if sign else None))
+    produce(broker.bootstrap, records)
+    run = run_ingest(broker.bootstrap, tmp_path, len(records), "--publishers", str(publishers_file(tmp_path)))
+    assert_survived(run)
+    letters = dead_letters(run.db)
+    assert sorted(letters) == sorted(expected_dead)
+    for offset, reason in expected_dead.items():
+        assert reason in letters[offset][0], (offset, letters[offset][0])
+    assert {len(set(r for r in expected_dead.values()))} == {len(poison)}
+    chunks = [(t.node, *ticks_to_tables([t])) for t in honest_ticks]
+    con = store.connect(run.db)
+    assert con.execute(store.sql_text("testkit/sample_checksum.sql")).fetchone() == expected_checksum(chunks)
+
+
+# ---- the decoder's bounds, unit by unit --------------------------------------------------
+
+def test_decode_refuses_what_would_decode_past_its_cap():
+    from slicemeter.tick import MAX_DECODED_BYTES, MAX_ROWS, TickDecodeError, decode
+
+    with pytest.raises(TickDecodeError, match=f"over the maximum of {MAX_DECODED_BYTES}"):
+        decode(decompression_bomb(rows=MAX_ROWS, columns=16))         # 128 MiB in rows under the cap
+    with pytest.raises(TickDecodeError, match=f"rows, over the maximum of {MAX_ROWS}"):
+        decode(decompression_bomb(rows=MAX_ROWS + 1))
+
+
+def test_decode_caps_each_name_column():
+    from slicemeter.tick import NAME_MAX_BYTES, TickDecodeError, decode
+
+    t = honest("node-a", 0)
+    t.slices[0].namespace = "n" * NAME_MAX_BYTES["namespace"]
+    assert decode(encode_ticks([t])).slices.column("namespace")[0].as_py() == t.slices[0].namespace
+    t.slices[0].namespace += "n"
+    with pytest.raises(TickDecodeError, match="slice.namespace: a value of 64 bytes, over the 63-byte maximum"):
+        decode(encode_ticks([t]))
+
+
+def test_a_mangled_message_is_a_decode_error_or_a_tick_never_anything_else():
+    import random
+
+    from slicemeter.tick import TickBatch, TickDecodeError, decode
+
+    good = encode_ticks([honest("node-a", i) for i in range(3)])
+    rng = random.Random(7)
+    outcomes = {"decoded": 0, "refused": 0}
+    for _ in range(400):
+        mangled = bytearray(good)
+        for _ in range(rng.randint(1, 8)):
+            mangled[rng.randrange(len(mangled))] = rng.randrange(256)
+        try:
+            assert isinstance(decode(bytes(mangled)), TickBatch)
+            outcomes["decoded"] += 1
+        except TickDecodeError:
+            outcomes["refused"] += 1
+    assert outcomes["refused"] > 0 and sum(outcomes.values()) == 400
