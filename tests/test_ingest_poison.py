@@ -195,7 +195,9 @@ def test_a_hostile_topic_costs_only_its_poison(broker, tmp_path):
         "unsigned": lambda i: (encode_ticks([honest("node-1", 20_000 + i)]), False, "unsigned message"),
         "long name": lambda i: (encode_ticks([honest("node-2", 30_000 + i, pod="p" * (64 << 10))]), True,
                                 "over the 253-byte maximum"),
-        "replay": lambda i: (encode_ticks([honest_ticks[i]]), True, "duplicate"),
+        # a first-round Tick again, up to ten minutes later: past the 60 s that ingest keeps
+        # in memory below, so the store's record of instants refuses it
+        "replay": lambda i: (encode_ticks([honest_ticks[i // 8 % 8]]), True, "duplicate"),
     }
     records, expected_dead = [], {}
     for i, t in enumerate(honest_ticks):
@@ -207,7 +209,8 @@ def test_a_hostile_topic_costs_only_its_poison(broker, tmp_path):
             expected_dead[len(records)] = reason
             records.append((kind.encode(), bad, signed(bad) if sign else None))
     produce(broker.bootstrap, records)
-    run = run_ingest(broker.bootstrap, tmp_path, len(records), "--publishers", str(publishers_file(tmp_path)))
+    run = run_ingest(broker.bootstrap, tmp_path, len(records), "--publishers", str(publishers_file(tmp_path)),
+                     "--dedupe-window-seconds", "60")
     assert_survived(run)
     letters = dead_letters(run.db)
     assert sorted(letters) == sorted(expected_dead)
