@@ -137,6 +137,22 @@ def test_a_single_drain_lists_the_clusters_no_tenant_matches(broker, tmp_path):
     assert "acme" not in done.split("unassigned", 1)[1]
 
 
+@pytest.mark.broker
+def test_a_static_member_joins_under_its_instance_id_and_drains(broker, tmp_path):
+    create_topic(broker.bootstrap, partitions=2)
+    chunks = list(messages(fleet(4, [ACME], gpus=1, slices_per_gpu=1), START, 4, 4))
+    produce_chunks(broker.bootstrap, chunks)
+    db = tmp_path / "static.duckdb"
+    run = slicemeter("ingest", "--kafka", broker.bootstrap, "--db", str(db), "--group", "g", "--instance-id", "ingest-0",
+                     "--session-timeout-ms", "6000", "--until-idle", "3")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "member_id: ingest-0-" in run.stderr   # the broker built its member id from the instance id
+    assert stored_checksum(db) == expected_checksum(chunks)
+
+    alone = slicemeter("ingest", "--kafka", broker.bootstrap, "--db", str(db), "--group", "", "--instance-id", "x")
+    assert alone.returncode == 2 and "--instance-id needs --group" in alone.stderr, alone.stderr
+
+
 # ---------------------------------------------------------------- close
 
 def _store_with_october(db: Path) -> None:
