@@ -48,8 +48,8 @@ class IngestConfig:
     db: Path
     topic: str = "slicemeter.ticks"
     group: str | None = "slicemeter-ingest"    # None: assign every partition, no group
-    # a stable member identity (KIP-345 static membership): a restarted worker with the same
-    # one takes its partitions back at once instead of after the dead one's session timeout
+    # a stable member identity (KIP-345 static membership): a worker restarted with the same
+    # one gets its partitions back without waiting out its dead self's session (docs/operations.md)
     group_instance_id: str | None = None
     batch_samples: int = 250_000                # flush when a batch holds this many samples
     batch_max_s: float = 1.0                    # ... or when its first message is this old
