@@ -7,7 +7,7 @@ import sys
 import duckdb
 
 from slicemeter.chargeback.bill import BASES, IDLE_POLICIES, SHARES, InvariantError, compute_bill, parse_month
-from slicemeter.chargeback.exports import check_tenant, write_exports
+from slicemeter.chargeback.exports import ExportNotWritten, check_tenant, write_exports
 from slicemeter.chargeback.prices import DEFAULT_PRICES, load_prices
 from slicemeter.store import connect
 from slicemeter.common import check_choice, existing_db, named
@@ -74,6 +74,9 @@ def run(args: argparse.Namespace) -> int:
     except InvariantError as exc:
         print(f"slicemeter export: the bill does not add up, no files written: {exc}", file=sys.stderr)
         return 3
+    except ExportNotWritten as exc:
+        print(f"slicemeter export: {exc}", file=sys.stderr)
+        return 1
     finally:
         con.close()
     state = "closed" if bill.closed else "open"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from decimal import ROUND_HALF_UP, Decimal
@@ -339,8 +340,33 @@ def tenant_names(con) -> dict[str, str]:
     return {t: (n or t) for t, n in con.execute("SELECT tenant, display_name FROM tenants ORDER BY tenant").fetchall()}
 
 
+class ExportNotWritten(Exception):
+    """Files an export could not write: the previous ones under their names are unchanged."""
+
+    def __init__(self, paths: list[Path], error: BaseException):
+        self.paths = paths
+        super().__init__(f"not written: {', '.join(str(p) for p in paths)} ({error}); "
+                         "files already there are unchanged")
+
+
+def _temporary(path: Path) -> Path:
+    """Where `path` is written until it is whole: the same folder, so the rename is atomic
+    (a later export overwrites what a killed one left)."""
+    return path.with_name(f".{path.name}.tmp")
+
+
+def _sync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_exports(con, bill: Bill, out_dir: str | Path, tenant: str | None = None) -> list[Path]:
-    """Write the month's files into out_dir; returns their paths (sorted)."""
+    """Write the month's files into out_dir; returns their paths (sorted). Every file is
+    written under a temporary name first and all are renamed once all are whole; on a
+    failure (a full disk, say) ExportNotWritten names them and the folder is as it was."""
     check_tenant(tenant)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -352,6 +378,27 @@ def write_exports(con, bill: Bill, out_dir: str | Path, tenant: str | None = Non
         "focus_parquet": out / f"focus-{suffix}.parquet",
         "unmetered": out / f"unmetered-{suffix}.csv",
     }
+    if tenant is not None:
+        del paths["unmetered"]   # GPU coverage is the platform's, not a tenant's
+    published: list[Path] = []
+    try:
+        _write_files(con, bill, {kind: _temporary(path) for kind, path in paths.items()}, tenant)
+        for path in paths.values():
+            _sync(_temporary(path))
+        for path in paths.values():   # a reader sees the previous file or the new one, never a part
+            os.replace(_temporary(path), path)
+            published.append(path)
+    except BaseException as exc:
+        left = [path for path in paths.values() if path not in published]
+        for path in left:
+            _temporary(path).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise ExportNotWritten(sorted(left), exc) from exc
+        raise
+    return sorted(paths.values())
+
+
+def _write_files(con, bill: Bill, paths: dict[str, Path], tenant: str | None) -> None:
     names = tenant_names(con)
     # DuckDB (formatting the unmetered report) and the Parquet writer release the GIL: they
     # run in workers beside the Python that makes the other files' rows; the connection is
@@ -367,6 +414,3 @@ def write_exports(con, bill: Bill, out_dir: str | Path, tenant: str | None = Non
             written.result()
         if unmetered is not None:
             paths["unmetered"].write_bytes(unmetered.result())
-        else:
-            del paths["unmetered"]   # GPU coverage is the platform's, not a tenant's
-    return sorted(paths.values())

@@ -32,6 +32,17 @@ class Source:
     fetch: Callable[[], list[tenants.Tenant]]
 
 
+def log_unassigned(con: duckdb.DuckDBPyConnection, context: str) -> None:
+    """Say which stored clusters no tenant matches (they bill as 'unassigned'), or that
+    every one matched."""
+    unassigned = tenants.unassigned_clusters(con)
+    if unassigned:
+        log.warning("%s; %d stored cluster(s) match none and bill as 'unassigned': %s", context, len(unassigned),
+                    ", ".join(f"{c} ({n} samples)" for c, n in unassigned[:10]))
+    else:
+        log.info("%s, every stored cluster matched", context)
+
+
 class CatalogSync:
     def __init__(self, con: duckdb.DuckDBPyConnection, yaml_path: Path | None, sources: list[Source],
                  interval_s: float = 0.0):
@@ -75,13 +86,7 @@ class CatalogSync:
         removed = sum(1 for t in merged.tenants if t.removed_at)
         tenants.record_sync(self.con, source, True, merged,
                             message=f"{removed} removed plane(s) kept for their stored hours" if removed else None)
-        unassigned = tenants.unassigned_clusters(self.con)
-        if unassigned:
-            log.warning("tenant catalog (%s): %d tenants; %d stored cluster(s) match none and bill as "
-                        "'unassigned': %s", source, len(merged.tenants), len(unassigned),
-                        ", ".join(f"{c} ({n} samples)" for c, n in unassigned[:10]))
-        else:
-            log.info("tenant catalog (%s): %d tenants, every stored cluster matched", source, len(merged.tenants))
+        log_unassigned(self.con, f"tenant catalog ({source}): {len(merged.tenants)} tenants")
         return merged
 
     def start(self) -> "CatalogSync":

@@ -32,6 +32,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topic", default="slicemeter.ticks")
     p.add_argument("--group", default="slicemeter-ingest",
                    help="consumer group; '' assigns every partition to this process without a group")
+    p.add_argument("--instance-id", metavar="NAME",
+                   help="a stable identity in the group (static membership; the deploy manifest passes the "
+                        "pod's name): restarted with it, ingest takes its partitions back without waiting "
+                        "for its old session to time out")
     p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
     p.add_argument("--metrics-listen", default="127.0.0.1", metavar="ADDR",
                    help="metrics bind address (default 127.0.0.1; 0.0.0.0 where Prometheus scrapes the pod)")
@@ -46,7 +50,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--session-timeout-ms", type=int, default=10_000,
                    help="group session timeout: how soon a dead worker's partitions move")
     p.add_argument("--until-idle", type=float, metavar="S", nargs="?", const=5.0,
-                   help="drain and exit: stop once caught up (or after S seconds without a record)")
+                   help="drain and exit: stop once every partition of the topic is stored up to its end "
+                        "(or after S seconds without a record); exit 1 naming what is left if any is not, "
+                        "or if the store rejected a message")
     p.add_argument("--recommend-interval", type=float, default=0.0, metavar="S",
                    help="serve the current month's right-sizing and sharing-dividend figures "
                         "(slicemeter_recommend_*, slicemeter_dividend_*), "
@@ -86,6 +92,8 @@ def _check(args: argparse.Namespace) -> None:
         raise ConfigError(f"--batch-samples must be > 0, got {args.batch_samples}")
     if args.snapshot and args.snapshot.resolve() == args.db.resolve():
         raise ConfigError("--snapshot must differ from --db")
+    if args.instance_id is not None and not args.group:
+        raise ConfigError("--instance-id needs --group: it names this worker in the group")
     if args.kamaji_kubeconfig and args.kamaji_in_cluster:
         raise ConfigError("--kamaji-kubeconfig and --kamaji-in-cluster: choose one")
     if args.kamaji_context and not args.kamaji_kubeconfig:
@@ -121,7 +129,7 @@ def catalog_sources(args: argparse.Namespace) -> list:
 
 def run(args: argparse.Namespace) -> int:
     from slicemeter import store
-    from slicemeter.ingest.catalog_sync import CatalogSync
+    from slicemeter.ingest.catalog_sync import CatalogSync, log_unassigned
     from slicemeter.ingest.consumer import IngestConfig, Ingestor
     from slicemeter.ingest.metrics import IngestMetrics
     from slicemeter.chargeback.prices import load_prices_or_default
@@ -160,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
                                        dividend=metrics.dividend).start()
     cfg = IngestConfig(
         bootstrap=args.kafka, db=args.db, topic=args.topic, group=args.group or None,
+        group_instance_id=args.instance_id or None,
         batch_samples=args.batch_samples, batch_max_s=args.batch_max_seconds,
         max_poll_records=args.max_poll_records, until_idle_s=args.until_idle,
         **({"duckdb_memory": args.duckdb_memory} if args.duckdb_memory else {}),
@@ -183,5 +192,6 @@ def run(args: argparse.Namespace) -> int:
     # one parseable line: bench/bench_ingest.py reads it
     log.info("ingest done: samples=%d active_seconds=%.3f rate=%.0f", ingestor.samples_written, secs,
              ingestor.samples_written / secs if secs else 0.0)
+    log_unassigned(con, "ingest done")   # the start-up check saw the store before this run's Ticks
     con.close()
     return rc

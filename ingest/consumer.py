@@ -31,7 +31,7 @@ from slicemeter.ingest.strings import HashedStringIds, StringIds
 from slicemeter.ingest.trust import Bindings, Publisher, RecentInstants, verify
 from slicemeter.ingest.writer import (Batch, BatchWriterThread, InventoryCache, apply_retention, dead_letter,
                            configure_writes, fold_only, held_after, held_slice_table, prepare, record_digest,
-                           rejected_message, reset_offset, stored_positions, write_lake)
+                           rejected_message, reset_offset, stored_offsets, stored_positions, write_lake)
 from slicemeter.store import lake
 from slicemeter import clock
 from slicemeter.tick import (MAX_DECODED_BYTES, Limits, TickBatch, TickDecodeError, decode, implausible,
@@ -49,6 +49,9 @@ class IngestConfig:
     db: Path
     topic: str = "slicemeter.ticks"
     group: str | None = "slicemeter-ingest"    # None: assign every partition, no group
+    # a stable member identity (KIP-345 static membership): a worker restarted with the same
+    # one gets its partitions back without waiting out its dead self's session (docs/operations.md)
+    group_instance_id: str | None = None
     batch_samples: int = 250_000                # flush when a batch holds this many samples
     batch_bytes: int = 64 << 20                 # ... or this many decoded bytes (the memory bound, docs/ingest.md)
     batch_max_s: float = 1.0                    # ... or when its first message is this old
@@ -141,6 +144,9 @@ class Ingestor:
         self._verify: dict[tuple[str, int], tuple[int, bytes]] = {}
         self.bindings = Bindings(self.con)
         self.instants = RecentInstants(self.con, int(cfg.dedupe_window_s * 1000))
+        # (topic, partition, offset, error) of every message the store rejected in this run
+        self.store_rejected: list[tuple[str, int, int, str]] = []
+        self._others_checked_at = float("-inf")
         self._lock = threading.RLock()
         self.writer = BatchWriterThread(self.con, write_lake if self.lake else None)
 
@@ -153,6 +159,7 @@ class Ingestor:
             max_poll_records=c.max_poll_records, max_partition_fetch_bytes=c.max_partition_fetch_bytes,
             fetch_max_bytes=c.fetch_max_bytes, session_timeout_ms=c.session_timeout_ms,
             heartbeat_interval_ms=c.heartbeat_interval_ms, **c.kafka_security, **c.extra,
+            **({"group_instance_id": c.group_instance_id} if c.group and c.group_instance_id else {}),
         )
 
     def seek(self, partitions) -> None:
@@ -427,6 +434,8 @@ class Ingestor:
             self.metrics.dead_letters.inc(dead)
             self.metrics.batch_seconds.observe(seconds)
             self.last_flush_at = time.monotonic()
+            if b.store_rejected:
+                self.store_rejected.append(b.store_rejected)
             if self.consumer is not None and self.cfg.group and b.next_offsets:
                 offsets = {TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in b.next_offsets.items()}
                 try:
@@ -434,8 +443,11 @@ class Ingestor:
                 except Exception as exc:  # noqa: BLE001 - secondary: DuckDB holds the truth
                     log.warning("Kafka commit failed (offsets are safe in DuckDB): %s", exc)
 
-    # ---- main loop --------------------------------------------------------------------
+    # ---- draining (--until-idle) --------------------------------------------------------
     def _caught_up(self) -> bool:
+        """Every partition of the topic stored up to its high watermark: this worker's own
+        by its reading position, the others' (checked at most once a second) by the store
+        or the group's commits (see unstored)."""
         assigned = self.consumer.assignment()
         if not assigned or self.first_record_at is None:  # an empty topic ends by the idle timeout
             return False
@@ -443,7 +455,77 @@ class Ingestor:
             hw = self.consumer.highwater(tp)
             if hw is None or self._next.get(tp.partition, 0) < hw:
                 return False
-        return True
+        if len(assigned) == len(self.consumer.partitions_for_topic(self.cfg.topic) or ()):
+            return True
+        if time.monotonic() - self._others_checked_at < 1.0:
+            return False
+        self._others_checked_at = time.monotonic()
+        return not self.unstored()
+
+    def unstored(self) -> list[tuple[int, int, int | None]]:
+        """(partition, offset stored up to, high watermark or None where the broker did not
+        tell) of every partition of the topic with records not stored. A partition this
+        worker holds counts from its reading position (call between batches); any other
+        from the store's offset or the group's commit, whichever is further: a worker of
+        the group commits only what its store holds, while one that died holds its
+        partitions, uncommitted, until its session times out."""
+        parts = self.consumer.partitions_for_topic(self.cfg.topic) or set()
+        assigned = {tp.partition for tp in self.consumer.assignment()}
+        stored = stored_offsets(self.con, self.cfg.topic)
+        upto, high = {}, {}
+        for p in sorted(parts):
+            tp = TopicPartition(self.cfg.topic, p)
+            if p in assigned and p in self._next:
+                upto[p] = self._next[p]
+                if (hw := self.consumer.highwater(tp)) is not None:
+                    high[p] = hw
+            else:
+                committed = self.consumer.committed(tp) if self.cfg.group else None
+                upto[p] = max(stored.get(p, 0), committed or 0)
+        unknown = {p: o for p, o in upto.items() if p not in high}
+        if unknown:
+            high.update(self._high_watermarks(unknown))
+        return [(p, o, high.get(p)) for p, o in upto.items() if high.get(p) is None or o < high[p]]
+
+    def _high_watermarks(self, positions: dict[int, int], deadline_s: float = 15.0) -> dict[int, int]:
+        """partition -> high watermark, from fetches at `positions` by a consumer outside
+        the group (a fetch's answer carries it; Tansu gets end_offsets wrong). One record
+        batch per partition at most comes back, and is dropped."""
+        c = self.cfg
+        probe = KafkaConsumer(bootstrap_servers=c.bootstrap, group_id=None, client_id=c.client_id + "-drain",
+                              enable_auto_commit=False, auto_offset_reset="earliest",
+                              max_partition_fetch_bytes=1, fetch_max_bytes=1, **c.kafka_security)
+        try:
+            tps = [TopicPartition(c.topic, p) for p in positions]
+            probe.assign(tps)
+            for tp in tps:
+                probe.seek(tp, positions[tp.partition])
+            deadline = time.monotonic() + deadline_s
+            high: dict[int, int] = {}
+            while len(high) < len(tps) and time.monotonic() < deadline:
+                probe.poll(timeout_ms=200)
+                high = {tp.partition: hw for tp in tps if (hw := probe.highwater(tp)) is not None}
+            return high
+        finally:
+            probe.close()
+
+    def drain_result(self) -> int:
+        """--until-idle's exit status: 0 when every partition of the topic is stored up to
+        its high watermark and the store rejected nothing; else what is left is logged, 1."""
+        left = self.unstored()
+        for p, upto, hw in left:
+            log.error("drain incomplete: partition %s/%d stored up to offset %d of %s", self.cfg.topic, p, upto,
+                      "an unknown high watermark" if hw is None else hw)
+        for topic, partition, offset, error in self.store_rejected:
+            log.error("drain incomplete: the store rejected %s/%d offset %d (kept as a dead letter): %s",
+                      topic, partition, offset, error)
+        if left or self.store_rejected:
+            log.error("drain incomplete: %d partition(s) not stored to their end, %d message(s) rejected by the store",
+                      len(left), len(self.store_rejected))
+            return 1
+        return 0
+
+    # ---- main loop --------------------------------------------------------------------
 
     def _update_lag(self) -> None:
         for tp in self.consumer.assignment():
@@ -465,6 +547,7 @@ class Ingestor:
         else:
             self._assign_all()
         last_record = time.monotonic()
+        held: set[TopicPartition] = set()
         last_snapshot = last_retention = time.monotonic()
         reader = ReaderFile(self.con, cfg.snapshot) if cfg.snapshot else None
         try:
@@ -509,6 +592,9 @@ class Ingestor:
                     last_snapshot = now
                 if not polled and not self.consumer.assignment():
                     last_record = now  # still joining the group: not idle yet
+                if self.consumer.assignment() != held:
+                    held = set(self.consumer.assignment())
+                    last_record = now  # partitions handed over (a dead worker's too): idle from here
                 if cfg.until_idle_s is not None and not self.batch and not polled and self.writer.idle():
                     if self._caught_up() or now - last_record >= cfg.until_idle_s:
                         break
@@ -518,6 +604,8 @@ class Ingestor:
                 with self._lock:
                     self.flush()
                     reader.refresh()
+            if cfg.until_idle_s is not None:
+                return self.drain_result()
         finally:
             if reader:
                 reader.join()

@@ -161,6 +161,9 @@ class PreparedBatch:
     # in this batch's transaction (sql/ingest/fold_rollups.sql); the consumer folds every
     # few batches and at every flush
     fold_rollups: bool = True
+    # (topic, partition, offset, error) of the one message the store rejected: a dead letter
+    # for a store failure, not for the data (a drain that meets one has not stored everything)
+    store_rejected: tuple[str, int, int, str] | None = None
     digests: dict[tuple[str, int], bytes] = field(default_factory=dict)
     bindings: list[dict] = field(default_factory=list)
     first_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -252,7 +255,8 @@ def rejected_message(batch: Batch | PreparedBatch, error: Exception, strings: pa
     letter = dead_letter(topic, partition, offset, key, payload, f"rejected by the store: {error}")
     return PreparedBatch(gpu=None, slice=None, slice_held=0, strings=strings, inventory=None, gpu_hours=None,
                          slice_hours=None, dead=[*batch.dead, letter], next_offsets=batch.next_offsets,
-                         source=None, samples=0, messages=batch.messages, digests=batch.digests)
+                         source=None, samples=0, messages=batch.messages, digests=batch.digests,
+                         store_rejected=(topic, partition, offset, str(error)))
 
 
 def _batch_tables(batch: PreparedBatch) -> dict[str, pa.Table]:

@@ -62,6 +62,15 @@ def produce_raw(bootstrap: str, values: list[tuple[bytes, bytes | None]], topic:
 SLICEMETER = [sys.executable, "-c", "import sys; from slicemeter.cli import main; sys.exit(main())"]
 
 
+def stored_checksum(db: Path) -> tuple[int, int]:
+    """Count and checksum of the samples a store file holds (ingest has exited)."""
+    con = store.connect(db, read_only=True)
+    try:
+        return con.execute(store.sql_text("testkit/sample_checksum.sql")).fetchone()
+    finally:
+        con.close()
+
+
 def rollup_samples(con) -> int:
     """Samples the hour rollups count (what a reader file can show of the stored samples)."""
     from slicemeter.store import sql_text

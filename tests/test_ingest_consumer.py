@@ -16,21 +16,13 @@ import pytest
 from slicemeter import store
 from slicemeter.ingest.consumer import IngestConfig, Ingestor
 from slicemeter.testkit.ingest_helpers import (SLICEMETER, create_topic, expected_checksum, produce_chunks, produce_raw,
-                                               sigkill_within, wait_for_line)
+                                               sigkill_within, stored_checksum, wait_for_line)
 from slicemeter.tick import encode_tables
 from slicemeter.testkit.synth_ticks import SynthNode, fleet, messages, node_tables, recent_midnight_ms
 
 REPO = Path(__file__).resolve().parent.parent
 START = recent_midnight_ms()
 pytestmark = pytest.mark.broker
-
-
-def stored_checksum(db: Path) -> tuple[int, int]:
-    con = store.connect(db, read_only=True)
-    try:
-        return con.execute(store.sql_text("testkit/sample_checksum.sql")).fetchone()
-    finally:
-        con.close()
 
 
 def ingest_cmd(bootstrap: str, db: Path, *extra: str) -> list[str]:
