@@ -290,11 +290,11 @@ def price_catalog():
 
 def carbon_intensity(default: float = 320.0) -> float:
     """gCO2e per kWh from the price catalog's electricity section, else `default`."""
-    import yaml
+    from slicemeter.common import ConfigError, parse_yaml, read_config_text
 
     prices = Path(os.environ.get("SLICEMETER_PRICES", Path(__file__).resolve().parent.parent / "examples" / "prices.yaml"))
     try:
-        value = (yaml.safe_load(prices.read_text()) or {}).get("electricity", {}).get("carbon_g_per_kwh")
+        value = (parse_yaml(read_config_text(prices, "prices")) or {}).get("electricity", {}).get("carbon_g_per_kwh")
         return float(value) if value is not None else default
-    except (OSError, yaml.YAMLError, AttributeError, TypeError, ValueError):
+    except (ConfigError, AttributeError, TypeError, ValueError):
         return default

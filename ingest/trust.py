@@ -22,10 +22,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import yaml
-
 from slicemeter import signing
-from slicemeter.common import ConfigError
+from slicemeter.common import ConfigError, read_yaml_file
 from slicemeter.tick import TickBatch
 
 
@@ -39,10 +37,7 @@ class Publisher:
 def load_publishers(path: Path) -> dict[str, Publisher]:
     """`publishers:` list of {key_id, key_file, clusters: [...]}; key files relative to the
     config file's folder. Raises ConfigError naming the bad entry."""
-    try:
-        doc = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"--publishers {path}: {exc}") from None
+    doc = read_yaml_file(path, "--publishers")
     entries = doc.get("publishers") if isinstance(doc, dict) else None
     if not isinstance(entries, list) or not entries:
         raise ConfigError(f"--publishers {path}: expected a non-empty 'publishers:' list")

@@ -16,7 +16,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
-from slicemeter.common import DNS_LABEL_RE, ConfigError
+from slicemeter.common import DNS_LABEL_RE, ConfigError, compose_yaml
 
 Loc = tuple[str | int, ...]
 M = TypeVar("M", bound=BaseModel)
@@ -141,8 +141,7 @@ class YamlLines:
     def __init__(self, text: str, source: str = ""):
         self.source = source
         try:
-            root = yaml.compose(text, Loader=yaml.SafeLoader)
-            self.data = yaml.safe_load(text)
+            root, self.data = compose_yaml(text, source)
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             raise ConfigFileError(f"not valid YAML: {getattr(exc, 'problem', None) or exc}", "",
