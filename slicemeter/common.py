@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import ipaddress
 import re
 from datetime import date, datetime
 from pathlib import Path
@@ -69,6 +71,52 @@ def named(name: str):
         yield
     except (ValueError, ConfigError) as exc:
         raise ConfigError(f"{name}: {exc}") from None
+
+
+# A Kubernetes API server's port where a cluster identity names none: Kamaji's
+# spec.networkProfile.port default, which every tenant plane listens on unless told.
+DEFAULT_API_PORT = 6443
+_URL_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*://")
+_BRACKETED = re.compile(r"^\[([^\]]*)\](?::([0-9]{1,5}))?\Z")
+_HOST_PORT = re.compile(r"^([^:]*):([0-9]{1,5})\Z")
+
+
+@functools.lru_cache(maxsize=4096)   # a fleet has a few spellings, asked once per message
+def cluster_key(identity: str) -> str:
+    """The one form every spelling of a cluster identity shares (pure), as Ticks and the
+    tenant catalog are matched: "https://[2001:0DB8:40::10]" -> "[2001:db8:40::10]:6443".
+
+    Kubelets join on the string Kamaji writes into status.controlPlaneEndpoint, verbatim,
+    so a Tick's cluster and a catalog's address may spell one endpoint differently. The key
+    drops the scheme and trailing slashes, lower-cases, writes an IP address canonically
+    (an IPv4-mapped IPv6 address as the IPv4 address it is), drops a DNS name's trailing
+    dot, and writes the port, DEFAULT_API_PORT where none is given, as host:port with
+    IPv6 in brackets. "namespace/name" identities, and what is no host[:port], stay as
+    written, lower-cased."""
+    bare = _URL_SCHEME.sub("", identity.strip().lower()).rstrip("/")
+    if "/" in bare:
+        return bare
+    if (m := _BRACKETED.match(bare) or _HOST_PORT.match(bare)):
+        host, port = m.group(1), int(m.group(2) or DEFAULT_API_PORT)
+    elif bare.count(":") >= 2:   # a bare IPv6 address
+        host, port = bare, DEFAULT_API_PORT
+    elif ":" not in bare:
+        host, port = bare, DEFAULT_API_PORT
+    else:
+        return bare
+    if not host or port > 65535:
+        return bare
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        if ":" in host or "[" in bare or "]" in host:   # brackets hold an IPv6 address only
+            return bare
+        host = host.removesuffix(".")
+    else:
+        if bare.startswith("[") and ip.version != 6:
+            return bare
+        host = (ip.ipv4_mapped or ip).compressed if ip.version == 6 else ip.compressed
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 LAKE_PREFIX = "ducklake:"   # a --db naming a DuckLake (store/lake.py), not a file
