@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from slicemeter.broker import free_port
 from slicemeter.common import YAML_MAX_NODES, ConfigError, parse_yaml
 from slicemeter.exporter.pods import cluster_from_kubeconfig
 from slicemeter.testkit.ingest_helpers import SLICEMETER
@@ -118,3 +120,36 @@ def test_parse_yaml_keeps_what_config_files_use():
                                           "globex": {"port": 6443, "tls": True}}
     for example in sorted((REPO / "examples").glob("*.yaml")):
         assert parse_yaml(example.read_text(), str(example))
+
+
+@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGINT, 130)])
+def test_ingest_stops_at_once_when_signalled_while_loading_its_config(tmp_path, signum, status):
+    """`--tenants` is a FIFO: ingest blocks reading it, a loading phase the test can see (the
+    FIFO opens for writing once ingest opens it for reading) and hold for as long as needed."""
+    fifo = tmp_path / "tenants.yaml"
+    os.mkfifo(fifo)
+    log = tmp_path / "stderr.txt"
+    with open(log, "w") as stderr:
+        proc = subprocess.Popen([*SLICEMETER, "ingest", "--kafka", f"127.0.0.1:{free_port()}",
+                                 "--db", str(tmp_path / "x.duckdb"), "--tenants", str(fifo)],
+                                cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=stderr)
+    writer = None
+    try:
+        deadline = time.monotonic() + 60
+        while writer is None:   # ENXIO until ingest opens the FIFO to read it
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            try:
+                writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:
+                time.sleep(0.05)
+        os.write(writer, b"tenants:\n")   # half a catalog: ingest waits for the rest
+        proc.send_signal(signum)
+        assert proc.wait(timeout=10) == status, log.read_text()
+    finally:
+        if writer is not None:
+            os.close(writer)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if signum == signal.SIGTERM:
+        assert "stopped by SIGTERM during start-up: nothing was consumed" in log.read_text()
