@@ -118,3 +118,28 @@ def test_ticks_spelling_their_cluster_differently_bill_to_its_tenant(broker, tmp
         ingest(tmp_path / "kamaji.duckdb", "--kamaji-kubeconfig", str(api.kubeconfig(tmp_path / "kubeconfig")))
     owners, _ = _owners(tmp_path / "kamaji.duckdb")
     assert owners[KAMAJI_SPELLING] == "globex"
+
+
+def test_a_tenant_scoped_dashboard_applies_a_namespace_override_to_every_spelling(tmp_path):
+    """Unscoped, a slice of acme's cluster in namespace shared-tools bills to initech (the
+    override); a dashboard scoped to initech shows it, and one scoped to acme does not."""
+    from slicemeter.dashboard import data
+    from slicemeter.ingest import tenants
+
+    db = tmp_path / "scope.duckdb"
+    con = store.connect(db)
+    try:
+        tenants.store_catalog(con, tenants.Catalog(
+            tenants=[tenants.Tenant("acme", api_server="https://[2001:db8:40::10]:6443"), tenants.Tenant("initech")],
+            overrides=[tenants.Override("https://[2001:db8:40::10]:6443", "shared-tools", "initech")]))
+        con.execute("""INSERT INTO slice_hour (hour, cluster, node, gpu_uuid, namespace, pod_uid, container, whole_gpu,
+                       metered_s, sample_count, alloc_mem_share_s, alloc_cores_share_s, alloc_dominant_share_s,
+                       used_mem_share_s, used_sm_share_s, usage_share_s, hami_nvml_disagree_s)
+                       VALUES (TIMESTAMP '2026-11-01 00:00:00', 'HTTPS://[2001:DB8:40::10]', 'n1', 'GPU-1',
+                               'shared-tools', 'uid-1', 'main', false, 3600, 360, 900, 900, 900, 0, 0, 0, 0)""")
+        assert con.execute("SELECT tenant FROM slice_hour_tenant").fetchall() == [("initech",)]
+    finally:
+        con.close()
+    for tenant, rows in (("initech", 1), ("acme", 0)):
+        with data.open_db(db, tenant) as scoped:
+            assert scoped.execute("SELECT count(*) FROM slice_hour").fetchall() == [(rows,)], tenant
