@@ -22,6 +22,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from slicemeter import signing
 from slicemeter.common import ConfigError, cluster_key, read_yaml_file
 from slicemeter.tick import TickBatch

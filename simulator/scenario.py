@@ -22,7 +22,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, PlainValidator, model_validator
 
-from slicemeter.common import MiB, read_config_text
+from slicemeter.common import ConfigError, MiB, read_config_text
 from slicemeter.config_schema import (DNS_LABEL, DNS_SUBDOMAIN, ConfigFileError, DnsName, Loc, Schema, Share,
                                       YamlLines, invalid, load, matching, one_of)
 from slicemeter.tenant_model import ScenarioTenant, ScenarioTenantList
@@ -311,7 +311,11 @@ ScenarioError = ConfigFileError   # a scenario's mistake: the key path and the Y
 
 def load_scenario(path: str | Path) -> Scenario:
     path = Path(path)
-    return parse_scenario(read_config_text(path, "scenario"), str(path))
+    try:
+        text = read_config_text(path, "scenario")
+    except ConfigError as exc:
+        raise ScenarioError(str(exc)) from None
+    return parse_scenario(text, str(path))
 
 
 def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:

@@ -149,6 +149,14 @@ def _where(source: str, line: int | None) -> str:
     return f"{source}:{line}: " if source and line else f"{source}: " if source else f"line {line}: " if line else ""
 
 
+class YamlRefused(ConfigError):
+    """A config file's YAML the loader refuses: `problem` at `line` (None: the whole file)."""
+
+    def __init__(self, source: str, line: int | None, problem: str):
+        super().__init__(_where(source, line) + problem)
+        self.line, self.problem = line, problem
+
+
 def _strict_loader():
     """A SafeLoader class that refuses duplicate keys and counts the nodes aliases add."""
     import yaml
@@ -159,7 +167,7 @@ def _strict_loader():
             self.source, self.nodes, self.sizes, self.open_anchors = source, 0, {}, []
 
         def refuse(self, mark, message: str):
-            raise ConfigError(_where(self.source, mark.line + 1 if mark else None) + message)
+            raise YamlRefused(self.source, mark.line + 1 if mark else None, message)
 
         def size(self, node) -> int:
             """Nodes in `node` with its aliases expanded (memoised: aliases share nodes)."""
@@ -216,15 +224,15 @@ def compose_yaml(text: str, source: str = ""):
     """(the YAML document's root node, its value) for a config file's text (pure): refuses a
     text over YAML_MAX_BYTES, a key given twice in one mapping, more than YAML_MAX_NODES
     nodes once aliases are expanded, and nesting past Python's recursion limit; each refusal
-    is a ConfigError naming `source` and the line. A YAML syntax error is yaml.YAMLError."""
+    is a YamlRefused naming `source` and the line. A YAML syntax error is yaml.YAMLError."""
     if len(text) > YAML_MAX_BYTES:
-        raise ConfigError(f"{_where(source, None)}over {YAML_MAX_BYTES} bytes: not a config file")
+        raise YamlRefused(source, None, f"over {YAML_MAX_BYTES} bytes: not a config file")
     loader = _strict_loader()(text, source)
     try:
         root = loader.get_single_node()
         return root, None if root is None else loader.construct_document(root)
     except RecursionError:
-        raise ConfigError(f"{_where(source, None)}YAML nested too deeply") from None
+        raise YamlRefused(source, None, "YAML nested too deeply") from None
     finally:
         loader.dispose()
 

@@ -16,7 +16,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
-from slicemeter.common import DNS_LABEL_RE, ConfigError, compose_yaml
+from slicemeter.common import DNS_LABEL_RE, ConfigError, YamlRefused, compose_yaml
 
 Loc = tuple[str | int, ...]
 M = TypeVar("M", bound=BaseModel)
@@ -142,6 +142,8 @@ class YamlLines:
         self.source = source
         try:
             root, self.data = compose_yaml(text, source)
+        except YamlRefused as exc:
+            raise ConfigFileError(exc.problem, "", exc.line, source) from None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             raise ConfigFileError(f"not valid YAML: {getattr(exc, 'problem', None) or exc}", "",
