@@ -19,10 +19,9 @@ from slicemeter.testkit.ingest_helpers import SLICEMETER
 
 REPO = Path(__file__).resolve().parent.parent
 
-# nine levels of nine: 9**9 (387 million) strings from 250 bytes
-LAUGHS = "".join(f"{name}: &{name} [{', '.join([f'*{prev}'] * 9)}]\n"
-                 for prev, name in zip("abcdefgh", "bcdefghi"))
-LAUGHS = 'a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n' + LAUGHS
+# nine levels of nine: 9**9 (387 million) strings from 414 bytes
+LAUGHS = 'a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n' + "".join(
+    f"{name}: &{name} [{', '.join([f'*{prev}'] * 9)}]\n" for prev, name in zip("abcdefgh", "bcdefghi"))
 LAUGHS_LINE = 6   # f: [*e, ...]: each *e repeats 9**4 strings and the lists holding them
 
 
