@@ -145,7 +145,8 @@ YAML_MAX_BYTES = 4 << 20
 YAML_MAX_NODES = 200_000     # nodes written plus the nodes each alias repeats
 
 
-def _where(source: str, line: int | None) -> str:
+def where_in_file(source: str, line: int | None) -> str:
+    """The prefix of a config file's error: "file:line: ", "file: " or "line N: "."""
     return f"{source}:{line}: " if source and line else f"{source}: " if source else f"line {line}: " if line else ""
 
 
@@ -153,10 +154,11 @@ class YamlRefused(ConfigError):
     """A config file's YAML the loader refuses: `problem` at `line` (None: the whole file)."""
 
     def __init__(self, source: str, line: int | None, problem: str):
-        super().__init__(_where(source, line) + problem)
+        super().__init__(where_in_file(source, line) + problem)
         self.line, self.problem = line, problem
 
 
+@functools.cache
 def _strict_loader():
     """A SafeLoader class that refuses duplicate keys and counts the nodes aliases add."""
     import yaml
@@ -246,7 +248,7 @@ def parse_yaml(text: str, source: str = ""):
         return compose_yaml(text, source)[1]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise ConfigError(f"{_where(source, mark.line + 1 if mark else None)}not valid YAML: "
+        raise ConfigError(f"{where_in_file(source, mark.line + 1 if mark else None)}not valid YAML: "
                           f"{getattr(exc, 'problem', None) or exc}") from None
 
 
