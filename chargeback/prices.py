@@ -25,7 +25,7 @@ from typing import Annotated, Any
 from pydantic import Field, PlainValidator, model_validator
 
 from slicemeter.chargeback.money import price_to_micro
-from slicemeter.common import ConfigError
+from slicemeter.common import ConfigError, cluster_key, read_config_text
 from slicemeter.config_schema import NonEmpty, Schema, key_path, invalid, load, validate
 
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
@@ -49,7 +49,7 @@ class Override:
             return False
         if self.node is not None and self.node != node:
             return False
-        if self.pool is not None and self.pool != cluster:
+        if self.pool is not None and cluster_key(self.pool) != cluster_key(cluster):
             return False
         return True
 
@@ -148,11 +148,7 @@ def parse_prices_text(text: str, name: str = "prices") -> PriceCatalog:
 
 def load_prices(path: str | Path) -> PriceCatalog:
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ConfigError(f"--prices: cannot read {p}: {exc.strerror}") from None
-    return parse_prices_text(text, str(p))
+    return parse_prices_text(read_config_text(p, "--prices"), str(p))
 
 
 # $SLICEMETER_PRICES (as the dashboard reads it) for installs without the source tree's

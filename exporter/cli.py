@@ -33,7 +33,7 @@ from slicemeter.exporter.publisher import Publisher, Spool, kafka_producer
 from slicemeter.exporter.tick_builder import BuildResult, TickBuilder
 from slicemeter import clock
 from slicemeter import kafka_security, signing
-from slicemeter.common import ConfigError
+from slicemeter.common import YAML_MAX_BYTES, ConfigError
 from slicemeter.tick import encode_ticks
 
 log = logging.getLogger("slicemeter.exporter")
@@ -147,7 +147,7 @@ def _cluster(args: argparse.Namespace, fallback: str | None) -> str:
         return fallback
     try:
         with open(args.kubeconfig, encoding="utf-8") as f:
-            return cluster_from_kubeconfig(f.read())
+            return cluster_from_kubeconfig(f.read(YAML_MAX_BYTES + 1))
     except OSError as exc:
         raise ConfigError(f"--cluster not given and --kubeconfig {args.kubeconfig} unreadable: {exc.strerror}") from None
     except ValueError as exc:

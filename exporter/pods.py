@@ -20,7 +20,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from slicemeter.common import GPU_UUID, HAMI_ALLOCATED_ANNOTATION
+from slicemeter.common import GPU_UUID, HAMI_ALLOCATED_ANNOTATION, ConfigError, parse_yaml
 
 log = logging.getLogger(__name__)
 
@@ -237,12 +237,10 @@ def pid_to_pod(pid: int, proc_root: str = "/proc") -> tuple[str, str | None] | N
 
 def cluster_from_kubeconfig(text: str) -> str:
     """The API server URL the kubelet talks to: the tenant cluster identity (Kamaji's `address`)."""
-    import yaml
-
     try:
-        cfg = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ValueError(f"kubeconfig is not YAML: {exc}") from None
+        cfg = parse_yaml(text)
+    except ConfigError as exc:
+        raise ValueError(f"kubeconfig: {exc}") from None
     if not isinstance(cfg, dict):
         raise ValueError("kubeconfig is not a mapping")
     clusters = {c.get("name"): (c.get("cluster") or {}) for c in cfg.get("clusters") or [] if isinstance(c, dict)}

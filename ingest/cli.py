@@ -136,6 +136,16 @@ def run(args: argparse.Namespace) -> int:
     from slicemeter.ingest.trust import load_publishers
     from slicemeter.tick import Limits
 
+    ingestor = None
+
+    def stop(signum, frame):
+        # before the ingestor exists nothing is consumed, and loading a config or attaching
+        # a store may take long: end at once, not at the end of start-up; then stop cleanly
+        if ingestor is None:
+            log.warning("stopped by %s during start-up: nothing was consumed", signal.Signals(signum).name)
+            raise SystemExit(128 + signum)
+        ingestor.stopping = True
+    signal.signal(signal.SIGTERM, stop)
     _check(args)
     security = kafka_security.settings(args)
     publishers = load_publishers(args.publishers) if args.publishers else None
@@ -144,15 +154,6 @@ def run(args: argparse.Namespace) -> int:
                     max_age_ms=int(args.raw_retention_days * 86_400_000) + slack_ms, future_slack_ms=slack_ms)
     prices = load_prices_or_default(args.prices) if args.recommend_interval else None
     sources = catalog_sources(args)
-    # SIGTERM stops cleanly from here on: attaching a lake takes seconds
-    stop_requested: list[int] = []
-    ingestor = None
-
-    def stop(signum, frame):
-        stop_requested.append(signum)
-        if ingestor is not None:
-            ingestor.stopping = True
-    signal.signal(signal.SIGTERM, stop)
     con = store.connect(args.db, lake_data=args.lake_data)
     catalog_sync = None
     if args.tenants or sources:
@@ -178,7 +179,6 @@ def run(args: argparse.Namespace) -> int:
         limits=limits, publishers=publishers, dedupe_window_s=args.dedupe_window_seconds, kafka_security=security,
     )
     ingestor = Ingestor(cfg, metrics=metrics, con=con)
-    ingestor.stopping = bool(stop_requested)
     if catalog_sync:
         catalog_sync.start()
     try:

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from slicemeter import clock
 from slicemeter.store import sql_text, transaction
-from slicemeter.common import ConfigError
+from slicemeter.common import ConfigError, read_config_text
 from slicemeter.config_schema import Schema, YamlLines, validate
 from slicemeter.tenant_model import TenantList
 
@@ -91,11 +91,7 @@ def parse_catalog(doc) -> Catalog:
 
 def load_catalog(path: str | Path) -> Catalog:
     """The catalog file's; a mistake is a ConfigFileError naming the key and its line."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"--tenants: cannot read {path}: {exc.strerror}") from None
-    doc = YamlLines(text, str(path))
+    doc = YamlLines(read_config_text(path, "--tenants"), str(path))
     return _catalog(validate(_CatalogFile, _tenants_only(doc.data), doc))
 
 

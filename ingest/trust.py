@@ -23,11 +23,10 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import yaml
 
 from slicemeter import signing
 from slicemeter.store import sql_text
-from slicemeter.common import ConfigError
+from slicemeter.common import ConfigError, cluster_key, read_yaml_file
 from slicemeter.tick import TickBatch
 
 
@@ -35,16 +34,13 @@ from slicemeter.tick import TickBatch
 class Publisher:
     key_id: str
     key: bytes = field(repr=False)
-    clusters: frozenset[str]
+    clusters: frozenset[str]   # cluster_key of each identity the key may speak for
 
 
 def load_publishers(path: Path) -> dict[str, Publisher]:
     """`publishers:` list of {key_id, key_file, clusters: [...]}; key files relative to the
     config file's folder. Raises ConfigError naming the bad entry."""
-    try:
-        doc = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"--publishers {path}: {exc}") from None
+    doc = read_yaml_file(path, "--publishers")
     entries = doc.get("publishers") if isinstance(doc, dict) else None
     if not isinstance(entries, list) or not entries:
         raise ConfigError(f"--publishers {path}: expected a non-empty 'publishers:' list")
@@ -63,7 +59,7 @@ def load_publishers(path: Path) -> dict[str, Publisher]:
             raise ConfigError(f"{where}: {exc}") from None
         if key_id in out:
             raise ConfigError(f"{where}: key_id {key_id!r} listed twice")
-        out[key_id] = Publisher(key_id, key, frozenset(clusters))
+        out[key_id] = Publisher(key_id, key, frozenset(map(cluster_key, clusters)))
     return out
 
 
@@ -100,7 +96,7 @@ class Bindings:
         if len(clusters) != 1:
             return f"a message speaks for one cluster, this one names {sorted(clusters)[:4]}"
         (cluster,) = clusters
-        if publisher is not None and cluster not in publisher.clusters:
+        if publisher is not None and cluster_key(cluster) not in publisher.clusters:
             return f"cluster {cluster!r} is not one key id {publisher.key_id!r} may speak for"
         claims = [("node", n) for n in _names(batch.gpus.column("node"), batch.slices.column("node"))]
         claims += [("gpu", g) for g in _names(batch.gpus.column("gpu_uuid"), batch.slices.column("gpu_uuid"))]
@@ -109,7 +105,7 @@ class Bindings:
             owner = self.owner.get(claim)
             if owner is None:
                 new.append(claim)
-            elif owner != cluster:
+            elif cluster_key(owner) != cluster_key(cluster):   # one cluster, however spelt
                 return (f"{claim[0]} {claim[1]!r} belongs to cluster {owner!r}, not {cluster!r} "
                         "(an operator moves it: slicemeter bindings move)")
         for claim in new:

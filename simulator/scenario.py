@@ -22,7 +22,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, PlainValidator, model_validator
 
-from slicemeter.common import MiB
+from slicemeter.common import ConfigError, MiB, read_config_text
 from slicemeter.config_schema import (DNS_LABEL, DNS_SUBDOMAIN, ConfigFileError, DnsName, Loc, Schema, Share,
                                       YamlLines, invalid, load, matching, one_of)
 from slicemeter.tenant_model import ScenarioTenant, ScenarioTenantList
@@ -312,9 +312,9 @@ ScenarioError = ConfigFileError   # a scenario's mistake: the key path and the Y
 def load_scenario(path: str | Path) -> Scenario:
     path = Path(path)
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ScenarioError(f"cannot read scenario: {exc.strerror}", "", None, str(path)) from None
+        text = read_config_text(path, "scenario")
+    except ConfigError as exc:
+        raise ScenarioError(str(exc)) from None
     return parse_scenario(text, str(path))
 
 

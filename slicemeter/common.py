@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import ipaddress
 import re
 from datetime import date, datetime
 from pathlib import Path
@@ -71,6 +73,52 @@ def named(name: str):
         raise ConfigError(f"{name}: {exc}") from None
 
 
+# A Kubernetes API server's port where a cluster identity names none: Kamaji's
+# spec.networkProfile.port default, which every tenant plane listens on unless told.
+DEFAULT_API_PORT = 6443
+_URL_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*://")
+_BRACKETED = re.compile(r"^\[([^\]]*)\](?::([0-9]{1,5}))?\Z")
+_HOST_PORT = re.compile(r"^([^:]*):([0-9]{1,5})\Z")
+
+
+@functools.lru_cache(maxsize=4096)   # a fleet has a few spellings, asked once per message
+def cluster_key(identity: str) -> str:
+    """The one form every spelling of a cluster identity shares (pure), as Ticks and the
+    tenant catalog are matched: "https://[2001:0DB8:40::10]" -> "[2001:db8:40::10]:6443".
+
+    Kubelets join on the string Kamaji writes into status.controlPlaneEndpoint, verbatim,
+    so a Tick's cluster and a catalog's address may spell one endpoint differently. The key
+    drops the scheme and trailing slashes, lower-cases, writes an IP address canonically
+    (an IPv4-mapped IPv6 address as the IPv4 address it is), drops a DNS name's trailing
+    dot, and writes the port, DEFAULT_API_PORT where none is given, as host:port with
+    IPv6 in brackets. "namespace/name" identities, and what is no host[:port], stay as
+    written, lower-cased."""
+    bare = _URL_SCHEME.sub("", identity.strip().lower()).rstrip("/")
+    if "/" in bare:
+        return bare
+    if (m := _BRACKETED.match(bare) or _HOST_PORT.match(bare)):
+        host, port = m.group(1), int(m.group(2) or DEFAULT_API_PORT)
+    elif bare.count(":") >= 2:   # a bare IPv6 address
+        host, port = bare, DEFAULT_API_PORT
+    elif ":" not in bare:
+        host, port = bare, DEFAULT_API_PORT
+    else:
+        return bare
+    if not host or port > 65535:
+        return bare
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        if ":" in host or "[" in bare or "]" in host:   # brackets hold an IPv6 address only
+            return bare
+        host = host.removesuffix(".")
+    else:
+        if bare.startswith("[") and ip.version != 6:
+            return bare
+        host = (ip.ipv4_mapped or ip).compressed if ip.version == 6 else ip.compressed
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 LAKE_PREFIX = "ducklake:"   # a --db naming a DuckLake (store/lake.py), not a file
 
 
@@ -89,13 +137,138 @@ def existing_db(target) -> Path | str:
     return Path(target)
 
 
-def read_yaml_file(path, option: str):
-    """The parsed YAML file that `option` names; ConfigError saying which and why otherwise."""
+# What a config file may be: every YAML the product reads is an operator's file, at most a
+# few hundred KB (a 1,000-node scenario is 12 KB and 1,400 nodes). The bounds refuse what
+# only an attack needs: aliases that expand a short file into billions of nodes
+# ("billion laughs"), and nesting deep enough to exhaust the parser's recursion.
+YAML_MAX_BYTES = 4 << 20
+YAML_MAX_NODES = 200_000     # nodes written plus the nodes each alias repeats
+
+
+def where_in_file(source: str, line: int | None) -> str:
+    """The prefix of a config file's error: "file:line: ", "file: " or "line N: "."""
+    return f"{source}:{line}: " if source and line else f"{source}: " if source else f"line {line}: " if line else ""
+
+
+class YamlRefused(ConfigError):
+    """A config file's YAML the loader refuses: `problem` at `line` (None: the whole file)."""
+
+    def __init__(self, source: str, line: int | None, problem: str):
+        super().__init__(where_in_file(source, line) + problem)
+        self.line, self.problem = line, problem
+
+
+@functools.cache
+def _strict_loader():
+    """A SafeLoader class that refuses duplicate keys and counts the nodes aliases add."""
+    import yaml
+
+    class StrictLoader(yaml.SafeLoader):
+        def __init__(self, text: str, source: str):
+            super().__init__(text)
+            self.source, self.nodes, self.sizes, self.open_anchors = source, 0, {}, []
+
+        def refuse(self, mark, message: str):
+            raise YamlRefused(self.source, mark.line + 1 if mark else None, message)
+
+        def size(self, node) -> int:
+            """Nodes in `node` with its aliases expanded (memoised: aliases share nodes)."""
+            if id(node) not in self.sizes:
+                children = (node.value if isinstance(node, yaml.SequenceNode) else
+                            [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else [])
+                self.sizes[id(node)] = 1 + sum(self.size(c) for c in children)
+            return self.sizes[id(node)]
+
+        def count(self, mark, nodes: int, what: str = "") -> None:
+            self.nodes += nodes
+            if self.nodes > YAML_MAX_NODES:
+                self.refuse(mark, f"{what}more than {YAML_MAX_NODES} YAML nodes with aliases expanded "
+                                  "(a config file is far smaller)")
+
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                if event.anchor in self.open_anchors:
+                    self.refuse(event.start_mark, f"alias *{event.anchor} refers to a node that contains it")
+                node = super().compose_node(parent, index)
+                self.count(event.start_mark, self.size(node), f"alias *{event.anchor} makes ")
+                return node
+            self.count(self.peek_event().start_mark, 1)
+            return super().compose_node(parent, index)
+
+        def compose_sequence_node(self, anchor):
+            self.open_anchors.append(anchor)
+            try:
+                return super().compose_sequence_node(anchor)
+            finally:
+                self.open_anchors.pop()
+
+        def compose_mapping_node(self, anchor):
+            self.open_anchors.append(anchor)
+            try:
+                node = super().compose_mapping_node(anchor)
+            finally:
+                self.open_anchors.pop()
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node)
+                if key in seen:
+                    self.refuse(key_node.start_mark, f"key {key!r} given twice (first on line {seen[key]})")
+                seen[key] = key_node.start_mark.line + 1
+            return node
+
+    return StrictLoader
+
+
+def compose_yaml(text: str, source: str = ""):
+    """(the YAML document's root node, its value) for a config file's text (pure): refuses a
+    text over YAML_MAX_BYTES, a key given twice in one mapping, more than YAML_MAX_NODES
+    nodes once aliases are expanded, and nesting past Python's recursion limit; each refusal
+    is a YamlRefused naming `source` and the line. A YAML syntax error is yaml.YAMLError."""
+    if len(text) > YAML_MAX_BYTES:
+        raise YamlRefused(source, None, f"over {YAML_MAX_BYTES} bytes: not a config file")
+    loader = _strict_loader()(text, source)
+    try:
+        root = loader.get_single_node()
+        return root, None if root is None else loader.construct_document(root)
+    except RecursionError:
+        raise YamlRefused(source, None, "YAML nested too deeply") from None
+    finally:
+        loader.dispose()
+
+
+def parse_yaml(text: str, source: str = ""):
+    """A config file's YAML text as Python values (compose_yaml's checks); a syntax error is
+    a ConfigError naming `source` and the line too."""
     import yaml
 
     try:
-        return yaml.safe_load(Path(path).read_text())
+        return compose_yaml(text, source)[1]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise ConfigError(f"{where_in_file(source, mark.line + 1 if mark else None)}not valid YAML: "
+                          f"{getattr(exc, 'problem', None) or exc}") from None
+
+
+def read_config_text(path, option: str) -> str:
+    """The text of the config file `option` names, read no further than YAML_MAX_BYTES + 1:
+    a ConfigError saying which and why where it cannot be read, is larger, or is not UTF-8."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(YAML_MAX_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"{option}: cannot read {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{option}: {path} is not valid YAML: {exc}") from None
+    if len(data) > YAML_MAX_BYTES:
+        raise ConfigError(f"{option}: {path} is over {YAML_MAX_BYTES} bytes: not a config file")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{option}: {path} is not UTF-8 text (byte {exc.start})") from None
+
+
+def read_yaml_file(path, option: str):
+    """The parsed YAML file that `option` names (parse_yaml's checks); ConfigError saying
+    which and why otherwise."""
+    return parse_yaml(read_config_text(path, option), f"{option} {path}")

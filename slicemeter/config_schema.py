@@ -16,7 +16,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
-from slicemeter.common import DNS_LABEL_RE, ConfigError
+from slicemeter.common import DNS_LABEL_RE, ConfigError, YamlRefused, compose_yaml, where_in_file
 
 Loc = tuple[str | int, ...]
 M = TypeVar("M", bound=BaseModel)
@@ -32,8 +32,7 @@ class ConfigFileError(ConfigError):
 
     def __init__(self, message: str, path: str = "", line: int | None = None, source: str = "",
                  more: Iterable[str] = ()):
-        where = f"{source}:{line}: " if source and line else f"{source}: " if source else f"line {line}: " if line else ""
-        super().__init__("\n".join([f"{where}{path + ': ' if path else ''}{message}", *more]))
+        super().__init__("\n".join([f"{where_in_file(source, line)}{path + ': ' if path else ''}{message}", *more]))
         self.path, self.line = path, line
 
 
@@ -141,8 +140,9 @@ class YamlLines:
     def __init__(self, text: str, source: str = ""):
         self.source = source
         try:
-            root = yaml.compose(text, Loader=yaml.SafeLoader)
-            self.data = yaml.safe_load(text)
+            root, self.data = compose_yaml(text, source)
+        except YamlRefused as exc:
+            raise ConfigFileError(exc.problem, "", exc.line, source) from None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             raise ConfigFileError(f"not valid YAML: {getattr(exc, 'problem', None) or exc}", "",

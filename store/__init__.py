@@ -14,7 +14,7 @@ from pathlib import Path
 
 import duckdb
 
-from slicemeter.common import is_lake
+from slicemeter.common import cluster_key, is_lake
 
 
 SQL_DIR = Path(str(importlib.resources.files("slicemeter.sql")))
@@ -63,11 +63,21 @@ def _numbered(folder: str) -> list[Path]:
     return sorted((SQL_DIR / folder).glob("[0-9][0-9][0-9]_*.sql"))
 
 
+def register_functions(con: duckdb.DuckDBPyConnection) -> None:
+    """The Python functions the views call, once per database instance (its connections and
+    cursors share them): slicemeter_cluster_key is slicemeter.common.cluster_key, so a
+    cluster identity has one canonical form in Python and in SQL."""
+    if not con.execute("SELECT function_name FROM duckdb_functions() WHERE function_name = 'slicemeter_cluster_key'"
+                       ).fetchall():
+        con.create_function("slicemeter_cluster_key", cluster_key, ["VARCHAR"], "VARCHAR", side_effects=False)
+
+
 def apply_views(con: duckdb.DuckDBPyConnection) -> None:
     """The views and macros, on every connection; on a connection (or cursor) with a lake
     attached, over the lake's tables, then the lake's own views (store/lake.py)."""
     from slicemeter.store import lake
 
+    register_functions(con)
     on_lake = lake.is_lake_connection(con)
     if not on_lake:
         for path in _numbered("views"):

@@ -202,6 +202,26 @@ def test_forged_cluster_and_stolen_gpu_are_dead_letters_until_an_operator_moves_
     assert ing.con.execute("SELECT cluster FROM raw_gpu WHERE ts_ms = ?", [T0 + 70_000]).fetchall() == [(BETA,)]
 
 
+def test_a_cluster_spelt_another_way_is_still_its_keys_and_owns_its_gpus(broker, tmp_path):
+    """The publishers file and the bindings compare clusters by cluster_key: a kubelet's
+    other spelling of acme's address is acme (its key, its node, its GPU), and still not beta's."""
+    from slicemeter.ingest.trust import load_publishers
+
+    config, acme, beta = _keys(tmp_path)
+    create_topic(broker.bootstrap, partitions=1)
+    produce(broker.bootstrap, [
+        signed("acme-1", acme, tick(cluster=ACME)),                                        # 0 binds node-a, GPU-a0
+        signed("acme-1", acme, tick(cluster="HTTPS://ACME.example.:6443/", ts=T0 + 10_000)),  # 1 acme, spelt otherwise
+        signed("acme-1", acme, tick(cluster="https://acme.example", ts=T0 + 20_000)),     # 2 the default port left out
+        signed("beta-1", beta, tick(cluster="https://ACME.example", ts=T0 + 30_000)),     # 3 beta speaking for acme
+    ])
+    ing = ingest(broker.bootstrap, tmp_path / "s.duckdb", publishers=load_publishers(config),
+                 clock_ms=lambda: T0 + 120_000)
+    letters = dead_letters(ing)
+    assert [n for n, _ in letters] == [3] and "not one key id 'beta-1' may speak for" in letters[0][1]
+    assert ing.con.execute("SELECT count(*) FROM raw_gpu").fetchall() == [(3,)]
+
+
 # ---- a replaced broker ------------------------------------------------------------------
 
 @pytest.mark.parametrize("after", [3, 8], ids=["new log shorter", "new log longer"])

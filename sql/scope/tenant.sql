@@ -11,6 +11,9 @@ CREATE OR REPLACE TEMP TABLE scope_tenant AS SELECT $tenant::VARCHAR AS tenant;
 CREATE OR REPLACE TEMP TABLE scope_cluster_tenant AS
 SELECT cluster, any_value(tenant) AS tenant FROM cluster_tenant GROUP BY cluster;
 
+CREATE OR REPLACE TEMP TABLE scope_namespace_override AS
+SELECT cluster, namespace, tenant FROM cluster_namespace_override;
+
 -- A node's GPUs belong to its cluster's tenant.
 CREATE OR REPLACE TEMP VIEW gpu_hour AS
 SELECT g.* FROM {store}.main.gpu_hour g
@@ -21,7 +24,7 @@ WHERE ct.tenant = (SELECT tenant FROM scope_tenant);
 -- views/010_attribution.sql (namespace override, else the cluster's tenant).
 CREATE OR REPLACE TEMP VIEW slice_hour AS
 SELECT s.* FROM {store}.main.slice_hour s
-LEFT JOIN {store}.main.tenant_namespace_overrides o ON o.cluster = s.cluster AND o.namespace = s.namespace
+LEFT JOIN scope_namespace_override o ON o.cluster = s.cluster AND o.namespace = s.namespace
 LEFT JOIN scope_cluster_tenant ct ON ct.cluster = s.cluster
 WHERE coalesce(o.tenant, ct.tenant, 'unassigned') = (SELECT tenant FROM scope_tenant);
 

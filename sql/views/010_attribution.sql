@@ -3,23 +3,11 @@
 -- re-attributes every stored rollup.
 --
 -- A cluster identity matches a tenant when its cluster_key equals the key of one of the
--- tenant's identities (api_server, "tcp_namespace/tcp_name", tenant_aliases). The key
--- drops the scheme and trailing slashes, lower-cases, brackets a bare IPv6 address and
--- adds the default port 6443 (Kamaji's spec.networkProfile.port default) where none is
--- given. "namespace/name" identities keep their slash and get no port.
-CREATE OR REPLACE TEMP MACRO cluster_bare(c) AS
-    rtrim(regexp_replace(lower(trim(c)), '^[a-z][a-z0-9+.-]*://', ''), '/');
-
-CREATE OR REPLACE TEMP MACRO cluster_key_of_bare(s) AS CASE
-    WHEN s LIKE '%/%' THEN s
-    WHEN regexp_matches(s, '^\[[^]]*\]:[0-9]+$') THEN s
-    WHEN regexp_matches(s, '^\[[^]]*\]$') THEN s || ':6443'
-    WHEN length(s) - length(replace(s, ':', '')) >= 2 THEN '[' || s || ']:6443'
-    WHEN regexp_matches(s, ':[0-9]+$') THEN s
-    ELSE s || ':6443'
-END;
-
-CREATE OR REPLACE TEMP MACRO cluster_key(c) AS cluster_key_of_bare(cluster_bare(c));
+-- tenant's identities (api_server, "tcp_namespace/tcp_name", tenant_aliases). The key is
+-- slicemeter.common.cluster_key (registered by store.register_functions): scheme, case,
+-- IP spelling, a DNS name's trailing dot and the default port 6443 do not tell two
+-- identities apart. "namespace/name" identities keep their slash and get no port.
+CREATE OR REPLACE TEMP MACRO cluster_key(c) AS slicemeter_cluster_key(c);
 
 CREATE OR REPLACE TEMP VIEW tenant_identity AS
 SELECT tenant, api_server AS identity FROM tenants WHERE api_server IS NOT NULL AND api_server <> ''
