@@ -1,0 +1,108 @@
+"""Usage that could not be checked against NVML is flagged, from the node to the invoice.
+
+The reported case: an exporter without the host's PID namespace (a DaemonSet without
+`hostPID`, which docs/deploy.md allows) sees NVML's pids but not their /proc entries, so no
+cgroup can place their memory; a HAMi region that claims 0 bytes while NVML shows 19.9 GB
+used on its GPU was billed $0.00 on the usage basis with nothing saying the figure went
+unchecked. The node is the simulator's fake NVML with HAMi-core's byte-exact region files.
+"""
+from __future__ import annotations
+
+import pytest
+
+from slicemeter.exporter.attribution import Tolerance
+from slicemeter.exporter.collector import ExporterCollector, ExporterStats
+from slicemeter.exporter import tick_builder
+from slicemeter.simulator.nvml import ProcNow
+from slicemeter.testkit.hami_bytes import Proc
+from slicemeter.testkit.static_node import A100_TOTAL, GiB, StaticNode, builder, gpu, pod, write_cgroup, write_region
+
+GPU0 = "GPU-3f0c1a2b-4d5e-6f70-8192-a3b4c5d6e7f8"
+NOV_2 = 1_793_577_600_000          # 2026-11-02 00:00 UTC
+UID = "7a1e0c55-0b1d-4c3e-9f00-1e2d3c4b5a69"
+PID = 4242
+USED = 19_900_000_000               # what NVML shows: 19.9 GB
+TOLERANCE = Tolerance(256 << 20, 0.10)
+
+
+def tenant_pod() -> dict:
+    return pod(UID, "llm", "team-x", ["main"], allocated=f"{GPU0},NVIDIA,20480,25:;")
+
+
+def region_claiming_nothing(hami, hostpid: int = 0) -> None:
+    """One slot: no bytes (a slot naming a host pid holds its 1 MiB context, or HAMi-core
+    does not count it on the device)."""
+    write_region(hami, UID, "main", devices=[(GPU0, 20 * GiB, 25)],
+                 procs=[Proc(pid=1, hostpid=hostpid, mem=[(1 << 20 if hostpid else 0, 0, 0)], sm_util=[0])])
+
+
+def node(*procs: ProcNow, used: int = USED) -> StaticNode:
+    return StaticNode(gpus=[gpu(GPU0, used=used, sm=0)], procs={0: list(procs)}, ts_ms=NOV_2)
+
+
+def verified_gauge(res) -> dict[str, float]:
+    """pod -> slicemeter_slice_usage_verified as GET /metrics renders it."""
+    stats = ExporterStats(tenant="acme")
+    stats.record(res)
+    return {line.split('pod="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+            for line in ExporterCollector(stats).exposition().decode().splitlines()
+            if line.startswith("slicemeter_slice_usage_verified{")}
+
+
+def build(tmp_path, n: StaticNode, host_pids: bool, region_hostpid: int = 0):
+    hami, proc = tmp_path / "hami", tmp_path / "proc"
+    proc.mkdir(exist_ok=True)    # the exporter's own /proc: NVML's host pids are not in it
+    item = tenant_pod()
+    region_claiming_nothing(hami, region_hostpid)
+    if host_pids:
+        write_cgroup(proc, PID, item, "main")
+    return builder(n, hami, [item], proc_root=proc).build(n.ts_ms)
+
+
+def test_no_host_pids_visible_flags_the_region_that_claims_nothing(tmp_path):
+    res = build(tmp_path, node(ProcNow(pid=PID, used_bytes=USED, sm_pct=60, mem_util_pct=20)), host_pids=False)
+    (s,) = res.tick.slices
+    assert s.source == "hami" and s.hami_memory_used_bytes == 0 and s.nvml_memory_used_bytes is None
+    assert s.usage_verified is False
+    assert verified_gauge(res) == {"llm": 0.0}
+
+
+def test_with_host_pids_the_same_slice_is_verified(tmp_path):
+    res = build(tmp_path, node(ProcNow(pid=PID, used_bytes=USED, sm_pct=60, mem_util_pct=20)), host_pids=True)
+    (s,) = res.tick.slices
+    assert s.nvml_memory_used_bytes == USED and s.usage_verified is True
+    assert verified_gauge(res) == {"llm": 1.0}
+
+
+def test_a_region_naming_its_host_pid_is_verified_without_host_pids(tmp_path):
+    """The region's own slot names the pid NVML lists: NVML's figure bounds the slice."""
+    res = build(tmp_path, node(ProcNow(pid=PID, used_bytes=USED, sm_pct=60, mem_util_pct=20)), host_pids=False,
+                region_hostpid=PID)
+    (s,) = res.tick.slices
+    assert s.nvml_memory_used_bytes == USED and s.usage_verified is True
+
+
+def test_gpu_memory_far_above_its_slices_with_no_process_listed_is_unverified(tmp_path):
+    """NVML in a container without the host's PID namespace may list no process at all."""
+    res = build(tmp_path, node(), host_pids=False)
+    (s,) = res.tick.slices
+    assert s.usage_verified is False
+    assert verified_gauge(res) == {"llm": 0.0}
+
+
+def test_an_idle_gpu_with_no_process_listed_is_verified(tmp_path):
+    res = build(tmp_path, node(used=300 << 20), host_pids=False)
+    assert [s.usage_verified for s in res.tick.slices] == [True]
+
+
+@pytest.mark.parametrize("listed, hidden, attributed, used, claimed, expected", [
+    (False, 0, False, 0, 0, False),                          # NVML's process list unavailable
+    (True, 1, True, USED, USED, False),                       # a pid no cgroup or slot places
+    (True, 0, True, USED, 0, True),                           # every pid placed
+    (True, 0, False, USED, 0, False),                         # memory used far above, nothing attributed
+    (True, 0, False, USED, USED - (1 << 30), True),           # the slices claim about what is used
+    (True, 0, False, 8 * GiB - 1, 0, True),                   # within 10 % of an 80 GiB GPU
+    (True, 0, False, None, 0, True),                          # no device figure to compare
+])
+def test_usage_checkable(listed, hidden, attributed, used, claimed, expected):
+    assert tick_builder.usage_checkable(listed, hidden, attributed, used, claimed, A100_TOTAL, TOLERANCE) is expected
