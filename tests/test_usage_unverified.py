@@ -8,7 +8,22 @@ unchecked. The node is the simulator's fake NVML with HAMi-core's byte-exact reg
 """
 from __future__ import annotations
 
+import csv
+import os
+import re
+import subprocess
+import time
+import urllib.request
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow.parquet as pq
 import pytest
+
+from slicemeter import store
+from slicemeter.exporter.cli import Exporter, serve_metrics
+from slicemeter.exporter.publisher import Publisher, Spool, kafka_producer
+from slicemeter.testkit.ingest_helpers import SLICEMETER
 
 from slicemeter.exporter.attribution import Tolerance
 from slicemeter.exporter.collector import ExporterCollector, ExporterStats
@@ -23,6 +38,7 @@ UID = "7a1e0c55-0b1d-4c3e-9f00-1e2d3c4b5a69"
 PID = 4242
 USED = 19_900_000_000               # what NVML shows: 19.9 GB
 TOLERANCE = Tolerance(256 << 20, 0.10)
+REPO = Path(__file__).resolve().parent.parent
 
 
 def tenant_pod() -> dict:
@@ -106,3 +122,79 @@ def test_an_idle_gpu_with_no_process_listed_is_verified(tmp_path):
 ])
 def test_usage_checkable(listed, hidden, attributed, used, claimed, expected):
     assert tick_builder.usage_checkable(listed, hidden, attributed, used, claimed, A100_TOTAL, TOLERANCE) is expected
+
+
+# ---- end to end: exporter /metrics -> Kafka (Tansu) -> `slicemeter ingest` -> `slicemeter export`
+
+TENANTS = """
+tenants:
+  - {name: acme, display_name: ACME, kamaji: {namespace: t-acme, name: acme}, api_server: "https://acme.example:6443", cost_center: C1}
+"""
+
+
+def slicemeter(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*SLICEMETER, *args], cwd=REPO, capture_output=True, text=True, timeout=180,
+                          env=os.environ | (env or {}))
+
+
+def wait_for(cond, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def publish_an_hour(tmp_path, bootstrap: str) -> str:
+    """An exporter without host pids ticks an hour of the reported case into Kafka; returns
+    its /metrics text."""
+    hami, proc = tmp_path / "hami", tmp_path / "proc"
+    proc.mkdir()
+    item = tenant_pod()
+    region_claiming_nothing(hami)
+    n = node(ProcNow(pid=PID, used_bytes=USED, sm_pct=60, mem_util_pct=20))
+    b = builder(n, hami, [item], proc_root=proc)
+    stats = ExporterStats(tenant="acme")
+    publisher = Publisher(Spool(str(tmp_path / "spool"), 10 << 20), "slicemeter.ticks", b.node,
+                          lambda: kafka_producer(bootstrap), on_error=lambda e: stats.count_error("kafka"))
+    exporter = Exporter(b, stats, b.pods, publisher, 600.0)
+    server = serve_metrics(stats, 0, "127.0.0.1")
+    publisher.start()
+    try:
+        for k in range(6):
+            n.ts_ms = NOV_2 + k * 600_000
+            exporter.tick_once(n.ts_ms)
+        wait_for(lambda: publisher.published == 6, 60, "6 Ticks acknowledged")
+        return urllib.request.urlopen(f"http://127.0.0.1:{server.server_address[1]}/metrics", timeout=5).read().decode()
+    finally:
+        publisher.stop()
+        server.shutdown()
+
+
+@pytest.mark.broker
+def test_the_reported_case_is_flagged_from_metrics_to_invoice(broker, tmp_path):
+    metrics = publish_an_hour(tmp_path, broker.bootstrap)
+    assert re.search(r'^slicemeter_slice_usage_verified\{[^}]*pod="llm"[^}]*\} 0$', metrics, re.M), metrics
+
+    tenants, db = tmp_path / "tenants.yaml", tmp_path / "live.duckdb"
+    tenants.write_text(TENANTS)
+    now = {"SLICEMETER_NOW": "2026-11-02T02:00Z"}
+    ing = slicemeter("ingest", "--kafka", broker.bootstrap, "--db", str(db), "--tenants", str(tenants),
+                     "--group", "", "--until-idle", "3", env=now)
+    assert ing.returncode == 0, ing.stderr
+    con = store.connect(db, read_only=True)
+    assert con.execute("SELECT list(DISTINCT usage_verified), count(*) FROM raw_slice").fetchone() == ([False], 6)
+    assert con.execute("SELECT pod, usage_unverified_s FROM slice_hour").fetchall() == [("llm", 3600.0)]
+    con.close()
+
+    for basis, hours in (("usage", "1.0000"), ("max", "1.0000"), ("allocation", "0.0000")):
+        out = tmp_path / basis
+        ex = slicemeter("export", "--db", str(db), "--month", "2026-11", "--out", str(out), "--basis", basis, env=now)
+        assert ex.returncode == 0, ex.stderr
+        invoice = {r["namespace"]: r for r in csv.DictReader((out / "invoice-2026-11.csv").open())}
+        assert invoice["team-x"]["usage_unverified_hours"] == hours, basis
+        detail = {r["pod"]: r for r in pq.read_table(out / "detail-2026-11.parquet").to_pylist()}
+        assert detail["llm"]["usage_unverified_hours"] == Decimal(hours), basis
+        focus = {r["x_Pod"]: r for r in csv.DictReader((out / "focus-2026-11.csv").open())}
+        assert focus["llm"]["x_UsageUnverifiedHours"] == hours, basis
+        assert focus[""]["x_UsageUnverifiedHours"] == ""   # the GPU's idle line rests on no slice's usage
