@@ -17,12 +17,15 @@ import urllib.request
 from decimal import Decimal
 from pathlib import Path
 
+import duckdb
 import pyarrow.parquet as pq
 import pytest
 
 from slicemeter import store
 from slicemeter.exporter.cli import Exporter, serve_metrics
 from slicemeter.exporter.publisher import Publisher, Spool, kafka_producer
+from slicemeter.testkit.dashboard_app import run_app
+from slicemeter.testkit.fleet_fixture import build_fleet_db
 from slicemeter.testkit.ingest_helpers import SLICEMETER
 
 from slicemeter.exporter.attribution import Tolerance
@@ -198,3 +201,28 @@ def test_the_reported_case_is_flagged_from_metrics_to_invoice(broker, tmp_path):
         focus = {r["x_Pod"]: r for r in csv.DictReader((out / "focus-2026-11.csv").open())}
         assert focus["llm"]["x_UsageUnverifiedHours"] == hours, basis
         assert focus[""]["x_UsageUnverifiedHours"] == ""   # the GPU's idle line rests on no slice's usage
+
+
+# ---- dashboard: the Tenants page says when usage-basis money rests on unverified usage
+
+def test_the_tenants_page_says_which_usage_basis_cost_is_unverified(tmp_path, monkeypatch):
+    db = build_fleet_db(tmp_path / "fleet.duckdb", "2026-11")
+    con = duckdb.connect(str(db))
+    namespace, tenant = con.execute(
+        "SELECT s.namespace, t.tenant FROM slice_hour s JOIN tenants t ON t.api_server = s.cluster "
+        "ORDER BY s.namespace LIMIT 1").fetchone()
+    con.execute("UPDATE slice_hour SET usage_unverified_s = metered_s / 2 WHERE namespace = ?", [namespace])
+    hours = con.execute("SELECT sum(metered_s / 2) / 3600 FROM slice_hour WHERE namespace = ? "
+                        "AND hour >= TIMESTAMP '2026-11-01' AND hour < TIMESTAMP '2026-12-01'", [namespace]).fetchone()[0]
+    con.close()
+    at = run_app(db, monkeypatch, "tenants")
+    assert not [w for w in at.warning if "could not be checked" in w.body]   # the allocation basis
+    by_ns = next(d.value for d in at.dataframe if "unverified_h" in d.value.columns)
+    shown = dict(zip(by_ns["namespace"], by_ns["unverified_h"]))
+    assert shown.pop(namespace) == pytest.approx(hours) and hours > 0 and not any(shown.values())
+    for basis in ("usage", "max"):
+        at.radio(key="basis").set_value(basis)
+        at.run()
+        assert not at.exception, at.exception
+        (warning,) = [w.body for w in at.warning if "could not be checked" in w.body]
+        assert f"{basis}-basis" in warning and f"{tenant} {hours:,.1f} h" in warning
