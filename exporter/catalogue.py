@@ -82,9 +82,10 @@ _ROWS = [
            "slice"),
     Family("slicemeter_slice_usage_verified", "gauge",
            "1 when the slice's usage was checked against NVML's processes, 0 when it could not be", SLICE, "slice",
-           "1 when the slice's usage was checked against NVML's processes (found through host pids and cgroups, "
-           "or NVML's own figures), 0 when it could not be: NVML's process list unavailable, its pids not in the "
-           "host /proc (no `hostPID`), or GPU memory far above its slices' with no process attributed"),
+           "1 when the slice's usage was checked against NVML's processes (each placed by its cgroup or a region "
+           "slot's host pid; cgroup and MIG slices are NVML's own figures), 0 when it could not be: NVML's process "
+           "list unavailable, a process neither the host /proc (no `hostPID`) nor a slot places, or GPU memory far "
+           "above its slices' with no process attributed (alert `SlicemeterUsageUnverified`)"),
     Family("slicemeter_slice_sm_limit_ratio", "gauge",
            "HAMi SM limit as a share of the GPU (gpucores / 100); absent when the slice has no core limit", SLICE, "slice",
            "HAMi SM limit as a share of the GPU (gpucores / 100); absent when the slice has no core limit "
