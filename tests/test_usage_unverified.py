@@ -181,7 +181,7 @@ def test_the_reported_case_is_flagged_from_metrics_to_invoice(broker, tmp_path):
 
     tenants, db = tmp_path / "tenants.yaml", tmp_path / "live.duckdb"
     tenants.write_text(TENANTS)
-    now = {"SLICEMETER_NOW": "2026-11-02T02:00Z"}
+    now = {"SLICEMETER_NOW": "2026-12-01T09:00Z"}
     ing = slicemeter("ingest", "--kafka", broker.bootstrap, "--db", str(db), "--tenants", str(tenants),
                      "--group", "", "--until-idle", "3", env=now)
     assert ing.returncode == 0, ing.stderr
@@ -190,10 +190,18 @@ def test_the_reported_case_is_flagged_from_metrics_to_invoice(broker, tmp_path):
     assert con.execute("SELECT pod, usage_unverified_s FROM slice_hour").fetchall() == [("llm", 3600.0)]
     con.close()
 
-    for basis, hours in (("usage", "1.0000"), ("max", "1.0000"), ("allocation", "0.0000")):
-        out = tmp_path / basis
+    invoices = {}
+    rounds = (("usage", "1.0000", False), ("max", "1.0000", False), ("allocation", "0.0000", False),
+              ("usage", "1.0000", True))   # the last: the month closed, billed from its frozen copy
+    for basis, hours, close in rounds:
+        if close:
+            closed = slicemeter("close", "--db", str(db), "--month", "2026-11", env=now)
+            assert closed.returncode == 0, closed.stderr
+        out = tmp_path / f"{basis}-{close}"
         ex = slicemeter("export", "--db", str(db), "--month", "2026-11", "--out", str(out), "--basis", basis, env=now)
         assert ex.returncode == 0, ex.stderr
+        invoice_bytes = (out / "invoice-2026-11.csv").read_bytes()
+        assert invoices.setdefault(basis, invoice_bytes) == invoice_bytes   # closing changes nothing
         invoice = {r["namespace"]: r for r in csv.DictReader((out / "invoice-2026-11.csv").open())}
         assert invoice["team-x"]["usage_unverified_hours"] == hours, basis
         detail = {r["pod"]: r for r in pq.read_table(out / "detail-2026-11.parquet").to_pylist()}
