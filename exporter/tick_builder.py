@@ -251,8 +251,8 @@ def usage_checkable(listed: bool, hidden: int, attributed: bool, memory_used: in
                     memory_total: int | None, tolerance: Tolerance) -> bool:
     """Whether the usage HAMi's slices on a GPU report could be checked against NVML.
 
-    `listed`: NVML listed the GPU's processes; `hidden`: how many of them the host /proc does
-    not show (no cgroup can say whose they are); `attributed`: some slice got NVML memory of
+    `listed`: NVML listed the GPU's processes; `hidden`: how many of them neither the host
+    /proc (their cgroup) nor a region slot (their host pid) places; `attributed`: some slice got NVML memory of
     its own processes; `claimed`: the slices' memory (the larger of HAMi's and NVML's each).
     An empty process list while the GPU's memory stands far above what its slices claim (more
     than the tolerance, and at least its ratio of the GPU) is also unchecked: NVML inside a
