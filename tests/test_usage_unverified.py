@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from slicemeter import store
+from slicemeter.chargeback.bill import diff_lines
 from slicemeter.exporter.cli import Exporter, serve_metrics
 from slicemeter.exporter.publisher import Publisher, Spool, kafka_producer
 from slicemeter.testkit.dashboard_app import run_app
@@ -234,3 +235,14 @@ def test_the_tenants_page_says_which_usage_basis_cost_is_unverified(tmp_path, mo
         assert not at.exception, at.exception
         (warning,) = [w.body for w in at.warning if "could not be checked" in w.body]
         assert f"{basis}-basis" in warning and f"{tenant} {hours:,.1f} h" in warning
+
+
+def test_a_correction_carries_the_unverified_hours_late_data_brought():
+    """Late data of a closed month whose only news is that usage went unchecked still makes a
+    Correction line (the money may not move: a region claiming nothing bills nothing)."""
+    line = {"kind": "usage", "tenant": "acme", "namespace": "team-x", "pod": "llm", "pod_uid": UID,
+            "container": "main", "cluster": "https://acme.example:6443", "node": "gpu-node-1", "gpu_uuid": GPU0,
+            "model": "NVIDIA A100-SXM4-80GB", "price_micro": 2_400_000, "cost_raw": 0, "charge_raw": 0,
+            "waste_raw": 0, "alloc_u": 0, "used_u": 0, "billed_u": 0, "idle_u": 0, "energy_mj": 0, "unverified_u": 0}
+    (correction,) = diff_lines([dict(line, unverified_u=1_800_000_000)], [line])
+    assert correction["unverified_u"] == 1_800_000_000 and correction["cost_raw"] == 0
