@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from slicemeter.chargeback import money
 from slicemeter.chargeback.prices import DEFAULT_PRICES, PriceCatalog, load_prices, parse_prices_text
-from slicemeter.store import registered
+from slicemeter.store import registered, sql_text
 from slicemeter.common import ConfigError, check_choice, month_bounds, named
 
 BASES = ("allocation", "usage", "max")
@@ -33,7 +33,7 @@ PLATFORM_TENANT = "platform"
 IDLE_NAMESPACE = "(idle)"        # not a valid Kubernetes namespace, so never a real one
 
 # Raw line fields that are summed and differenced (all exact ints).
-_SUMS = ("cost_raw", "charge_raw", "waste_raw", "alloc_u", "used_u", "billed_u", "idle_u", "energy_mj")
+_SUMS = ("cost_raw", "charge_raw", "waste_raw", "alloc_u", "used_u", "billed_u", "idle_u", "energy_mj", "unverified_u")
 # A line's identity inside a month.
 _KEY = ("kind", "tenant", "namespace", "pod", "pod_uid", "container", "cluster", "node", "gpu_uuid", "model")
 _line_key = itemgetter(*_KEY)
@@ -73,7 +73,7 @@ def apply_idle(slice_lines: list[dict], gpu_lines: list[dict], idle: str) -> lis
             "gpu_uuid": g["gpu_uuid"], "model": g["model"], "price_micro": g["price_micro"],
             "cost_raw": 0 if parts else g["idle_raw"], "charge_raw": 0, "waste_raw": 0,
             "alloc_u": 0, "used_u": 0, "billed_u": 0, "idle_u": g["idle_u"],
-            "energy_mj": g["idle_energy_mj"],
+            "energy_mj": g["idle_energy_mj"], "unverified_u": 0,
         })
     return lines
 
@@ -281,9 +281,23 @@ def month_lines(con, month_start: date, src_asof: date | None, catalog: PriceCat
     con.execute("DELETE FROM cb_detail_t")
     con.execute("DELETE FROM cb_hour_charge_t")
     check_gpu_lines(slices, gpus)
+    unverified = _unverified_by_line(con, args) if basis != "allocation" else {}
     for s in slices:
         s["idle_u"] = 0
+        s["unverified_u"] = unverified.get(_slice_key(s), 0)
     return apply_idle(slices, gpus, idle), gpus
+
+
+_SLICE_KEY = _KEY[1:]   # a slice line's identity without its kind
+_slice_key = itemgetter(*_SLICE_KEY)
+
+
+def _unverified_by_line(con, args: list) -> dict[tuple, int]:
+    """Slice line identity -> micro-seconds of its usage no NVML check covered (the usage and
+    max bases rest on that usage; the allocation basis does not)."""
+    m_start, m_end, src = args
+    cur = con.execute(sql_text("chargeback/unverified_lines.sql"), {"m_start": m_start, "m_end": m_end, "src_asof": src})
+    return {_slice_key(r): int(r["unverified_u"]) for r in _fetch_dicts(cur)}
 
 
 def closed_months(con) -> dict[date, str]:
@@ -407,6 +421,8 @@ def _line_records(rows: list[dict], keys: list[str], catalog: PriceCatalog, with
             "energy_cost": (kwh * catalog.price_per_kwh).quantize(money.CENT, rounding=ROUND_HALF_UP),
             "gco2e": (kwh * catalog.carbon_g_per_kwh).quantize(_GCO2E_PLACES, rounding=ROUND_HALF_UP),
             "currency": catalog.currency,
+            # hours of the line's slices whose usage nobody could check (usage and max bases)
+            "usage_unverified_hours": money.micro_share_to_hours(ln["unverified_u"]),
             "cost_raw": ln["cost_raw"],
         })
         out.append(row)
@@ -416,7 +432,7 @@ def _line_records(rows: list[dict], keys: list[str], catalog: PriceCatalog, with
 def _frame(records: list[dict], keys: list[str], with_price: bool) -> pd.DataFrame:
     cols = keys + (["gpu_hour_price"] if with_price else []) + [
         "gpu_hours_allocated", "gpu_hours_used", "gpu_hours_billed", "gpu_hours_idle", *_MONEY,
-        "kwh", "energy_cost", "gco2e", "currency", "cost_raw"]
+        "kwh", "energy_cost", "gco2e", "currency", "usage_unverified_hours", "cost_raw"]
     return pd.DataFrame(records, columns=cols)
 
 

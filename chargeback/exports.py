@@ -36,6 +36,7 @@ INVOICE_COLUMNS = [
     ("gpu_hours_billed", "gpu_hours_billed"), ("gpu_hours_idle", "gpu_hours_idle"),
     ("charge", "charge"), ("idle_share", "idle_share"), ("cost", "cost"), ("waste", "waste"),
     ("kwh", "kwh"), ("energy_cost", "energy_cost"), ("gco2e", "gco2e"), ("currency", "currency"),
+    ("usage_unverified_hours", "usage_unverified_hours"),
 ]
 
 
@@ -118,7 +119,7 @@ def invoice_csv(bill: Bill) -> bytes:
 
 
 def _decimal_array(values, scale: int) -> pa.Array:
-    return pa.array([Decimal(v) for v in values], pa.decimal128(18, scale))
+    return pa.array([None if v is None else Decimal(v) for v in values], pa.decimal128(18, scale))
 
 
 def _write_parquet(table: pa.Table, path: Path) -> None:
@@ -130,7 +131,7 @@ def _write_parquet(table: pa.Table, path: Path) -> None:
 
 DETAIL_MONEY = {"gpu_hour_price": 6, "charge": 2, "idle_share": 2, "cost": 2, "waste": 2, "energy_cost": 2}
 DETAIL_DEC = {"gpu_hours_allocated": 4, "gpu_hours_used": 4, "gpu_hours_billed": 4, "gpu_hours_idle": 4,
-              "kwh": 6, "gco2e": 1}
+              "kwh": 6, "gco2e": 1, "usage_unverified_hours": 4}
 
 
 def detail_records(bill: Bill) -> list[dict]:
@@ -168,10 +169,12 @@ FOCUS_COLUMNS = [
     # provider-defined (custom) columns after all FOCUS columns: the Kubernetes and GPU
     # dimensions as plain columns, so they group and filter without parsing Tags
     "x_Cluster", "x_Namespace", "x_Pod", "x_Container", "x_Node", "x_GpuUuid", "x_GpuModel",
+    # slice-hours of the line whose usage could not be checked against NVML (docs/chargeback.md)
+    "x_UsageUnverifiedHours",
 ]
 _FOCUS_MONEY = {"BilledCost", "ContractedCost", "EffectiveCost", "ListCost"}
 _FOCUS_PRICE = {"ContractedUnitPrice", "ListUnitPrice"}
-_FOCUS_QTY = {"ConsumedQuantity"}
+_FOCUS_QTY = {"ConsumedQuantity", "x_UsageUnverifiedHours"}
 # PricingQuantity = cost / unit price: 12 decimals keep ListUnitPrice x PricingQuantity
 # within 1e-9 of ListCost for any catalog price below 2000 per GPU-hour
 PRICING_QUANTITY_PLACES = 12
@@ -268,6 +271,7 @@ def focus_rows(bill: Bill, names: dict[str, str]) -> list[dict]:
             "x_Cluster": r["cluster"], "x_Node": r["node"], "x_GpuUuid": r["gpu_uuid"], "x_GpuModel": r["model"],
             "x_Namespace": None if idle else r["namespace"], "x_Pod": None if idle else r["pod"],
             "x_Container": None if idle else r["container"],
+            "x_UsageUnverifiedHours": None if idle else r["usage_unverified_hours"],
         })
     return out
 

@@ -34,3 +34,15 @@ def share_cost(gpu_hour: Decimal, share_ms: int) -> Decimal:
     in exact integers (a price in micro-units times micro-GPU-seconds, slicemeter.chargeback.money's raw units)."""
     raw = price_to_micro(gpu_hour) * int(share_ms) * (SHARE_SCALE // 1000)
     return Decimal(round_half_up_div(raw, RAW_PER_CENT)).scaleb(-2)
+
+
+def unverified_usage(bill: pd.DataFrame) -> dict[str, Decimal]:
+    """Tenant -> hours of its bill that rest on usage no NVML check covered (the bill's
+    usage_unverified_hours; 0 on the allocation basis), only the tenants with some."""
+    if "usage_unverified_hours" not in bill.columns:
+        return {}
+    out: dict[str, Decimal] = {}
+    for tenant, h in zip(bill["tenant"], bill["usage_unverified_hours"]):
+        if h:
+            out[tenant] = out.get(tenant, Decimal(0)) + h
+    return out

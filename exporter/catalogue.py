@@ -80,6 +80,12 @@ _ROWS = [
            "NVML memory of the slice's processes (its cgroup's and its slots' host pids)"),
     Family("slicemeter_slice_memory_disagreement", "gauge", "1 when HAMi and NVML memory differ beyond tolerance", SLICE,
            "slice"),
+    Family("slicemeter_slice_usage_verified", "gauge",
+           "1 when the slice's usage was checked against NVML's processes, 0 when it could not be", SLICE, "slice",
+           "1 when the slice's usage was checked against NVML's processes (each placed by its cgroup or a region "
+           "slot's host pid; cgroup and MIG slices are NVML's own figures), 0 when it could not be: NVML's process "
+           "list unavailable, a process neither the host /proc (no `hostPID`) nor a slot places, or GPU memory far "
+           "above its slices' with no process attributed (alert `SlicemeterUsageUnverified`)"),
     Family("slicemeter_slice_sm_limit_ratio", "gauge",
            "HAMi SM limit as a share of the GPU (gpucores / 100); absent when the slice has no core limit", SLICE, "slice",
            "HAMi SM limit as a share of the GPU (gpucores / 100); absent when the slice has no core limit "

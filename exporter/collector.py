@@ -71,6 +71,7 @@ class SliceCollector(FamilyCollector):
         allocation, usage = out["slicemeter_slice_allocation_ratio"].rows, out["slicemeter_slice_usage_ratio"].rows
         disagree = out["slicemeter_slice_memory_disagreement"].rows
         disagreement = view.last.disagreement
+        verified = out["slicemeter_slice_usage_verified"].rows
         for sv in view.slices:
             s, lv = sv.reading, sv.labels
             if sv.allocation is not None:
@@ -83,6 +84,8 @@ class SliceCollector(FamilyCollector):
             d = disagreement.get((s.pod_uid, s.container, s.gpu_uuid))
             if d is not None:
                 disagree.append((lv, 1 if d else 0))
+            if s.usage_verified is not None:
+                verified.append((lv, 1 if s.usage_verified else 0))
         ok = out["slicemeter_hami_region_ok"].rows
         for (uid, container), good in sorted(view.last.hami_ok.items()):
             ns, pod = view.names.get(uid, (None, None))

@@ -15,6 +15,7 @@ A Tick is built in three steps, each its own module:
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -26,8 +27,8 @@ from slicemeter.exporter.hami import RegionError, RegionSource, parse_dir_name
 from slicemeter.exporter.nvml import GpuSample, MigSample, NvmlReader
 from slicemeter.exporter.pods import PodCache, PodIndex, PodInfo, pid_to_pod
 from slicemeter.common import MiB
-from slicemeter.exporter.shares import clamp01
-from slicemeter.tick import GpuReading, Tick
+from slicemeter.exporter.shares import clamp01, larger
+from slicemeter.tick import GpuReading, SliceReading, Tick
 
 log = logging.getLogger(__name__)
 
@@ -81,13 +82,20 @@ class ProcessOwners:
     def __init__(self, proc_root: str):
         self.proc_root = proc_root
         self._cgroups = _AskedEachTick()   # pid -> (pod uid, container id) or None
+        self._visible = _AskedEachTick()   # pid -> whether the host /proc shows it
         self._owners = _AskedEachTick()    # (pid, GPU) -> ProcOwner or None, in the pod list _owners_in
         self._owners_in: PodIndex | None = None
 
     def next_tick(self) -> None:
         """Forget the pids the last tick did not ask for."""
         self._cgroups.next_tick()
+        self._visible.next_tick()
         self._owners.next_tick()
+
+    def visible(self, pid: int) -> bool:
+        """Whether `proc_root` shows the host pid: without the host's PID namespace (no
+        `hostPID`) NVML's pids are not there, and no cgroup can place their memory."""
+        return self._visible.get(pid, lambda: os.path.isdir(os.path.join(self.proc_root, str(int(pid)))))
 
     def owner(self, pid: int, pods: PodIndex, gpu_uuid: str | None = None) -> ProcOwner | None:
         """The container of a host pid; None: not a live pod's. `gpu_uuid`: the GPU it runs on,
@@ -144,7 +152,7 @@ class TickBuilder:
         self.node, self.cluster, self.nvml, self.hami_dir, self.pods = node, cluster, nvml, hami_dir, pods
         self.regions = RegionSource(hami_dir)
         self.processes = ProcessOwners(proc_root) if proc_root is not None else None
-        tolerance = Tolerance(tolerance_bytes, tolerance_ratio)
+        tolerance = self.tolerance = Tolerance(tolerance_bytes, tolerance_ratio)
         self.strategies: list[Strategy] = [RegionStrategy(tolerance, pid_alive), MigStrategy(),
                                            AnnotationStrategy(tolerance), CgroupStrategy()]
         self._logged: set[tuple[str, str]] = set()
@@ -166,6 +174,7 @@ class TickBuilder:
                       hami_partial=res.hami_partial, disagreement=res.disagreement, mig=res.mig)
         for strategy in self.strategies:
             strategy.attribute(src, draft)
+        self._mark_verified(res.tick.slices, snap.gpus, draft.hami_pids)
 
         counts: dict[str, int] = {}
         for s in res.tick.slices:
@@ -196,6 +205,27 @@ class TickBuilder:
         return Sources(ts_ms=ts_ms, snapshot=snap, pods=pods, owners=owners, regions=regions,
                        owner_of=self.processes.owner if self.processes is not None else None)
 
+    def _mark_verified(self, slices: list[SliceReading], gpus: list[GpuSample], region_pids: set[int]) -> None:
+        """Each slice's `usage_verified`: NVML's and the cgroups' own figures (cgroup and MIG
+        slices) are; a region's or a grant's only where each of NVML's processes on its GPU is
+        placed, by its cgroup or by a region's slot naming its host pid (`usage_checkable`)."""
+        on_gpu: dict[str, list[SliceReading]] = {}
+        for s in slices:
+            on_gpu.setdefault(s.gpu_uuid, []).append(s)
+        visible = self.processes.visible if self.processes is not None else None
+        for g in gpus:
+            mine = on_gpu.get(g.uuid, ())
+            if not mine:
+                continue
+            pids = g.processes or {}
+            hidden = sum(p not in region_pids and (visible is None or not visible(p)) for p in pids)
+            claimed = sum(larger(s.hami_memory_used_bytes, s.nvml_memory_used_bytes) or 0 for s in mine)
+            attributed = any(s.nvml_memory_used_bytes for s in mine)
+            checkable = usage_checkable(g.processes is not None, hidden, attributed, g.memory_used, claimed,
+                                        g.memory_total, self.tolerance)
+            for s in mine:
+                s.usage_verified = True if s.source in _NVML_SOURCES else checkable
+
     def _dir_error(self, res: BuildResult, pods: PodIndex, entry: str, err: RegionError) -> None:
         """A container directory that could not be read (two .cache files, a link): when it
         names a container of a listed pod, that container's use is unknown, not zero."""
@@ -212,6 +242,27 @@ class TickBuilder:
         if key not in self._logged:   # one log line per container and reason, not one per tick
             self._logged.add(key)
             log.warning("HAMi region %s rejected: %s", entry, err)
+
+
+_NVML_SOURCES = frozenset({"cgroup", "mig"})   # slices whose every figure is NVML's, through cgroups
+
+
+def usage_checkable(listed: bool, hidden: int, attributed: bool, memory_used: int | None, claimed: int,
+                    memory_total: int | None, tolerance: Tolerance) -> bool:
+    """Whether the usage HAMi's slices on a GPU report could be checked against NVML.
+
+    `listed`: NVML listed the GPU's processes; `hidden`: how many of them neither the host
+    /proc (their cgroup) nor a region slot (their host pid) places; `attributed`: some slice got NVML memory of
+    its own processes; `claimed`: the slices' memory (the larger of HAMi's and NVML's each).
+    An empty process list while the GPU's memory stands far above what its slices claim (more
+    than the tolerance, and at least its ratio of the GPU) is also unchecked: NVML inside a
+    container without the host's PID namespace may list no process at all."""
+    if not listed or hidden:
+        return False
+    if attributed or memory_used is None:
+        return True
+    slack = max(tolerance.bytes, tolerance.ratio * (memory_total or 0))
+    return memory_used - claimed <= slack
 
 
 def _gpu_reading(g: GpuSample, slice_count: int) -> GpuReading:

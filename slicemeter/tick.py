@@ -32,7 +32,7 @@ import pyarrow.ipc as ipc
 
 MAGIC = b"SMTK"
 SCHEMA_MAJOR = 1
-SCHEMA_MINOR = 0
+SCHEMA_MINOR = 1
 SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
 _HEADER = struct.Struct("<4sHH")
 _LEN = struct.Struct("<I")
@@ -90,6 +90,9 @@ SLICE_SCHEMA = pa.schema(
         pa.field("alloc_cores_ratio", pa.float32()),
         pa.field("whole_gpu", pa.bool_()),
         pa.field("source", _DICT_STR),                      # hami | annotation | cgroup
+        # 1.1: whether the exporter could check the slice's usage against NVML's processes
+        # (null: an older exporter, unknown)
+        pa.field("usage_verified", pa.bool_()),
     ],
     metadata={b"slicemeter.table": b"slice", b"slicemeter.schema": SCHEMA_VERSION.encode()},
 )
@@ -135,6 +138,7 @@ class SliceReading:
     alloc_cores_ratio: float | None = None
     whole_gpu: bool | None = None
     source: str | None = None
+    usage_verified: bool | None = None
 
 
 @dataclass(slots=True)

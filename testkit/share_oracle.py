@@ -9,7 +9,7 @@ import pandas as pd
 KEYS = ["hour", "gpu_uuid", "pod_uid", "container"]
 SHARE_COLUMNS = ["alloc_mem_share_s", "alloc_cores_share_s", "alloc_dominant_share_s", "used_mem_share_s",
                  "used_sm_share_s", "usage_share_s", "memory_used_byte_s", "memory_used_max_bytes",
-                 "hami_nvml_disagree_s"]
+                 "hami_nvml_disagree_s", "usage_unverified_s"]
 # HAMi's self-reported memory is trusted unless it is off from NVML's by more than this
 DISAGREE_BYTES = 128 << 20
 DISAGREE_RATIO = 0.05
@@ -42,6 +42,7 @@ def slice_shares(raw: pd.DataFrame) -> pd.DataFrame:
     a_mem, a_cores = _share(granted_mem / total, whole), _share(granted_cores, whole)
     u_mem = _share(pd.Series(trusted, index=r.index) / total, np.zeros(len(r), bool))
     u_sm = _share(r["sm_util_ratio"], np.zeros(len(r), bool))
+    unverified = (r["usage_verified"].astype("boolean") == False).fillna(False).to_numpy(bool)   # noqa: E712 (null: unknown)
     per_sample = pd.DataFrame({
         "hour": pd.to_datetime(r["ts_ms"] // 3_600_000 * 3_600_000, unit="ms"),
         "gpu_uuid": r["gpu_uuid"], "pod_uid": r["pod_uid"], "container": r["container"],
@@ -50,6 +51,7 @@ def slice_shares(raw: pd.DataFrame) -> pd.DataFrame:
         "used_mem_share_s": u_mem * dt, "used_sm_share_s": u_sm * dt, "usage_share_s": np.maximum(u_mem, u_sm) * dt,
         "memory_used_byte_s": trusted * dt, "memory_used_max_bytes": trusted,
         "hami_nvml_disagree_s": np.where(disagree, dt, 0.0),
+        "usage_unverified_s": np.where(unverified, dt, 0.0),
     })
     sums = {c: "sum" for c in SHARE_COLUMNS} | {"memory_used_max_bytes": "max"}
     return per_sample.groupby(KEYS, as_index=False).agg(sums).sort_values(KEYS).reset_index(drop=True)

@@ -119,6 +119,7 @@ def node_tables(node: SynthNode, ts_ms: np.ndarray, interval_ms: int = 10_000, s
             "alloc_cores_ratio": pa.array(np.full(m, 1.0 / (s + 1), np.float32)),
             "whole_gpu": pa.array(whole),
             "source": _dict(["hami"], np.zeros(m)),
+            "usage_verified": pa.array(slot % 11 != 0),   # some slices' usage went unchecked
         },
         schema=SLICE_SCHEMA,
     )

@@ -88,3 +88,15 @@ def test_missing_required_column_is_rejected():
     payload = struct.pack("<4sHH", b"SMTK", 1, 0) + struct.pack("<I", len(g)) + g + struct.pack("<I", len(s)) + s
     with pytest.raises(TickDecodeError, match="required column 'gpu_uuid' is missing"):
         wire.decode(payload)
+
+
+def test_a_1_0_message_without_usage_verified_decodes_as_unknown():
+    """An exporter of Tick 1.0 sends no usage_verified column: the slice's check is unknown
+    (null), neither verified nor flagged."""
+    gpus, slices = wire.ticks_to_tables([sample_tick()])
+    slices = slices.drop_columns(["usage_verified"])
+    g, s = wire._ipc_bytes(gpus), wire._ipc_bytes(slices)
+    payload = struct.pack("<4sHH", b"SMTK", 1, 0) + struct.pack("<I", len(g)) + g + struct.pack("<I", len(s)) + s
+    batch = wire.decode(payload)
+    assert batch.minor == 0 and wire.SCHEMA_VERSION == "1.1"
+    assert batch.slices.column("usage_verified").to_pylist() == [None] * slices.num_rows

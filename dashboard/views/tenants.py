@@ -41,6 +41,13 @@ if bill is not None:
     grand = sum(totals[COST], Decimal(0))
     m1, m2 = st.columns([1, 3])
     m1.metric(f"Total ({basis}, idle {idle})", fmt.money(grand, cur))
+    unverified = money.unverified_usage(bill)
+    if unverified:
+        st.warning(f"{sum(unverified.values()):,.1f} slice-hours of this {basis}-basis cost rest on usage "
+                   "that could not be checked against NVML (the exporter could not place NVML's processes: "
+                   "no hostPID, or memory no process explains): "
+                   + ", ".join(f"{t} {h:,.1f} h" for t, h in sorted(unverified.items()))
+                   + ". The charges are as reported; the detail's usage_unverified_hours names the lines.")
     totals = totals.merge(per_tenant[["tenant", "display_name", "allocated_gpu_h", "used_gpu_h"]], on="tenant", how="left")
     # the platform's idle line holds no slice: nothing allocated, nothing used
     totals[["allocated_gpu_h", "used_gpu_h"]] = totals[["allocated_gpu_h", "used_gpu_h"]].fillna(0.0)
@@ -93,6 +100,9 @@ st.subheader("By namespace")
 usage["used_of_allocated"] = usage["used_gpu_h"] / usage["allocated_gpu_h"].where(usage["allocated_gpu_h"] > 0)
 st.dataframe(common.as_pct(usage.drop(columns=["display_name"]), "used_of_allocated"), hide_index=True, width="stretch",
              column_config={"allocated_gpu_h": common.gpu_h_col("allocated"), "used_gpu_h": common.gpu_h_col("used"),
-                            "used_of_allocated": common.pct_col("used / allocated")})
+                            "used_of_allocated": common.pct_col("used / allocated"),
+                            "unverified_h": st.column_config.NumberColumn(
+                                "usage unverified (h)", format="%.1f",
+                                help="Slice-hours whose usage could not be checked against NVML")})
 
 catalog.panel(b)

@@ -11,3 +11,8 @@ SELECT $as_of::DATE AS as_of, $m_start::DATE AS data_month, tenant, hour, cluste
        usage_share_s, hami_nvml_disagree_s
 FROM slice_hour_tenant
 WHERE hour >= $m_start::TIMESTAMP AND hour < $m_end::TIMESTAMP;
+
+INSERT INTO frozen_slice_unverified BY NAME
+SELECT $as_of::DATE AS as_of, hour, gpu_uuid, pod_uid, container, usage_unverified_s
+FROM slice_hour
+WHERE hour >= $m_start::TIMESTAMP AND hour < $m_end::TIMESTAMP AND usage_unverified_s > 0;

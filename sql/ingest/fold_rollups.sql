@@ -67,7 +67,8 @@ ON CONFLICT (hour, gpu_uuid, pod_uid, container) DO UPDATE SET
     sm_util_max = greatest(slice_hour.sm_util_max, excluded.sm_util_max),
     hami_nvml_disagree_s = slice_hour.hami_nvml_disagree_s + excluded.hami_nvml_disagree_s,
     last_kernel_age_s = CASE WHEN excluded.latest_ts_ms >= slice_hour.latest_ts_ms THEN excluded.last_kernel_age_s ELSE slice_hour.last_kernel_age_s END,
-    latest_ts_ms = greatest(slice_hour.latest_ts_ms, excluded.latest_ts_ms);
+    latest_ts_ms = greatest(slice_hour.latest_ts_ms, excluded.latest_ts_ms),
+    usage_unverified_s = coalesce(slice_hour.usage_unverified_s, 0) + coalesce(excluded.usage_unverified_s, 0);
 
 DELETE FROM gpu_inventory_pending;
 DELETE FROM gpu_hour_pending;

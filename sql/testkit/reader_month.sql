@@ -30,7 +30,7 @@ SELECT $start_ms + t * $interval_ms, $interval_ms, 100 + (s % $gpus) // 4, 200 +
        2000 + s, 3000 + s, 5000 + s % 3, 4000 + s, 1000 + s % $gpus, 0,
        21474836480, (hash(s, t) % 21474836480)::BIGINT, 314572800, 8388608, (hash(s, t, 1) % 2147483648)::BIGINT,
        0.25, (hash(s, t, 2) % 1000) / 4000.0, (hash(s, t, 3) % 600)::REAL, 1,
-       (hash(s, t, 4) % 21474836480)::BIGINT, 21474836480, 0.25, false, 6000
+       (hash(s, t, 4) % 21474836480)::BIGINT, 21474836480, 0.25, false, 6000, true
 FROM range($days::BIGINT * 86400000 // $interval_ms) b(t), range($slices) a(s) ORDER BY t, s;
 
 -- the hour rollups of these samples, folded as ingest folds a batch's deltas

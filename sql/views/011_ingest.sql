@@ -44,7 +44,8 @@ SELECT r.ts_ms, r.interval_ms, n.value AS node, c.value AS cluster, u.value AS p
        ns.value AS namespace, k.value AS container, g.value AS gpu_uuid, r.vdevice_index,
        r.hami_memory_limit_bytes, r.hami_memory_used_bytes, r.hami_context_bytes, r.hami_module_bytes,
        r.hami_buffer_bytes, r.sm_limit_ratio, r.sm_util_ratio, r.last_kernel_age_s, r.process_count,
-       r.nvml_memory_used_bytes, r.alloc_memory_bytes, r.alloc_cores_ratio, r.whole_gpu, src.value AS source
+       r.nvml_memory_used_bytes, r.alloc_memory_bytes, r.alloc_cores_ratio, r.whole_gpu, src.value AS source,
+       r.usage_verified
 FROM raw_slice_stored r
 JOIN ingest_strings n ON n.id = r.node_id
 JOIN ingest_strings c ON c.id = r.cluster_id
@@ -94,6 +95,7 @@ FROM query_table(tbl) WHERE ts_ms < cutoff GROUP BY bucket, gpu_uuid_id;
 
 -- Per-sample shares (semantics: sql/schema/001_contract.sql), summed per slice and bucket.
 -- `inventory`: a table of gpu_inventory's columns, the GPU memory sizes shares divide by.
+-- usage_unverified_s comes last, as sql/schema/030_usage_verified.sql appended it.
 CREATE OR REPLACE TEMP MACRO slice_rollup(tbl, inventory, bucket_ms, cutoff) AS TABLE
 WITH s AS (
     SELECT b.*, b.interval_ms / 1000.0 AS dt,
@@ -117,7 +119,8 @@ SELECT make_timestamp(ts_ms // bucket_ms * bucket_ms * 1000) AS bucket, gpu_uuid
        sum(greatest(u_mem, u_sm) * dt) AS usage_share_s,
        sum(mem_used * dt) AS memory_used_byte_s, max(mem_used) AS memory_used_max_bytes,
        max(sm_util_ratio) AS sm_util_max, sum(CASE WHEN disagree THEN dt ELSE 0 END) AS hami_nvml_disagree_s,
-       arg_max_null(last_kernel_age_s, ts_ms) AS last_kernel_age_s, max(ts_ms) AS latest_ts_ms
+       arg_max_null(last_kernel_age_s, ts_ms) AS last_kernel_age_s, max(ts_ms) AS latest_ts_ms,
+       sum(CASE WHEN usage_verified IS FALSE THEN dt ELSE 0 END) AS usage_unverified_s
 FROM s GROUP BY bucket, gpu_uuid_id, pod_uid_id, container_id;
 
 -- Minute rollups of the raw samples with ts_ms < cutoff. Minutes are derived lazily: while
@@ -157,7 +160,8 @@ SELECT bucket, gpu_uuid_id, pod_uid_id, container_id,
        sum(used_sm_share_s) AS used_sm_share_s, sum(usage_share_s) AS usage_share_s,
        sum(memory_used_byte_s) AS memory_used_byte_s, max(memory_used_max_bytes) AS memory_used_max_bytes,
        max(sm_util_max) AS sm_util_max, sum(hami_nvml_disagree_s) AS hami_nvml_disagree_s,
-       arg_max_null(last_kernel_age_s, latest_ts_ms) AS last_kernel_age_s, max(latest_ts_ms) AS latest_ts_ms
+       arg_max_null(last_kernel_age_s, latest_ts_ms) AS last_kernel_age_s, max(latest_ts_ms) AS latest_ts_ms,
+       sum(usage_unverified_s) AS usage_unverified_s
 FROM query_table(tbl) GROUP BY bucket, gpu_uuid_id, pod_uid_id, container_id;
 
 -- The partials to merge: the minutes retention kept plus those of the raw rows; the hour

@@ -20,6 +20,7 @@ from slicemeter import store
 from slicemeter.chargeback.bill import chargeback
 from slicemeter.dashboard import fmt, money
 from slicemeter.store import lake
+from slicemeter.testkit import share_oracle
 from slicemeter.testkit.dashboard_app import metric, run_app
 from slicemeter.testkit.ingest_helpers import (SLICEMETER, TOPIC, create_topic, expected_checksum, produce_chunks,
                                                sigkill_within, wait_for_line)
@@ -202,6 +203,7 @@ def test_two_workers_one_killed_at_random_moments_lose_and_double_nothing(broker
         ref = _frame(con, store.sql_text("testkit/slice_hour_from_raw.sql"), keys)
         assert len(got) == len(ref) > 0 and got["sample_count"].sum() == sum(s.num_rows for _, _, s in chunks)
         pd.testing.assert_frame_equal(got[ref.columns], ref, check_dtype=False, rtol=1e-9)
+        assert share_oracle.disagreements(con).empty and got["usage_unverified_s"].sum() > 0
         keys = ["hour", "gpu_uuid"]
         got = _frame(con, "SELECT * FROM gpu_hour", keys)
         ref = _frame(con, store.sql_text("testkit/gpu_hour_from_raw.sql"), keys)
