@@ -230,7 +230,7 @@ def _parse_all(obj: Any, kind: str, parse) -> Parsed:
         try:
             parsed, item_errors = parse(item, where)
         except DraInputError as e:
-            errors.append(f"{_label(item, where)}: {e}")
+            errors.append(f"{_label(item, where)}: {str(e).removeprefix(where + '.')}")
             continue
         good.append(parsed)
         errors += [f"{_label(item, where)}: {e}" for e in item_errors]
