@@ -211,14 +211,19 @@ def test_a_bad_device_costs_that_device_only():
     slices = load("resourceslices.json")
     nvidia = slices["items"][1]["spec"]["devices"]
     nvidia[0]["capacity"]["memory"]["value"] = "-80Gi"
+    nvidia[1]["attributes"]["uuid"] = {"string": "GPU-x", "int": 1}
     del nvidia[2]["name"]
+    slices["items"].insert(0, "gpu-node-9")
     parsed = parse_resource_slices(slices)
-    assert [d.name for d in parsed.items[1].devices] == ["gpu-1"]
+    assert [d.name for d in parsed.items[1].devices] == []
     assert parsed.errors == (
-        "ResourceSliceList.items[1] gpu-node-2-gpu.nvidia.com-4mzqd: spec.devices[0].capacity.memory.value: '-80Gi' is negative",
-        "ResourceSliceList.items[1] gpu-node-2-gpu.nvidia.com-4mzqd: spec.devices[2].name: missing",
+        "ResourceSliceList.items[0]: str where an object belongs",
+        "ResourceSliceList.items[2] gpu-node-2-gpu.nvidia.com-4mzqd: spec.devices[0].capacity.memory.value: '-80Gi' is negative",
+        "ResourceSliceList.items[2] gpu-node-2-gpu.nvidia.com-4mzqd: spec.devices[1].attributes.uuid: a device attribute holds exactly one value",
+        "ResourceSliceList.items[2] gpu-node-2-gpu.nvidia.com-4mzqd: spec.devices[2].name: missing",
     )
-    assert len(parsed.items) == len(slices["items"])
+    assert [s.name for s in parsed.items] == [s["metadata"]["name"] for s in slices["items"][1:]]
+    assert [[d.name for d in s.devices] for s in parsed.items] == [["hami-gpu-0"], [], [], ["gpu-2-mig-1g10gb-19-0"], ["npu-0-0"]]
 
 
 @pytest.mark.parametrize("mutate, message", [

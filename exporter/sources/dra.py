@@ -190,13 +190,17 @@ class Pod:
 # --- reading JSON -----------------------------------------------------------------------
 
 def _get(obj: Any, key: str, where: str, kind: type | tuple = dict, required: bool = False) -> Any:
-    value = obj.get(key) if isinstance(obj, dict) else None
+    """obj[key] of the JSON type `kind`; {} or [] or None when absent and not required."""
+    if obj is not None and not isinstance(obj, dict):
+        raise DraInputError(f"{where}: {type(obj).__name__} where an object belongs")
+    value = obj.get(key) if obj else None
     if value is None:
         if required:
             raise DraInputError(f"{where}.{key}: missing")
         return kind() if kind in (dict, list) else None
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        raise DraInputError(f"{where}.{key}: {type(value).__name__} where {getattr(kind, '__name__', kind)} belongs")
+        wanted = "/".join(k.__name__ for k in kind) if isinstance(kind, tuple) else kind.__name__
+        raise DraInputError(f"{where}.{key}: {type(value).__name__} where {wanted} belongs")
     return value
 
 
@@ -230,7 +234,7 @@ def _parse_all(obj: Any, kind: str, parse) -> Parsed:
         try:
             parsed, item_errors = parse(item, where)
         except DraInputError as e:
-            errors.append(f"{_label(item, where)}: {str(e).removeprefix(where + '.')}")
+            errors.append(f"{_label(item, where)}: {str(e).removeprefix(where + '.').removeprefix(where + ': ')}")
             continue
         good.append(parsed)
         errors += [f"{_label(item, where)}: {e}" for e in item_errors]
