@@ -24,13 +24,13 @@ from pathlib import Path
 
 
 from slicemeter.exporter.cli import settle_heap
-from slicemeter.exporter.collector import ExporterCollector, ExporterStats
-from slicemeter.exporter.hami import Listings, discover
-from slicemeter.exporter.hami_metrics import HAMI_METRICS_MODES
-from slicemeter.exporter.nvml import NvmlReader
-from slicemeter.exporter.pods import PodCache
-from slicemeter.exporter.publisher import Spool
-from slicemeter.exporter.tick_builder import TickBuilder
+from slicemeter.exporter.serve.collector import ExporterCollector, ExporterStats
+from slicemeter.exporter.sources.hami import Listings, discover
+from slicemeter.exporter.serve.hami_metrics import HAMI_METRICS_MODES
+from slicemeter.exporter.sources.nvml import NvmlReader
+from slicemeter.exporter.sources.pods import PodCache
+from slicemeter.exporter.ship.publisher import Spool
+from slicemeter.exporter.assemble.tick_builder import TickBuilder
 from slicemeter.simulator.node import SimulatedNode
 from slicemeter.simulator.scenario import load_scenario
 from slicemeter.tick import encode_ticks
@@ -86,7 +86,7 @@ def main() -> int:
             (len(first.tick.gpus), len(first.tick.slices), first.region_errors[:3])
 
         # A node's steady state: the exporter trusts a container directory's listing once its
-        # ctime is RACY_NS old (exporter/hami.py Listings) and lists younger ones every tick,
+        # ctime is RACY_NS old (exporter/sources/hami.py Listings) and lists younger ones every tick,
         # so the rounds start once every directory of this just-built node has settled
         young = max(e.stat(follow_symlinks=False).st_ctime_ns for e in os.scandir(work / "hami" / "containers"))
         time.sleep(max(0.0, (young + Listings.RACY_NS - time.time_ns()) / 1e9) + 0.05)
@@ -164,7 +164,7 @@ class _Prefetched:
 
 def _host_proc(root: Path, hami_dir: str, pods: PodCache) -> str:
     """<pid>/cgroup (cgroup v2, systemd driver, containerd) for every host pid in the regions."""
-    from slicemeter.exporter.hami import Region, read_region_file
+    from slicemeter.exporter.sources.hami import Region, read_region_file
 
     files, _ = discover(hami_dir)
     for f in files:
@@ -179,7 +179,7 @@ def _host_proc(root: Path, hami_dir: str, pods: PodCache) -> str:
 
 
 def _bytes_read(builder: TickBuilder, files) -> int:
-    from slicemeter.exporter.hami import Region, read_region_file
+    from slicemeter.exporter.sources.hami import Region, read_region_file
 
     n = 0
     for f in files:

@@ -25,15 +25,15 @@ import threading
 import time
 from typing import Any, Callable
 
-from slicemeter.exporter.collector import ExporterCollector, ExporterStats
-from slicemeter.exporter.hami_metrics import HAMI_METRICS_MODES
-from slicemeter.exporter.nvml import NvmlReader, NvmlUnavailable, load_pynvml
-from slicemeter.exporter.pods import SA_DIR, PodCache, cluster_from_kubeconfig, file_source, kubelet_url, url_source
-from slicemeter.exporter.publisher import Publisher, Spool, kafka_producer
-from slicemeter.exporter.tick_builder import BuildResult, TickBuilder
+from slicemeter.exporter.serve.collector import ExporterCollector, ExporterStats
+from slicemeter.exporter.serve.hami_metrics import HAMI_METRICS_MODES
+from slicemeter.exporter.sources.nvml import NvmlReader, NvmlUnavailable, load_pynvml
+from slicemeter.exporter.sources.pods import SA_DIR, PodCache, cluster_from_kubeconfig, file_source, kubelet_url, url_source
+from slicemeter.exporter.ship.publisher import Publisher, Spool, kafka_producer
+from slicemeter.exporter.assemble.tick_builder import BuildResult, TickBuilder
 from slicemeter import clock
 from slicemeter import kafka_security, signing
-from slicemeter.common import YAML_MAX_BYTES, ConfigError
+from slicemeter.common import YAML_MAX_BYTES, ConfigError, MiB
 from slicemeter.tick import encode_ticks
 
 log = logging.getLogger("slicemeter.exporter")
@@ -187,18 +187,18 @@ def build_exporter(args: argparse.Namespace) -> tuple[Exporter, ExporterStats]:
     stats = ExporterStats(tenant=args.tenant or cluster)
     pods = PodCache(pod_source, args.pods_refresh)
     builder = TickBuilder(args.node, cluster, NvmlReader(nvml, initialised=True), args.hami_dir, pods,
-                          proc_root=proc_root, tolerance_bytes=int(args.memory_tolerance_mb * (1 << 20)),
+                          proc_root=proc_root, tolerance_bytes=int(args.memory_tolerance_mb * MiB),
                           pid_alive=(lambda pid: os.path.exists(os.path.join(proc_root, str(pid)))) if proc_root else None)
     publisher = None
     if not args.once and args.kafka:
         if args.spool_max_mb <= 0:
             raise ConfigError("--spool-max-mb must be > 0")
         try:
-            spool = Spool(args.spool_dir, int(args.spool_max_mb * (1 << 20)))
+            spool = Spool(args.spool_dir, int(args.spool_max_mb * MiB))
         except OSError as exc:
             raise ConfigError(f"--spool-dir {args.spool_dir}: {exc.strerror}") from None
         kafka, security = args.kafka, kafka_security.settings(args)
-        max_request = int(args.kafka_max_request_mb * (1 << 20))
+        max_request = int(args.kafka_max_request_mb * MiB)
         publisher = Publisher(spool, args.topic, args.node, lambda: kafka_producer(kafka, security, max_request),
                               on_error=lambda exc: stats.count_error("kafka"), signing_key=signing.key_from_options(args.signing_key_file, args.signing_key_id))
         stats.spool_stats = publisher.stats
@@ -222,7 +222,7 @@ def settle_heap() -> None:
 
 def serve_metrics(stats: ExporterStats, port: int, addr: str = "127.0.0.1", hami_metrics: str = "monitor") -> Any:
     """/metrics over HTTP in a background thread: fresh families from the Collector per scrape."""
-    from slicemeter.exporter.exposition import serve
+    from slicemeter.exporter.serve.exposition import serve
 
     return serve(ExporterCollector(stats, hami_metrics).exposition, port, addr)
 

@@ -12,7 +12,7 @@ import json
 import os
 import sys
 
-from slicemeter.exporter.hami import Region, read_region_file
+from slicemeter.exporter.sources.hami import Region, read_region_file
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

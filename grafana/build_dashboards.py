@@ -12,7 +12,7 @@ import re
 import sys
 from pathlib import Path
 
-from slicemeter.exporter.catalogue import by_sample_name
+from slicemeter.exporter.serve.catalogue import by_sample_name
 
 OUT = Path(__file__).resolve().parent / "dashboards"
 DS = {"type": "prometheus", "uid": "${datasource}"}
@@ -257,7 +257,7 @@ _MATCHER = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)")
 
 
 def check_against_catalogue(targets: list[dict]) -> None:
-    """Every exporter family a panel reads is in exporter/catalogue.py, and every label it
+    """Every exporter family a panel reads is in exporter/serve/catalogue.py, and every label it
     filters on is one of the family's (or a target label)."""
     families = by_sample_name()
     for t in targets:
@@ -268,7 +268,7 @@ def check_against_catalogue(targets: list[dict]) -> None:
                 continue   # a recording rule's name, or an ingest family
             family = families.get(name)
             if family is None:
-                raise ValueError(f"{expr!r}: {name} is not a family of exporter/catalogue.py")
+                raise ValueError(f"{expr!r}: {name} is not a family of exporter/serve/catalogue.py")
             unknown = {x for x in _MATCHER.findall(selector)} - set(family.labels) - TARGET_LABELS
             if unknown:
                 raise ValueError(f"{expr!r}: {name} has no label {', '.join(sorted(unknown))}")

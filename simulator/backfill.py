@@ -38,7 +38,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def bulk_producer(bootstrap: str, security: dict | None = None):
     """A kafka-python producer for history: large lz4 batches (a message holds many Ticks of
-    a node, up to 16 MiB), unlike the exporter's one Tick at a time (exporter/publisher.py)."""
+    a node, up to 16 MiB), unlike the exporter's one Tick at a time (exporter/ship/publisher.py)."""
     from kafka import KafkaProducer
 
     return KafkaProducer(bootstrap_servers=bootstrap, compression_type="lz4", linger_ms=20,

@@ -26,6 +26,7 @@ _HEX_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-
 GPU_UUID = rf"(?:GPU-{_HEX_UUID}|MIG-{_HEX_UUID}|MIG-GPU-{_HEX_UUID}/\d{{1,4}}/\d{{1,4}})"
 GPU_UUID_RE = re.compile(rf"^{GPU_UUID}\Z")
 MiB = 1 << 20
+GiB = 1 << 30
 # The pod annotations HAMi's scheduler writes when it binds a pod: what each container was
 # granted, and the node it was bound to.
 HAMI_ALLOCATED_ANNOTATION = "hami.io/vgpu-devices-allocated"

@@ -16,8 +16,8 @@ from pathlib import Path
 import pandas as pd
 
 from slicemeter.store import connect, registered
+from slicemeter.common import GiB
 
-GIB = 1024**3
 MODELS = {
     "NVIDIA A100-SXM4-80GB": 81920 * 1024**2,
     "NVIDIA L4": 23034 * 1024**2,

@@ -7,8 +7,8 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from slicemeter.store import transaction
+from slicemeter.common import GiB
 
-GIB = 1024 ** 3
 A100 = ("NVIDIA A100-SXM4-80GB", 81920 * 1024 * 1024)
 L4 = ("NVIDIA L4", 23034 * 1024 * 1024)
 NOV = datetime(2026, 11, 1)

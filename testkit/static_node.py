@@ -6,13 +6,13 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slicemeter.exporter.nvml import NvmlReader
-from slicemeter.exporter.pods import PodCache
-from slicemeter.exporter.tick_builder import TickBuilder
+from slicemeter.exporter.sources.nvml import NvmlReader
+from slicemeter.exporter.sources.pods import PodCache
+from slicemeter.exporter.assemble.tick_builder import TickBuilder
 from slicemeter.testkit.hami_bytes import build_region
 from slicemeter.simulator.nvml import FakeNvml, GpuNow, MigNow, ProcNow
+from slicemeter.common import GiB
 
-GiB = 1 << 30
 A100 = "NVIDIA A100-SXM4-80GB"
 A100_TOTAL = 81920 << 20      # what NVML reports for an A100 80GB: 81920 MiB
 

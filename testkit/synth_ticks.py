@@ -14,8 +14,8 @@ import numpy as np
 import pyarrow as pa
 
 from slicemeter.tick import GPU_SCHEMA, SLICE_SCHEMA
+from slicemeter.common import GiB
 
-GIB = 1 << 30
 MODELS = [("NVIDIA A100-SXM4-80GB", 81920), ("NVIDIA L4", 23034)]
 
 
@@ -92,7 +92,7 @@ def node_tables(node: SynthNode, ts_ms: np.ndarray, interval_ms: int = 10_000, s
     alloc_mem = np.where(whole, mem_total, mem_total // (s + 1)).astype(np.int64)
     hami_used = (alloc_mem * rng.random(m) * 0.9).astype(np.int64)
     # every 7th sample HAMi under-reports: NVML's figure must win there
-    nvml_used = np.where(rng.integers(0, 7, m) == 0, hami_used + 4 * GIB, hami_used).astype(np.int64)
+    nvml_used = np.where(rng.integers(0, 7, m) == 0, hami_used + 4 * GiB, hami_used).astype(np.int64)
     slices = pa.table(
         {
             "ts_ms": pa.array(np.repeat(ts_ms, g * s)),

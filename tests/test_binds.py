@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 
 from slicemeter.exporter.cli import serve_metrics
-from slicemeter.exporter.collector import ExporterStats
+from slicemeter.exporter.serve.collector import ExporterStats
 from slicemeter.ingest.metrics import IngestMetrics
 from slicemeter.broker import free_port
 from test_compose import parse_cli

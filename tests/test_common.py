@@ -6,7 +6,7 @@ from datetime import date
 import pytest
 
 from slicemeter.common import DNS_LABEL_RE, GPU_UUID_RE, ConfigError, month_bounds, month_window, named
-from slicemeter.exporter.pods import AnnotationError, parse_vgpu_allocated
+from slicemeter.exporter.sources.pods import AnnotationError, parse_vgpu_allocated
 
 UUID = "3f0c1a2b-4d5e-6f70-8192-a3b4c5d6e7f8"
 

@@ -14,7 +14,7 @@ import pytest
 
 from slicemeter.broker import free_port
 from slicemeter.common import YAML_MAX_NODES, ConfigError, parse_yaml
-from slicemeter.exporter.pods import cluster_from_kubeconfig
+from slicemeter.exporter.sources.pods import cluster_from_kubeconfig
 from slicemeter.testkit.ingest_helpers import SLICEMETER
 
 REPO = Path(__file__).resolve().parent.parent

@@ -9,11 +9,11 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 
 from slicemeter.exporter.cli import Exporter, serve_metrics
-from slicemeter.exporter.collector import ExporterStats
-from slicemeter.exporter.nvml import NvmlReader
-from slicemeter.exporter.pods import PodCache
-from slicemeter.exporter.publisher import Publisher, Spool, kafka_producer
-from slicemeter.exporter.tick_builder import TickBuilder
+from slicemeter.exporter.serve.collector import ExporterStats
+from slicemeter.exporter.sources.nvml import NvmlReader
+from slicemeter.exporter.sources.pods import PodCache
+from slicemeter.exporter.ship.publisher import Publisher, Spool, kafka_producer
+from slicemeter.exporter.assemble.tick_builder import TickBuilder
 from slicemeter.simulator.node import SimulatedNode
 from slicemeter.simulator.scenario import load_scenario
 from slicemeter.broker import TansuBroker

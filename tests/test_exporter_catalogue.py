@@ -1,4 +1,4 @@
-"""exporter/catalogue.py is the one declaration of the exporter's families: the served
+"""exporter/serve/catalogue.py is the one declaration of the exporter's families: the served
 /metrics, the collectors' describe(), docs/metrics.md and the Grafana builder all agree with it."""
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from slicemeter.exporter import catalogue
-from slicemeter.exporter.catalogue import CATALOGUE, GROUPS, group, render_docs
-from slicemeter.exporter.collector import ExporterCollector, ExporterStats, GpuCollector, HealthCollector
-from slicemeter.exporter.nvml import NvmlReader
-from slicemeter.exporter.pods import PodCache
-from slicemeter.exporter.tick_builder import TickBuilder
+from slicemeter.exporter.serve import catalogue
+from slicemeter.exporter.serve.catalogue import CATALOGUE, GROUPS, group, render_docs
+from slicemeter.exporter.serve.collector import ExporterCollector, ExporterStats, GpuCollector, HealthCollector
+from slicemeter.exporter.sources.nvml import NvmlReader
+from slicemeter.exporter.sources.pods import PodCache
+from slicemeter.exporter.assemble.tick_builder import TickBuilder
 from slicemeter.simulator.node import SimulatedNode
 from slicemeter.simulator.scenario import load_scenario
 
@@ -71,7 +71,7 @@ def test_each_collector_describes_its_group_and_the_registry_refuses_a_second_co
 def test_docs_metrics_md_tables_are_generated_from_the_catalogue():
     path = REPO / "docs" / "metrics.md"
     text = path.read_text()
-    assert text == render_docs(text), "stale: python -m slicemeter.exporter.catalogue docs/metrics.md"
+    assert text == render_docs(text), "stale: python -m slicemeter.exporter.serve.catalogue docs/metrics.md"
     assert {f"<!-- catalogue:{g} -->" for g in GROUPS} <= set(text.splitlines())
     for f in CATALOGUE.values():
         assert f"| `{f.sample_name}` | {f.type} |" in text

@@ -7,10 +7,10 @@ import random
 import re
 import struct
 
-from slicemeter.exporter.hami import LAYOUT_V0, LAYOUT_V1, Region, RegionError, parse_region
-from slicemeter.exporter.nvml import NvmlReader
-from slicemeter.exporter.pods import PodCache
-from slicemeter.exporter.tick_builder import TickBuilder
+from slicemeter.exporter.sources.hami import LAYOUT_V0, LAYOUT_V1, Region, RegionError, parse_region
+from slicemeter.exporter.sources.nvml import NvmlReader
+from slicemeter.exporter.sources.pods import PodCache
+from slicemeter.exporter.assemble.tick_builder import TickBuilder
 from slicemeter.testkit.hami_bytes import MiB, Proc, build_region
 
 GPUS = ["GPU-11111111-2222-3333-4444-555555555555", "GPU-11111111-2222-3333-4444-666666666666"]

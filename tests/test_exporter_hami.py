@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from slicemeter.exporter import hami
-from slicemeter.exporter.hami import LAYOUT_V0, LAYOUT_V1, Region, RegionError, discover, parse_region_bytes, read_region_file
+from slicemeter.exporter.sources import hami
+from slicemeter.exporter.sources.hami import LAYOUT_V0, LAYOUT_V1, Region, RegionError, discover, parse_region_bytes, read_region_file
 from slicemeter.testkit.hami_bytes import MiB, Proc, build_region
 
 GPU0 = "GPU-0a1b2c3d-0000-1111-2222-333344445555"

@@ -13,7 +13,7 @@ from decimal import Decimal
 
 import pytest
 
-from slicemeter.exporter.collector import ExporterCollector, ExporterStats
+from slicemeter.exporter.serve.collector import ExporterCollector, ExporterStats
 from slicemeter.testkit.hami_bytes import Proc
 from slicemeter.chargeback.bill import compute_bill
 from slicemeter.store import connect

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from slicemeter.exporter.collector import ExporterCollector, ExporterStats
-from slicemeter.exporter.nvml import NvmlReader, nvml_code
+from slicemeter.exporter.serve.collector import ExporterCollector, ExporterStats
+from slicemeter.exporter.sources.nvml import NvmlReader, nvml_code
 from slicemeter.simulator.nvml import MigNow, ProcNow, pynvml
 from slicemeter.testkit.static_node import A100, A100_TOTAL, GiB, StaticNode, builder, gpu, pod, write_cgroup
 

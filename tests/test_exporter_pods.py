@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from slicemeter.exporter.pods import (
+from slicemeter.exporter.sources.pods import (
     AnnotationError,
     Grant,
     PodCache,
@@ -235,7 +235,7 @@ def test_pods_url_sends_the_token_and_checks_the_kubelet_certificate(tls_kubelet
 
 def test_pods_url_without_a_token_file_sends_no_token(tls_kubelet):
     from slicemeter.exporter.cli import _pod_source
-    from slicemeter.exporter.pods import SA_DIR
+    from slicemeter.exporter.sources.pods import SA_DIR
 
     assert not os.path.exists(SA_DIR)  # not in a pod: nothing to send
     cache = PodCache(_pod_source(exporter_args("--pods-url", tls_kubelet, "--kubelet-ca", str(CERT))))

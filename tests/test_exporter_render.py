@@ -1,11 +1,11 @@
-"""The /metrics text of exporter/exposition.py, value by value."""
+"""The /metrics text of exporter/serve/exposition.py, value by value."""
 from __future__ import annotations
 
 import math
 
-from slicemeter.exporter.catalogue import Family
-from slicemeter.exporter.exposition import FamilyTexts, LabelText, Samples, render
-from slicemeter.exporter.scrape import LabelTuples
+from slicemeter.exporter.serve.catalogue import Family
+from slicemeter.exporter.serve.exposition import FamilyTexts, LabelText, Samples, render
+from slicemeter.exporter.serve.scrape import LabelTuples
 
 FAMILY = Family("slicemeter_test_ratio", "gauge", "test", ("slice",), "slice")
 

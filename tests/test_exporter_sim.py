@@ -11,14 +11,14 @@ import urllib.request
 import pytest
 
 from slicemeter.exporter.cli import serve_metrics
-from slicemeter.exporter.collector import ExporterCollector, ExporterStats
-from slicemeter.exporter.nvml import NvmlReader
-from slicemeter.exporter.pods import PodCache
-from slicemeter.exporter.tick_builder import TickBuilder
+from slicemeter.exporter.serve.collector import ExporterCollector, ExporterStats
+from slicemeter.exporter.sources.nvml import NvmlReader
+from slicemeter.exporter.sources.pods import PodCache
+from slicemeter.exporter.assemble.tick_builder import TickBuilder
 from slicemeter.simulator.node import SimulatedNode
 from slicemeter.simulator.scenario import load_scenario
+from slicemeter.common import MiB
 
-MiB = 1 << 20
 T0 = 1_795_000_000_000   # a fixed instant: runs are reproducible
 
 SCENARIO = """
@@ -267,7 +267,7 @@ def test_cgroup_attribution_for_pods_without_hami(scenario, tmp_path):
 
 
 def _hami_pids(hami_dir):
-    from slicemeter.exporter.hami import discover, read_region_file
+    from slicemeter.exporter.sources.hami import discover, read_region_file
 
     files, _ = discover(str(hami_dir))
     out = set()
@@ -370,7 +370,7 @@ def test_exited_process_slot_does_not_keep_memory(scenario, tmp_path):
     sim, tick = make(scenario, "node-v0", tmp_path)
     before = {s.container: s for s in tick(T0).tick.slices}
     nb = before["nb"]
-    from slicemeter.exporter.hami import LAYOUT_V0 as L
+    from slicemeter.exporter.sources.hami import LAYOUT_V0 as L
 
     cache = next((tmp_path / "containers" / f"{nb.pod_uid}_nb").glob("*.cache"))
     with open(cache, "r+b") as f:

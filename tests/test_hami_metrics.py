@@ -21,7 +21,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from slicemeter.exporter.collector import ExporterCollector, ExporterStats
+from slicemeter.exporter.serve.collector import ExporterCollector, ExporterStats
 from slicemeter.testkit.static_node import A100, A100_TOTAL, GiB, StaticNode, builder, gpu, pod, write_region
 from slicemeter.testkit.hami_bytes import MiB, Proc
 from slicemeter.simulator.nvml import ProcNow

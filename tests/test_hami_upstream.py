@@ -30,26 +30,26 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from slicemeter.exporter.hami import LAYOUT_V0, LAYOUT_V1, Region, RegionError, parse_region, parse_region_bytes
-from slicemeter.exporter.nvml import NvmlReader
-from slicemeter.exporter.pods import AnnotationError, Grant, PodCache, assign_grants, parse_vgpu_allocated
-from slicemeter.exporter.shares import allocation_share
-from slicemeter.exporter.tick_builder import TickBuilder
-from slicemeter.testkit.hami_bytes import LAYOUTS, MiB, Proc, build_region, file_size
+from slicemeter.exporter.sources.hami import LAYOUT_V0, LAYOUT_V1, Region, RegionError, parse_region, parse_region_bytes
+from slicemeter.exporter.sources.nvml import NvmlReader
+from slicemeter.exporter.sources.pods import AnnotationError, Grant, PodCache, assign_grants, parse_vgpu_allocated
+from slicemeter.exporter.assemble.shares import allocation_share
+from slicemeter.exporter.assemble.tick_builder import TickBuilder
+from slicemeter.common import GiB, MiB
+from slicemeter.testkit.hami_bytes import LAYOUTS, Proc, build_region, file_size
 from slicemeter.simulator.nvml import FakeNvml, GpuNow, ProcNow
 
 GPU0 = "GPU-6c0e4f8a-1d2b-4a3c-9e8f-0123456789ab"
 GPU1 = "GPU-6c0e4f8a-1d2b-4a3c-9e8f-ba9876543210"
-GIB = 1 << 30
-DEV_MEM = {GPU0: 80 * GIB, GPU1: 80 * GIB}
+DEV_MEM = {GPU0: 80 * GiB, GPU1: 80 * GiB}
 NOW = 1_795_000_000
 UID = "0f8e7d6c-5b4a-4392-8170-6f5e4d3c2b1a"
 
 
-def region(key="1.2", devices=((GPU0, 8 * GIB, 100), (GPU1, 4 * GIB, 30)), procs=None, **kw):
+def region(key="1.2", devices=((GPU0, 8 * GiB, 100), (GPU1, 4 * GiB, 30)), procs=None, **kw):
     if procs is None:
-        procs = [Proc(11, 4011, [(300 * MiB, 0, GIB), (0, 0, 0)], [40, 0], seq=4),
-                 Proc(12, 4012, [(0, 0, 0), (300 * MiB, 0, 2 * GIB)], [0, 25], seq=2)]
+        procs = [Proc(11, 4011, [(300 * MiB, 0, GiB), (0, 0, 0)], [40, 0], seq=4),
+                 Proc(12, 4012, [(0, 0, 0), (300 * MiB, 0, 2 * GiB)], [0, 25], seq=2)]
     return build_region(key, devices=list(devices), procs=procs, last_kernel_time=NOW - 3,
                         size=kw.pop("size", file_size(key)), **kw)
 
@@ -78,12 +78,12 @@ def test_reads_the_file_hami_core_creates(key):
     d0, d1 = r.devices
     # sm_limit 100 is what HAMi-core stores without CUDA_DEVICE_SM_LIMIT: no core limit
     assert (d0.sm_limit_pct, d1.sm_limit_pct) == (None, 30)
-    assert (d0.used_bytes, d1.used_bytes) == (300 * MiB + GIB, 300 * MiB + 2 * GIB)
+    assert (d0.used_bytes, d1.used_bytes) == (300 * MiB + GiB, 300 * MiB + 2 * GiB)
 
 
 @pytest.mark.parametrize("sm_limit", [0, 100, 150])
 def test_sm_limit_0_or_100_or_more_is_no_core_limit(sm_limit):
-    r = parse_region_bytes(region(devices=[(GPU0, 8 * GIB, sm_limit)], procs=[]), DEV_MEM, now_s=NOW)
+    r = parse_region_bytes(region(devices=[(GPU0, 8 * GiB, sm_limit)], procs=[]), DEV_MEM, now_s=NOW)
     assert isinstance(r, Region) and r.devices[0].sm_limit_pct is None
 
 
@@ -125,13 +125,13 @@ def test_seqlock_is_read_before_the_data():
         if copies_the_slot and struct.unpack_from("<Q", buf, seq_at)[0] == 4:
             struct.pack_into("<Q", out, data_at - off, 0)          # torn: the buffer not yet added
             struct.pack_into("<Q", out, seq_at - off, 6)           # ... but the copy ends after the write
-            struct.pack_into("<Q", buf, data_at, 5 * GIB)          # the write as it completed
+            struct.pack_into("<Q", buf, data_at, 5 * GiB)          # the write as it completed
             struct.pack_into("<Q", buf, seq_at, 6)
         return bytes(out)
 
     r = parse_region(read_at, len(buf), DEV_MEM, now_s=NOW)
     assert isinstance(r, Region), r
-    assert r.devices[0].buffer_bytes == 5 * GIB
+    assert r.devices[0].buffer_bytes == 5 * GiB
 
 
 def test_a_slot_stuck_odd_costs_that_slot_with_bounded_retries():
@@ -148,7 +148,7 @@ def test_a_slot_stuck_odd_costs_that_slot_with_bounded_retries():
     r = parse_region(read_at, len(buf), DEV_MEM, now_s=NOW)
     assert isinstance(r, Region), r
     assert r.stuck_slots == [0] and [p.pid for p in r.procs] == [12]
-    assert r.devices[0].used_bytes == 0 and r.devices[1].used_bytes == 300 * MiB + 2 * GIB
+    assert r.devices[0].used_bytes == 0 and r.devices[1].used_bytes == 300 * MiB + 2 * GiB
     assert len(reads) < 40 and sum(reads) < 30 * lay.slot.size
 
 
@@ -159,7 +159,7 @@ def test_an_unset_device_uuid_costs_that_device():
     r = parse_region_bytes(buf, DEV_MEM, now_s=NOW)
     assert isinstance(r, Region), r
     assert [(i, e.reason) for i, e in r.device_errors] == [(0, "uuid_unset")]
-    assert [(d.index, d.uuid, d.used_bytes) for d in r.devices] == [(1, GPU1, 300 * MiB + 2 * GIB)]
+    assert [(d.index, d.uuid, d.used_bytes) for d in r.devices] == [(1, GPU1, 300 * MiB + 2 * GiB)]
 
 
 # ------------------------------------------------------------------ through the Tick builder
@@ -175,7 +175,7 @@ class _Node:
         return 2
 
     def gpu_now(self, i):
-        return GpuNow(uuid=(GPU0, GPU1)[i], name="NVIDIA A100-SXM4-80GB", memory_total=80 * GIB,
+        return GpuNow(uuid=(GPU0, GPU1)[i], name="NVIDIA A100-SXM4-80GB", memory_total=80 * GiB,
                       memory_used=sum(p.used_bytes for p in self.procs.get(i, [])), sm_pct=50, mem_util_pct=10,
                       power_mw=200_000, energy_mj=1)
 
@@ -203,7 +203,7 @@ def _builder(tmp_path, pods: list[dict], regions: dict[str, bytes | list[bytes]]
             (d / f"{k:02d}.cache").write_bytes(bytes(b))
     cache = PodCache(lambda: {"kind": "PodList", "items": pods})
     cache.refresh()
-    nvml = FakeNvml(_Node(procs if procs is not None else {0: [ProcNow(4011, 300 * MiB + GIB, 40, 5)]}))
+    nvml = FakeNvml(_Node(procs if procs is not None else {0: [ProcNow(4011, 300 * MiB + GiB, 40, 5)]}))
     nvml.nvmlInit()
     return TickBuilder("node-a", "https://c:6443", NvmlReader(nvml, initialised=True), str(tmp_path / "hami"), cache,
                        proc_root=None)
@@ -216,30 +216,30 @@ def _slices(res):
 def test_a_memory_only_slice_is_billed_by_its_memory_share(tmp_path):
     """gpumem without gpucores: HAMi grants cores 0, injects CUDA_DEVICE_SM_LIMIT=0, and
     HAMi-core stores sm_limit 100. The slice holds 8 GiB of 80: one tenth of the GPU."""
-    one = region(devices=[(GPU0, 8 * GIB, 100)], procs=[Proc(11, 4011, [(300 * MiB, 0, GIB)], [40], seq=2)])
+    one = region(devices=[(GPU0, 8 * GiB, 100)], procs=[Proc(11, 4011, [(300 * MiB, 0, GiB)], [40], seq=2)])
     res = _builder(tmp_path, [_pod(f"{GPU0},NVIDIA,8192,0:;")], {"main": one}).build(NOW * 1000)
     s = _slices(res)[("main", GPU0)]
     assert s.source == "hami" and s.sm_limit_ratio is None and s.alloc_cores_ratio == 0.0
-    assert allocation_share(s, 80 * GIB) == pytest.approx(0.1)
+    assert allocation_share(s, 80 * GiB) == pytest.approx(0.1)
 
 
 def test_a_memory_only_grant_without_a_region_yet_is_billed_the_same(tmp_path):
     res = _builder(tmp_path, [_pod(f"{GPU0},NVIDIA,8192,0:;")], {}).build(NOW * 1000)
     s = _slices(res)[("main", GPU0)]
     assert s.source == "annotation" and s.sm_limit_ratio is None and s.alloc_cores_ratio == 0.0
-    assert allocation_share(s, 80 * GIB) == pytest.approx(0.1)
+    assert allocation_share(s, 80 * GiB) == pytest.approx(0.1)
 
 
 def test_without_a_grant_sm_limit_100_is_not_a_whole_gpu(tmp_path):
-    one = region(devices=[(GPU0, 8 * GIB, 100)], procs=[Proc(11, 4011, [(300 * MiB, 0, GIB)], [40], seq=2)])
+    one = region(devices=[(GPU0, 8 * GiB, 100)], procs=[Proc(11, 4011, [(300 * MiB, 0, GiB)], [40], seq=2)])
     res = _builder(tmp_path, [_pod(None)], {"main": one}).build(NOW * 1000)
     s = _slices(res)[("main", GPU0)]
-    assert s.alloc_cores_ratio is None and allocation_share(s, 80 * GIB) == pytest.approx(0.1)
+    assert s.alloc_cores_ratio is None and allocation_share(s, 80 * GiB) == pytest.approx(0.1)
 
 
 def test_the_watchers_zeroed_sm_util_gives_way_to_nvmls_sample(tmp_path):
     """Between init_gpu_device_utilization and the next NVML sample every slot reads 0 %."""
-    zeroed = region(devices=[(GPU0, 8 * GIB, 30)], procs=[Proc(11, 4011, [(300 * MiB, 0, GIB)], [0], seq=2)])
+    zeroed = region(devices=[(GPU0, 8 * GiB, 30)], procs=[Proc(11, 4011, [(300 * MiB, 0, GiB)], [0], seq=2)])
     res = _builder(tmp_path, [_pod(f"{GPU0},NVIDIA,8192,30:;")], {"main": zeroed}).build(NOW * 1000)
     assert _slices(res)[("main", GPU0)].sm_util_ratio == pytest.approx(0.40)
 
@@ -260,7 +260,7 @@ def test_a_stuck_slot_and_an_unset_device_are_counted_not_fatal(tmp_path):
     res = _builder(tmp_path, [_pod(ann)], {"main": buf}).build(NOW * 1000)
     assert [e.reason for *_, e in res.region_errors] == ["seqlock_stuck"] and res.hami_ok[(UID, "main")]
     got = _slices(res)
-    assert got[("main", GPU0)].hami_memory_used_bytes == 300 * MiB + GIB
+    assert got[("main", GPU0)].hami_memory_used_bytes == 300 * MiB + GiB
     assert got[("main", GPU1)].hami_memory_used_bytes == 0   # the stuck slot's process is not counted
 
 
@@ -305,9 +305,9 @@ def test_v2_8_mig_uuid_suffix():
 def test_grants_land_on_the_right_container_through_the_builder(tmp_path):
     value = _encode([[(GPU0, 2048, 10)], [(GPU1, 8192, 30)], []])
     pod = _pod(value, containers=("main", "proxy"), init=("warmup",), init_done=("warmup",))
-    main = region(devices=[(GPU1, 8 * GIB, 30)], procs=[Proc(12, 4012, [(300 * MiB, 0, GIB)], [20], seq=2)])
-    res = _builder(tmp_path, [pod], {"main": main, "warmup": region(devices=[(GPU0, 2 * GIB, 10)], procs=[])},
-                   procs={1: [ProcNow(4012, 300 * MiB + GIB, 20, 5)]}).build(NOW * 1000)
+    main = region(devices=[(GPU1, 8 * GiB, 30)], procs=[Proc(12, 4012, [(300 * MiB, 0, GiB)], [20], seq=2)])
+    res = _builder(tmp_path, [pod], {"main": main, "warmup": region(devices=[(GPU0, 2 * GiB, 10)], procs=[])},
+                   procs={1: [ProcNow(4012, 300 * MiB + GiB, 20, 5)]}).build(NOW * 1000)
     got = _slices(res)
     assert set(got) == {("main", GPU1)}          # the completed init container holds nothing
     s = got[("main", GPU1)]
@@ -387,7 +387,7 @@ def test_a_pod_name_that_cannot_be_encoded_costs_that_pod():
 
 
 def test_a_second_cache_file_shows_as_region_ok_0_on_metrics(tmp_path):
-    from slicemeter.exporter.collector import ExporterCollector, ExporterStats
+    from slicemeter.exporter.serve.collector import ExporterCollector, ExporterStats
 
     res = _builder(tmp_path, [_pod(f"{GPU0},NVIDIA,8192,30:;")], {"main": [region(), region()]}).build(NOW * 1000)
     stats = ExporterStats(tenant="acme")

@@ -21,13 +21,13 @@ from slicemeter.testkit.hostile_ticks import decompression_bomb, null_count_lie,
 from slicemeter.testkit.ingest_helpers import SLICEMETER, TOPIC, create_topic, expected_checksum
 from slicemeter.testkit.synth_ticks import recent_midnight_ms
 from slicemeter.tick import GpuReading, SliceReading, Tick, encode_ticks, ticks_to_tables
+from slicemeter.common import GiB
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.broker
 CLUSTER = "https://acme.example:6443"
 KEY_ID, KEY = "acme-1", b"acme-secret-0123456789"
 T0 = recent_midnight_ms(days_ago=2) + 9 * 3_600_000
-GiB = 1 << 30
 DUCKDB_MEMORY = 100 * 1000 * 1000          # --duckdb-memory 100MB
 
 

@@ -12,7 +12,7 @@ import pytest
 from slicemeter.common import month_window
 from slicemeter.rightsizing.plan import Thresholds, build_plan
 from slicemeter.store import connect
-from slicemeter.testkit.recommend_rows import A100, GIB, add_gpu_hours, add_slice_hour, add_tenant, hour
+from slicemeter.testkit.recommend_rows import A100, GiB, add_gpu_hours, add_slice_hour, add_tenant, hour
 
 CLUSTER = "https://acme.example:6443"
 
@@ -64,25 +64,25 @@ def _fill(con, seed=7):
     for s in range(8):
         gpu = f"GPU-{s // 2}"
         n_hours = rng.choice([1, 3, 17, 40, 101, 150])
-        base_mem = rng.uniform(0.5, 20) * GIB
+        base_mem = rng.uniform(0.5, 20) * GiB
         base_sm = rng.uniform(0.0, 0.4) if s != 5 else 0.002   # slice 5: near-idle
         if s == 6:
-            base_mem = 19 * GIB                                  # slice 6: OOM risk
+            base_mem = 19 * GiB                                  # slice 6: OOM risk
         for h in range(n_hours):
             peak = None if (s == 3 and h % 4 == 0) else base_mem * rng.uniform(0.6, 1.0)
             add_slice_hour(con, h, CLUSTER, f"node-{s // 4}", gpu, f"uid-{s}", total=total,
                            mem_peak=peak, mem_mean=base_mem * rng.uniform(0.3, 0.6),
                            sm_mean=base_sm * rng.uniform(0.2, 1.0),
                            sm_max=None if s == 2 else min(1.0, base_sm * 1.5),
-                           alloc_mem=20 * GIB, alloc_cores=[0.5, 0.3, 0.1, 0.0][s % 4],
+                           alloc_mem=20 * GiB, alloc_cores=[0.5, 0.3, 0.1, 0.0][s % 4],
                            metered_s=rng.choice([600.0, 1800.0, 3600.0]),
                            age=None if s == 7 else (float(h) if s != 4 else 90000.0 + h))
-        grants[f"uid-{s}"] = (20 * GIB, [0.5, 0.3, 0.1, 0.0][s % 4])
+        grants[f"uid-{s}"] = (20 * GiB, [0.5, 0.3, 0.1, 0.0][s % 4])
     for g in range(4):
         add_gpu_hours(con, CLUSTER, f"node-{g // 2}", f"GPU-{g}", A100, range(150))
     # Outside the window: must not count.
     add_slice_hour(con, 0, CLUSTER, "node-0", "GPU-0", "uid-0", total=total,
-                   mem_peak=79 * GIB, sm_mean=1.0, alloc_mem=20 * GIB, alloc_cores=0.5,
+                   mem_peak=79 * GiB, sm_mean=1.0, alloc_mem=20 * GiB, alloc_cores=0.5,
                    when=hour(0) - timedelta(hours=1))
     con.execute("COMMIT")
     return grants
@@ -156,8 +156,8 @@ def test_namespace_override_sets_tenant(store):
                   [CLUSTER])
     add_gpu_hours(store, CLUSTER, "n", "GPU-0", A100, range(2))
     for ns in ("shared-tools", "ml"):
-        add_slice_hour(store, 0, CLUSTER, "n", "GPU-0", ns, total=A100[1], mem_peak=GIB,
-                       sm_mean=0.1, alloc_mem=2 * GIB, alloc_cores=0.2, namespace=ns)
+        add_slice_hour(store, 0, CLUSTER, "n", "GPU-0", ns, total=A100[1], mem_peak=GiB,
+                       sm_mean=0.1, alloc_mem=2 * GiB, alloc_cores=0.2, namespace=ns)
     got = build_plan(store, "2026-11").slices.set_index("pod_uid")["tenant"].to_dict()
     assert got == {"shared-tools": "platform", "ml": "acme"}
 
@@ -179,8 +179,8 @@ def test_grant_falls_back_to_stored_share(store):
     (from HAMi's own limit) times the GPU's memory, so the flags still work."""
     add_gpu_hours(store, CLUSTER, "n", "GPU-0", A100, range(3))
     for h in range(3):
-        add_slice_hour(store, h, CLUSTER, "n", "GPU-0", "u", total=A100[1], mem_peak=GIB,
-                       sm_mean=0.05, alloc_mem=8 * GIB, alloc_cores=0.4)
+        add_slice_hour(store, h, CLUSTER, "n", "GPU-0", "u", total=A100[1], mem_peak=GiB,
+                       sm_mean=0.05, alloc_mem=8 * GiB, alloc_cores=0.4)
     store.execute("UPDATE slice_hour SET alloc_memory_bytes = NULL, alloc_cores_ratio = NULL")
     row = build_plan(store, "2026-11").slices.iloc[0]
     assert row["grant_memory_mib"] == 8 * 1024 and row["grant_cores_pct"] == pytest.approx(40.0)

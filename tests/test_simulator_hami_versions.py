@@ -10,10 +10,10 @@ import struct
 
 import pytest
 
-from slicemeter.exporter.nvml import NvmlReader
-from slicemeter.exporter.pods import PodCache
-from slicemeter.exporter.shares import allocation_share
-from slicemeter.exporter.tick_builder import TickBuilder
+from slicemeter.exporter.sources.nvml import NvmlReader
+from slicemeter.exporter.sources.pods import PodCache
+from slicemeter.exporter.assemble.shares import allocation_share
+from slicemeter.exporter.assemble.tick_builder import TickBuilder
 from slicemeter.testkit.hami_bytes import LAYOUTS, file_size
 from slicemeter.simulator.node import SimulatedNode
 from slicemeter.common import MiB

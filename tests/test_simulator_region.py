@@ -12,20 +12,19 @@ import pytest
 
 from slicemeter.testkit.hami_reader import V0_FILE_SIZE, V1_FILE_SIZE, read_region
 from slicemeter.simulator.hami_region import V0, V1, ProcSlot, RegionState, RegionWriter
-from slicemeter.common import MiB
+from slicemeter.common import GiB, MiB
 from slicemeter.simulator.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parent.parent
-GIB = 1 << 30
 
 
 def _state(n_procs: int = 2, sm: int = 30) -> RegionState:
     return RegionState(
         uuids=["GPU-aaaaaaaa-0000-0000-0000-000000000001", "GPU-bbbbbbbb-0000-0000-0000-000000000002"],
-        limits=[10 * GIB, 12 * GIB],
+        limits=[10 * GiB, 12 * GiB],
         sm_limits=[25, 40],
-        procs=[ProcSlot(pid=7 + i, hostpid=4000 + i, used=[(300 * MiB, 60 * MiB, (i + 1) * GIB), (0, 0, 0)],
-                        monitorused=[(i + 1) * GIB + 360 * MiB, 0], sm_util=[sm + i, 0]) for i in range(n_procs)],
+        procs=[ProcSlot(pid=7 + i, hostpid=4000 + i, used=[(300 * MiB, 60 * MiB, (i + 1) * GiB), (0, 0, 0)],
+                        monitorused=[(i + 1) * GiB + 360 * MiB, 0], sm_util=[sm + i, 0]) for i in range(n_procs)],
         owner_pid=7,
         last_kernel_time=1_790_000_000,
         recent_kernel=2,
@@ -46,15 +45,15 @@ def test_region_fields_at_documented_offsets(tmp_path, layout):
         assert r["last_kernel_time"] == 1_790_000_000
     assert r["device_num"] == 2 and r["sm_init_flag"] == 1 and r["owner_pid"] == 7
     assert r["uuids"] == ["GPU-aaaaaaaa-0000-0000-0000-000000000001", "GPU-bbbbbbbb-0000-0000-0000-000000000002"]
-    assert r["limit"][:3] == [10 * GIB, 12 * GIB, 0] and r["sm_limit"][:3] == [25, 40, 0]
+    assert r["limit"][:3] == [10 * GiB, 12 * GiB, 0] and r["sm_limit"][:3] == [25, 40, 0]
     assert (r["proc_num"], r["utilization_switch"], r["recent_kernel"], r["priority"]) == (2, 1, 2, 1)
     p0, p1 = r["procs"]
     assert (p0["pid"], p0["hostpid"], p0["status"]) == (7, 4000, 1)
     assert (p1["pid"], p1["hostpid"]) == (8, 4001)
-    assert p1["used"][0] == {"context": 300 * MiB, "module": 60 * MiB, "data": 2 * GIB, "offset": 0,
-                             "total": 360 * MiB + 2 * GIB}
+    assert p1["used"][0] == {"context": 300 * MiB, "module": 60 * MiB, "data": 2 * GiB, "offset": 0,
+                             "total": 360 * MiB + 2 * GiB}
     assert p1["used"][1]["total"] == 0
-    assert p1["monitorused"] == [2 * GIB + 360 * MiB, 0]
+    assert p1["monitorused"] == [2 * GiB + 360 * MiB, 0]
     assert p0["sm_util"] == [30, 0] and p1["sm_util"] == [31, 0]
     if layout is V1:
         assert p0["seqlock"] % 2 == 0 and p0["seqlock"] > 0

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from slicemeter.exporter.publisher import Publisher, Spool, kafka_producer
+from slicemeter.exporter.ship.publisher import Publisher, Spool, kafka_producer
 from slicemeter.ingest.bindings_cli import move_binding
 from slicemeter.ingest.consumer import IngestConfig, Ingestor
 from slicemeter.testkit.ingest_helpers import SLICEMETER, TOPIC, create_topic
@@ -20,12 +20,12 @@ from slicemeter import signing
 from slicemeter.broker import TansuBroker
 from slicemeter.tick import GpuReading, Limits, SliceReading, Tick, decode, encode_ticks, implausible
 from slicemeter.testkit.synth_ticks import recent_midnight_ms
+from slicemeter.common import GiB
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.broker
 ACME, BETA = "https://acme.example:6443", "https://beta.example:6443"
 T0 = recent_midnight_ms(days_ago=2) + 3_600_000 * 9
-GiB = 1 << 30
 
 
 def tick(node="node-a", cluster=ACME, ts=T0, gpu="GPU-a0", interval_ms=10_000, **slice_fields) -> Tick:

@@ -24,14 +24,14 @@ import pytest
 from slicemeter import store
 from slicemeter.chargeback.bill import diff_lines
 from slicemeter.exporter.cli import Exporter, serve_metrics
-from slicemeter.exporter.publisher import Publisher, Spool, kafka_producer
+from slicemeter.exporter.ship.publisher import Publisher, Spool, kafka_producer
 from slicemeter.testkit.dashboard_app import run_app
 from slicemeter.testkit.fleet_fixture import build_fleet_db
 from slicemeter.testkit.ingest_helpers import SLICEMETER
 
-from slicemeter.exporter.attribution import Tolerance
-from slicemeter.exporter.collector import ExporterCollector, ExporterStats
-from slicemeter.exporter import tick_builder
+from slicemeter.exporter.assemble.attribution import Tolerance
+from slicemeter.exporter.serve.collector import ExporterCollector, ExporterStats
+from slicemeter.exporter.assemble import tick_builder
 from slicemeter.simulator.nvml import ProcNow
 from slicemeter.testkit.hami_bytes import Proc
 from slicemeter.testkit.static_node import A100_TOTAL, GiB, StaticNode, builder, gpu, pod, write_cgroup, write_region

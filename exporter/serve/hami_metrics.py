@@ -11,7 +11,7 @@ are, including its `*_utilization_ratio` families holding percent (0-100).
 node's own pods (annotation hami.io/vgpu-devices-allocated), for clusters that do not scrape
 the scheduler. `off` emits none.
 
-Names, help texts and label names are HAMi's (exporter/catalogue.py); the text exposition
+Names, help texts and label names are HAMi's (exporter/serve/catalogue.py); the text exposition
 sorts a series' labels by name, as the Go client does, so the lines read the same.
 """
 from __future__ import annotations
@@ -20,9 +20,9 @@ import math
 import platform
 import sys
 
-from slicemeter.exporter.catalogue import group
-from slicemeter.exporter.exposition import Samples
-from slicemeter.exporter.scrape import FamilyCollector, Scrape, reading_rows
+from slicemeter.exporter.serve.catalogue import group
+from slicemeter.exporter.serve.exposition import Samples
+from slicemeter.exporter.serve.scrape import FamilyCollector, Scrape, reading_rows
 from slicemeter.common import MiB
 
 HAMI_METRICS_MODES = ("monitor", "full", "off")

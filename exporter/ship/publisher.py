@@ -27,6 +27,7 @@ from collections import deque
 from typing import Any, Callable
 
 from slicemeter import signing
+from slicemeter.common import MiB
 
 log = logging.getLogger(__name__)
 _NAME = re.compile(r"^(\d{16})\.tick$")
@@ -137,7 +138,7 @@ def permanently_refused(exc: Exception) -> bool:
                             errors.InvalidRecordError, errors.UnsupportedForMessageFormatError))
 
 
-def kafka_producer(bootstrap: str, security: dict | None = None, max_request_size: int = 1 << 20) -> Any:
+def kafka_producer(bootstrap: str, security: dict | None = None, max_request_size: int = MiB) -> Any:
     """`security`: kafka-python's security_protocol / sasl_* / ssl_* settings."""
     from kafka import KafkaProducer
 

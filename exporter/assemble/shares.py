@@ -5,7 +5,7 @@ cores (whole GPU = 1), the usage share the larger of memory and SM.
 """
 from __future__ import annotations
 
-from slicemeter.exporter.pods import Grant
+from slicemeter.exporter.sources.pods import Grant
 from slicemeter.tick import SliceReading
 
 

@@ -2,11 +2,11 @@
 
 A Tick is built in three steps, each its own module:
 
-1. collect: `NvmlReader` (exporter/nvml.py) reads the GPUs and their processes, `PodCache`
-   (exporter/pods.py) holds the node's pod list and HAMi's grants, `RegionSource`
-   (exporter/hami.py) lists and reads HAMi-core's region files; each process is placed in
+1. collect: `NvmlReader` (exporter/sources/nvml.py) reads the GPUs and their processes, `PodCache`
+   (exporter/sources/pods.py) holds the node's pod list and HAMi's grants, `RegionSource`
+   (exporter/sources/hami.py) lists and reads HAMi-core's region files; each process is placed in
    its container through its cgroup (`ProcessOwners` here).
-2. attribute: the strategies of exporter/attribution.py (region, MIG, annotation, cgroup)
+2. attribute: the strategies of exporter/assemble/attribution.py (region, MIG, annotation, cgroup)
    turn them into container slices.
 3. assemble: GPU readings bounded to what is physically possible, with their slice counts.
 
@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from slicemeter import clock
-from slicemeter.exporter.attribution import (AnnotationStrategy, CgroupStrategy, Draft, GpuProcesses, MigStrategy,
+from slicemeter.exporter.assemble.attribution import (AnnotationStrategy, CgroupStrategy, Draft, GpuProcesses, MigStrategy,
                                              ProcOwner, RegionStrategy, Sources, Strategy, Tolerance)
-from slicemeter.exporter.hami import RegionError, RegionSource, parse_dir_name
-from slicemeter.exporter.nvml import GpuSample, MigSample, NvmlReader
-from slicemeter.exporter.pods import PodCache, PodIndex, PodInfo, pid_to_pod
+from slicemeter.exporter.sources.hami import RegionError, RegionSource, parse_dir_name
+from slicemeter.exporter.sources.nvml import GpuSample, MigSample, NvmlReader
+from slicemeter.exporter.sources.pods import PodCache, PodIndex, PodInfo, pid_to_pod
 from slicemeter.common import MiB
-from slicemeter.exporter.shares import clamp01, larger
+from slicemeter.exporter.assemble.shares import clamp01, larger
 from slicemeter.tick import GpuReading, SliceReading, Tick
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from typing import Callable, Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, UntypedMetricFamily
 
-from slicemeter.exporter.catalogue import Family
+from slicemeter.exporter.serve.catalogue import Family
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _METRIC_TYPES = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily, "untyped": UntypedMetricFamily}

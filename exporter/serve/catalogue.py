@@ -1,7 +1,7 @@
 """Every family the exporter serves on /metrics: name, type, help text, labels, one table.
 
 The collectors build their families from these rows, docs/metrics.md's tables are generated
-from them (`python -m slicemeter.exporter.catalogue docs/metrics.md`; a test checks the file
+from them (`python -m slicemeter.exporter.serve.catalogue docs/metrics.md`; a test checks the file
 is current) and grafana/build_dashboards.py refuses a panel that reads a family or label
 missing here. The order of the rows is the order of the families on /metrics.
 

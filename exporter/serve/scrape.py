@@ -1,6 +1,6 @@
 """What a scrape reads: the exporter's counters, the last Tick, and the collectors' base.
 
-`FamilyCollector` is a prometheus_client Collector over a group of exporter/catalogue.py's
+`FamilyCollector` is a prometheus_client Collector over a group of exporter/serve/catalogue.py's
 families: describe() lists exactly those (so a registry's duplicate check sees every name),
 collect() builds them fresh from one `Scrape`.
 """
@@ -15,10 +15,10 @@ from typing import Callable, Iterable, NamedTuple
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from slicemeter.exporter.catalogue import Family
-from slicemeter.exporter.exposition import Samples
-from slicemeter.exporter.shares import allocation_share, usage_share
-from slicemeter.exporter.tick_builder import BuildResult
+from slicemeter.exporter.serve.catalogue import Family
+from slicemeter.exporter.serve.exposition import Samples
+from slicemeter.exporter.assemble.shares import allocation_share, usage_share
+from slicemeter.exporter.assemble.tick_builder import BuildResult
 from slicemeter.tick import SliceReading
 
 SOURCES = ("nvml", "hami", "pods", "kafka")

@@ -22,11 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Protocol
 
-from slicemeter.exporter.hami import Region, RegionError, RegionFile, aggregate
-from slicemeter.exporter.nvml import GpuSample, MigSample, NvmlSnapshot
-from slicemeter.exporter.pods import Grant, PodIndex, PodInfo
+from slicemeter.exporter.sources.hami import Region, RegionError, RegionFile, aggregate
+from slicemeter.exporter.sources.nvml import GpuSample, MigSample, NvmlSnapshot
+from slicemeter.exporter.sources.pods import Grant, PodIndex, PodInfo
 from slicemeter.common import MiB
-from slicemeter.exporter.shares import clamp01, core_limit_ratio, grant_cores_ratio, larger, memory_disagrees
+from slicemeter.exporter.assemble.shares import clamp01, core_limit_ratio, grant_cores_ratio, larger, memory_disagrees
 from slicemeter.tick import SliceReading
 
 

@@ -2,12 +2,12 @@
 
 Nothing is kept in long-lived gauges, so a deleted pod's series disappear with the next
 Tick, and a scrape only reads the last built Tick (it never waits for NVML, files, the
-kubelet or Kafka). Each collector emits one group of exporter/catalogue.py's families and
+kubelet or Kafka). Each collector emits one group of exporter/serve/catalogue.py's families and
 describes exactly those, so a registry's duplicate check sees every name:
 
 - `GpuCollector`: per GPU, NVML's figures and the sums of its slices' shares;
 - `SliceCollector`: per slice, and per container whether its HAMi region was read;
-- `HamiMonitorCollector`, `HamiSchedulerCollector` (exporter/hami_metrics.py): HAMi's own
+- `HamiMonitorCollector`, `HamiSchedulerCollector` (exporter/serve/hami_metrics.py): HAMi's own
   families, by `--hami-metrics`: `monitor`, `full` (both) or `off`;
 - `HealthCollector`: the exporter process (errors, spool, build).
 
@@ -22,11 +22,11 @@ import threading
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from slicemeter.exporter.catalogue import group
-from slicemeter.exporter.exposition import FamilyTexts, LabelText, Samples, render
-from slicemeter.exporter.hami_metrics import HAMI_METRICS_MODES, HamiMonitorCollector, HamiSchedulerCollector
-from slicemeter.exporter.scrape import ExporterStats, FamilyCollector, LabelTuples, Scrape, label_value as _s, reading_rows
-from slicemeter.exporter.tick_builder import BuildResult
+from slicemeter.exporter.serve.catalogue import group
+from slicemeter.exporter.serve.exposition import FamilyTexts, LabelText, Samples, render
+from slicemeter.exporter.serve.hami_metrics import HAMI_METRICS_MODES, HamiMonitorCollector, HamiSchedulerCollector
+from slicemeter.exporter.serve.scrape import ExporterStats, FamilyCollector, LabelTuples, Scrape, label_value as _s, reading_rows
+from slicemeter.exporter.assemble.tick_builder import BuildResult
 from slicemeter.tick import SCHEMA_VERSION
 
 __all__ = ["ExporterCollector", "ExporterStats", "GpuCollector", "HealthCollector", "SliceCollector"]

@@ -1,0 +1,2 @@
+"""The Tick to Kafka: the publisher and its on-disk spool.
+"""
