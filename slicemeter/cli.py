@@ -30,12 +30,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
+def build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, dict[str, object]]:
     parser = argparse.ArgumentParser(prog="slicemeter", description=__doc__.splitlines()[0])
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     modules: dict[str, object] = {}
-    wanted = next((a for a in sys.argv[1:] if a in COMMANDS), None)
+    wanted = next((a for a in argv if a in COMMANDS), None)
     for name, (module_name, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == wanted:
@@ -46,10 +46,11 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is not None:
-        sys.argv = ["slicemeter", *argv]
-    parser, modules = build_parser()
-    args = parser.parse_args()
+    # the arguments are passed down, never written into sys.argv: a command called in-process
+    # (tests, the demo) must leave the process's own arguments as they were
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser, modules = build_parser(argv)
+    args = parser.parse_args(argv)
     logging.basicConfig(
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -3,7 +3,6 @@ slices report, half-metered hours, odd prices and many small slices; and the eng
 own check, which stops an export that would not add up (real DuckDB files, the real CLI)."""
 import csv
 import io
-import sys
 from decimal import Decimal
 from pathlib import Path
 
@@ -17,12 +16,6 @@ from slicemeter.store import connect
 from slicemeter.cli import main
 
 MONTH = "2026-11"
-
-
-@pytest.fixture(autouse=True)
-def keep_argv(monkeypatch):
-    # slicemeter.cli.main(argv) sets sys.argv, which the dashboard reads (--db) in later tests
-    monkeypatch.setattr(sys, "argv", list(sys.argv))
 
 
 @pytest.fixture

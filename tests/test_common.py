@@ -45,3 +45,14 @@ def test_library_names_the_value_the_command_the_flag():
     with pytest.raises(ConfigError, match=r"^--month: month must be YYYY-MM, got '2026-13'$"):
         with named("--month"):
             month_bounds("2026-13")
+
+
+def test_a_command_run_in_process_leaves_the_process_arguments_alone(tmp_path):
+    """The dashboard reads `--db` from sys.argv: a command run in-process must not leave its own there."""
+    import sys
+
+    from slicemeter.cli import main
+
+    before = list(sys.argv)
+    assert main(["export", "--db", str(tmp_path / "none.duckdb"), "--month", "2026-11", "--out", str(tmp_path)]) == 2
+    assert sys.argv == before

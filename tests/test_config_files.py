@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -25,23 +26,35 @@ LAUGHS = 'a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\
 LAUGHS_LINE = 6   # f: [*e, ...]: each *e repeats 9**4 strings and the lists holding them
 
 
+# Runs a command, ends it at a deadline and prints "<wait status> <peak RSS in KiB>". The
+# command is a grandchild of the test so that its peak is its own: Linux keeps the largest
+# RSS a process had across exec, so a child forked straight from a grown test process would
+# report the test's size, while one forked from this small wrapper starts afresh.
+MEASURE = """import os, subprocess, sys, time
+deadline, started = float(sys.argv[1]), time.monotonic()
+proc = subprocess.Popen(sys.argv[2:])
+while True:
+    pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+    if pid:
+        break
+    if time.monotonic() - started > deadline:
+        proc.kill()
+        _, status, usage = os.wait4(proc.pid, 0)
+        break
+    time.sleep(0.05)
+print(os.waitstatus_to_exitcode(status), usage.ru_maxrss)
+"""
+
+
 def run_cli(args: list[str], cwd: Path, deadline_s: float = 60.0) -> tuple[int, str, float, int]:
     """(exit status, stderr, seconds, peak RSS in KiB) of one `slicemeter` command."""
     err = cwd / "stderr.txt"
     started = time.monotonic()
     with open(err, "w") as stderr:
-        proc = subprocess.Popen([*SLICEMETER, *args], cwd=cwd, stdout=subprocess.DEVNULL, stderr=stderr)
-    while True:   # wait4 gives this child's own peak RSS; poll it until the deadline
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.monotonic() - started > deadline_s:
-            proc.kill()
-            _, status, usage = os.wait4(proc.pid, 0)
-            break
-        time.sleep(0.05)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, err.read_text(), time.monotonic() - started, usage.ru_maxrss
+        out = subprocess.run([sys.executable, "-c", MEASURE, str(deadline_s), *SLICEMETER, *args], cwd=cwd,
+                             stdout=subprocess.PIPE, stderr=stderr, text=True, check=True).stdout
+    status, peak_kib = map(int, out.split()[-2:])
+    return status, err.read_text(), time.monotonic() - started, peak_kib
 
 
 def kinds(tmp_path: Path) -> dict[str, tuple[list[str], str, int, str]]:

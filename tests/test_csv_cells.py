@@ -2,7 +2,6 @@
 numbers, negative ones included, stay numbers."""
 import csv
 import io
-import sys
 from decimal import Decimal
 
 import pytest
@@ -42,8 +41,7 @@ def _hostile_db(tmp_path):
     return db
 
 
-def test_exported_csvs_carry_no_formula_and_keep_numbers(tmp_path, monkeypatch):
-    monkeypatch.setattr(sys, "argv", sys.argv[:])   # main() sets sys.argv; later tests read it
+def test_exported_csvs_carry_no_formula_and_keep_numbers(tmp_path):
     db = _hostile_db(tmp_path)
     assert main(["export", "--db", str(db), "--month", "2026-11", "--out", str(tmp_path / "o"),
                  "--prices", str(_prices(tmp_path))]) == 0
@@ -59,8 +57,7 @@ def test_exported_csvs_carry_no_formula_and_keep_numbers(tmp_path, monkeypatch):
     assert {r["gpu_model"] for r in inv} == {"'@NVIDIA(1)"}
 
 
-def test_recommend_csvs_carry_no_formula(tmp_path, monkeypatch):
-    monkeypatch.setattr(sys, "argv", sys.argv[:])
+def test_recommend_csvs_carry_no_formula(tmp_path):
     db = _hostile_db(tmp_path)
     out = tmp_path / "plan"
     assert main(["recommend", "--db", str(db), "--month", "2026-11", "--out", str(out),

@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import io
 import re
-import sys
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
@@ -43,13 +42,6 @@ def fleet_db(tmp_path_factory) -> Path:
                 [GLOBEX_API, ACME_API])
     con.close()
     return db
-
-
-@pytest.fixture(autouse=True)
-def plain_argv(monkeypatch):
-    """slicemeter.dashboard.data reads `--db`/`--tenant` from sys.argv first (the streamlit script's
-    arguments); slicemeter.cli.main, which other tests call in this process, sets sys.argv."""
-    monkeypatch.setattr(sys, "argv", ["pytest"])
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@ cached figure and every error each one sees is its own. Streamlit's caches live 
 process, so AppTest runs one after another share them as two browsers' sessions do."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,11 +21,6 @@ ORDERS = [("acme", "globex", None), ("globex", None, "acme"), (None, "acme", "gl
 @pytest.fixture(scope="module")
 def fleet_db(tmp_path_factory) -> Path:
     return build_fleet_db(tmp_path_factory.mktemp("isolation") / "fleet.duckdb", MONTH)
-
-
-@pytest.fixture(autouse=True)
-def plain_argv(monkeypatch):
-    monkeypatch.setattr(sys, "argv", ["pytest"])
 
 
 def open_as(db: Path, tenant: str | None, monkeypatch, page: str | None = None) -> AppTest:

@@ -72,7 +72,9 @@ class Run:
 
 def run_ingest(bootstrap: str, tmp_path: Path, records: int, *extra: str, deadline_s: float = 120) -> Run:
     """`slicemeter ingest` until its reader file shows all `records` consumed, then SIGTERM;
-    its peak RSS from wait4."""
+    its peak RSS as the kernel's high-water mark of its own memory (VmHWM), read just before
+    the signal. wait4's ru_maxrss would not do: Linux keeps the largest RSS a process had
+    across exec, so a child forked from a test process that has grown reports the test's."""
     db, snapshot, log = tmp_path / "i.duckdb", tmp_path / "reader.duckdb", tmp_path / "ingest.log"
     env = {**os.environ, "SLICEMETER_NOW": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(T0 / 1000 + 600))}
     with log.open("w") as out:
@@ -94,11 +96,20 @@ def run_ingest(bootstrap: str, tmp_path: Path, records: int, *extra: str, deadli
                 consumed = con.execute("SELECT coalesce(sum(next_offset), 0) FROM ingest_offsets").fetchone()[0]
         except (duckdb.Error, OSError):
             pass   # not written yet, or being renamed over
+    peak = usage.ru_maxrss * 1024 if not alive else high_water_rss(proc.pid)
     if alive:
         proc.send_signal(signal.SIGTERM)
         _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return Run(alive, proc.returncode, usage.ru_maxrss * 1024, db, log.read_text())
+    return Run(alive, proc.returncode, peak, db, log.read_text())
+
+
+def high_water_rss(pid: int) -> int:
+    """The peak resident size of `pid`'s memory since its exec, in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmHWM for {pid}")
 
 
 def dead_letters(db: Path) -> dict[int, tuple]:
