@@ -12,12 +12,14 @@ import time
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 import pytest
 from kafka import KafkaProducer
 
 from slicemeter import signing, store
 from slicemeter.ingest.consumer import IngestConfig, memory_bound
-from slicemeter.testkit.hostile_ticks import decompression_bomb, null_count_lie, random_junk
+from slicemeter.testkit.hostile_ticks import (CODEC_IDS, decompression_bomb, null_count_lie, produce_raw_batch,
+                                              random_junk, record_batch, zeros_gzip, zeros_lz4, zeros_zstd)
 from slicemeter.testkit.ingest_helpers import SLICEMETER, TOPIC, create_topic, expected_checksum
 from slicemeter.testkit.synth_ticks import recent_midnight_ms
 from slicemeter.tick import GpuReading, SliceReading, Tick, encode_ticks, ticks_to_tables
@@ -189,6 +191,105 @@ def test_signed_ticks_with_64_kib_pod_names_are_dead_letters(broker, tmp_path):
     assert all("slice.pod: a value of 65536 bytes, over the 253-byte maximum" in e for e, *_ in letters.values())
     con = store.connect(run.db)
     assert con.execute("SELECT ts_ms, pod FROM raw_slice").fetchall() == [(T0, "train-0")]
+
+
+# ---- Kafka record batches: the protocol's own compression -----------------------------------
+
+BATCH_BOMBS = {"gzip": zeros_gzip, "lz4": zeros_lz4, "zstd": zeros_zstd}
+
+
+def _batch_between_honest_ticks(bootstrap: str, batch: bytes) -> None:
+    """Offset 0 an honest Tick, offset 1 `batch` (one record), offset 2 an honest Tick."""
+    create_topic(bootstrap, partitions=1)
+    produce(bootstrap, [(b"node-a", encode_ticks([honest("node-a", 0)]), None)])
+    produce_raw_batch(bootstrap, TOPIC, 0, batch)
+    produce(bootstrap, [(b"node-a", encode_ticks([honest("node-a", 1)]), None)])
+
+
+def _assert_only_the_batch_is_dead(run: Run, reason: str) -> None:
+    assert_survived(run)
+    letters = dead_letters(run.db)
+    assert list(letters) == [1], letters
+    assert "record batch refused: partition 0, offsets 1-1" in letters[1][0] and reason in letters[1][0], letters
+    con = store.connect(run.db)
+    assert con.execute("SELECT ts_ms FROM raw_gpu ORDER BY ts_ms").fetchall() == [(T0,), (T0 + 10_000,)]
+
+
+@pytest.mark.parametrize("codec", sorted(BATCH_BOMBS))
+def test_a_compressed_record_batch_bomb_is_refused_while_it_unpacks(broker, tmp_path, codec):
+    bomb = record_batch([(b"node-a", b"x")], CODEC_IDS[codec], payload=BATCH_BOMBS[codec](1 << 30))  # 1 GiB of zeros
+    assert len(bomb) < 8 << 20
+    create_topic(broker.bootstrap, partitions=1)
+    produce(broker.bootstrap, [(b"node-a", encode_ticks([honest("node-a", 0)]), None)])
+    produce_raw_batch(broker.bootstrap, TOPIC, 0, bomb)
+    assert_survived(run_ingest(broker.bootstrap, tmp_path, 2))
+    # the next run resumes just below its stored offset, at the refused batch: it must
+    # recognise it as the record it stored
+    produce(broker.bootstrap, [(b"node-a", encode_ticks([honest("node-a", 1)]), None)])
+    run = run_ingest(broker.bootstrap, tmp_path, 3)
+    _assert_only_the_batch_is_dead(run, f"codec {codec}: decompresses past the maximum of")
+    assert "differs" not in run.log and "mismatch" not in run.log, run.log[-3000:]
+    con = store.connect(run.db)
+    assert con.execute("SELECT count(*) FROM ingest_offset_events").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("codec", sorted(CODEC_IDS))
+def test_a_record_batch_that_does_not_decompress_is_refused(broker, tmp_path, codec):
+    batch = record_batch([(b"node-a", encode_ticks([honest("node-a", 5)]))], CODEC_IDS[codec],
+                         payload=random_junk(4096, 3))
+    _batch_between_honest_ticks(broker.bootstrap, batch)
+    run = run_ingest(broker.bootstrap, tmp_path, 3)
+    _assert_only_the_batch_is_dead(run, f"codec {codec}: ")
+
+
+def test_ingest_refuses_to_start_without_the_kafka_internals_it_bounds(monkeypatch, tmp_path):
+    from kafka.record.default_records import DefaultRecordBatch
+
+    from slicemeter.common import ConfigError
+    from slicemeter.ingest.consumer import Ingestor
+
+    monkeypatch.delattr(DefaultRecordBatch, "_maybe_uncompress")
+    with pytest.raises(ConfigError, match=r"kafka-python \S+ lacks DefaultRecordBatch._maybe_uncompress"):
+        Ingestor(IngestConfig(bootstrap="127.0.0.1:1", db=tmp_path / "i.duckdb"))
+
+
+def test_inflate_caps_every_codec_and_names_what_it_refuses():
+    import gzip
+
+    import lz4.frame
+    import zstandard
+
+    from slicemeter.ingest.kafka_batches import BatchRefused, inflate
+
+    data = b"tick " * 1000
+    compressed = {"gzip": gzip.compress(data) * 2, "lz4": lz4.frame.compress(data) * 2,
+                  "zstd": zstandard.ZstdCompressor().compress(data) * 2,
+                  "snappy": pa.compress(data * 2, codec="snappy", asbytes=True)}
+    for codec, payload in compressed.items():
+        assert inflate(CODEC_IDS[codec], payload, cap=2 * len(data)) == data * 2, codec
+        with pytest.raises(BatchRefused, match=f"past the maximum of {2 * len(data) - 1} bytes"):
+            inflate(CODEC_IDS[codec], payload, cap=2 * len(data) - 1)
+    with pytest.raises(BatchRefused, match="gzip stream ends early"):
+        inflate(CODEC_IDS["gzip"], compressed["gzip"][:30])
+    with pytest.raises(BatchRefused, match="unsupported codec 6"):
+        inflate(6, b"anything")
+
+
+@pytest.mark.parametrize("codec", ["snappy", "zstd"])
+def test_honest_ticks_in_snappy_and_zstd_batches_are_stored(broker, tmp_path, codec):
+    import zstandard
+
+    compress = {"snappy": lambda b: pa.compress(b, codec="snappy", asbytes=True),
+                "zstd": lambda b: zstandard.ZstdCompressor().compress(b)}[codec]
+    create_topic(broker.bootstrap, partitions=1)
+    ticks = [honest("node-a", i) for i in range(3)]
+    produce_raw_batch(broker.bootstrap, TOPIC, 0, record_batch([(b"node-a", encode_ticks([t])) for t in ticks],
+                                                                CODEC_IDS[codec], compress=compress))
+    run = run_ingest(broker.bootstrap, tmp_path, 3)
+    assert_survived(run)
+    assert dead_letters(run.db) == {}
+    con = store.connect(run.db)
+    assert con.execute("SELECT ts_ms FROM raw_gpu ORDER BY ts_ms").fetchall() == [(t.ts_ms,) for t in ticks]
 
 
 # ---- the soak: every kind at once -----------------------------------------------------------
