@@ -242,6 +242,35 @@ def test_a_record_batch_that_does_not_decompress_is_refused(broker, tmp_path, co
     _assert_only_the_batch_is_dead(run, f"codec {codec}: ")
 
 
+def test_a_poll_past_its_decompression_budget_leaves_the_next_batch_to_the_next_poll(broker, monkeypatch):
+    """With a budget of one byte every poll decompresses one batch: the rest of the fetch
+    comes again, each record once and in order."""
+    import lz4.frame
+    from kafka import KafkaConsumer, TopicPartition
+
+    from slicemeter.ingest import kafka_batches
+
+    create_topic(broker.bootstrap, partitions=1)
+    batches = [[(b"k", f"{b}-{i}".encode()) for i in range(3)] for b in range(5)]
+    for records in batches:
+        produce_raw_batch(broker.bootstrap, TOPIC, 0, record_batch(records, CODEC_IDS["lz4"], lz4.frame.compress))
+    kafka_batches.install()
+    monkeypatch.setattr(kafka_batches, "POLL_DECOMPRESSED_BYTES", 1)
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None, enable_auto_commit=False)
+    try:
+        consumer.assign([TopicPartition(TOPIC, 0)])
+        consumer.seek_to_beginning()
+        polls, deadline = [], time.monotonic() + 30
+        while sum(map(len, polls)) < 15:
+            assert time.monotonic() < deadline, polls
+            kafka_batches.start_poll()
+            if got := [r.value for rs in consumer.poll(timeout_ms=200).values() for r in rs]:
+                polls.append(got)
+    finally:
+        consumer.close()
+    assert polls == [[v for _, v in records] for records in batches]
+
+
 def test_ingest_refuses_to_start_without_the_kafka_internals_it_bounds(monkeypatch, tmp_path):
     from kafka.record.default_records import DefaultRecordBatch
 
@@ -310,7 +339,10 @@ def test_a_hostile_topic_costs_only_its_poison(broker, tmp_path):
         # a first-round Tick again, up to ten minutes later: past the 60 s that ingest keeps
         # in memory below, so the store's record of instants refuses it
         "replay": lambda i: (encode_ticks([honest_ticks[i // 8 % 8]]), True, "duplicate"),
+        # a record batch that unpacks to 1 GiB, sent as it is (produce_raw_batch below)
+        "batch bomb": lambda i: (batch_bomb, None, "codec gzip: decompresses past the maximum"),
     }
+    batch_bomb = record_batch([(b"batch bomb", b"x")], CODEC_IDS["gzip"], payload=zeros_gzip(1 << 30))
     records, expected_dead = [], {}
     for i, t in enumerate(honest_ticks):
         value = encode_ticks([t])
@@ -319,8 +351,13 @@ def test_a_hostile_topic_costs_only_its_poison(broker, tmp_path):
             kind = sorted(poison)[(i // 8) % len(poison)]
             bad, sign, reason = poison[kind](i - 7)
             expected_dead[len(records)] = reason
-            records.append((kind.encode(), bad, signed(bad) if sign else None))
-    produce(broker.bootstrap, records)
+            records.append((kind.encode(), bad, signed(bad) if sign else None) if sign is not None else bad)
+    start = 0
+    for at, record in [*((at, r) for at, r in enumerate(records) if isinstance(r, bytes)), (len(records), None)]:
+        produce(broker.bootstrap, records[start:at])
+        if record is not None:
+            produce_raw_batch(broker.bootstrap, TOPIC, 0, record)
+        start = at + 1
     run = run_ingest(broker.bootstrap, tmp_path, len(records), "--publishers", str(publishers_file(tmp_path)),
                      "--dedupe-window-seconds", "60")
     assert_survived(run)
