@@ -242,6 +242,26 @@ def test_a_record_batch_that_does_not_decompress_is_refused(broker, tmp_path, co
     _assert_only_the_batch_is_dead(run, f"codec {codec}: ")
 
 
+def test_a_drain_counts_a_refused_batch_at_the_end_of_its_partition_as_consumed(broker, tmp_path):
+    """Three records in one lz4 batch that does not decompress, last on the partition:
+    `--until-idle` stores up to its end and exits 0 (a dead letter is a verdict, not work left)."""
+    create_topic(broker.bootstrap, partitions=1)
+    produce(broker.bootstrap, [(b"node-a", encode_ticks([honest("node-a", 0)]), None)])
+    produce_raw_batch(broker.bootstrap, TOPIC, 0, record_batch([(b"node-a", b"v")] * 3, CODEC_IDS["lz4"],
+                                                                 payload=random_junk(512, 9)))
+    db = tmp_path / "drain.duckdb"
+    env = {**os.environ, "SLICEMETER_NOW": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(T0 / 1000 + 600))}
+    done = subprocess.run([*SLICEMETER, "ingest", "--kafka", broker.bootstrap, "--db", str(db), "--group", "",
+                           "--until-idle", "30"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    con = store.connect(db)
+    assert con.execute("SELECT next_offset FROM ingest_offsets").fetchall() == [(4,)]
+    assert con.execute("SELECT ts_ms FROM raw_gpu").fetchall() == [(T0,)]
+    letters = con.execute('SELECT "offset", error FROM dead_letters').fetchall()
+    assert len(letters) == 1 and letters[0][0] == 1, letters
+    assert "record batch refused: partition 0, offsets 1-3, codec lz4: corrupt lz4 data" in letters[0][1]
+
+
 def test_a_poll_past_its_decompression_budget_leaves_the_next_batch_to_the_next_poll(broker, monkeypatch):
     """With a budget of one byte every poll decompresses one batch: the rest of the fetch
     comes again, each record once and in order."""
