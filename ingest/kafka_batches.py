@@ -72,7 +72,7 @@ def _over(cap: int) -> BatchRefused:
     return BatchRefused(f"decompresses past the maximum of {cap} bytes")
 
 
-def inflate_gzip(data, cap: int) -> bytes:
+def inflate_gzip(data, cap: int) -> bytearray:
     out = bytearray()
     pending = bytes(data)
     while True:
@@ -88,10 +88,10 @@ def inflate_gzip(data, cap: int) -> bytes:
             raise BatchRefused("gzip stream ends early")
         pending = d.unused_data        # Kafka's gzip reader reads every member
         if not pending:
-            return bytes(out)
+            return out
 
 
-def inflate_lz4(data, cap: int) -> bytes:
+def inflate_lz4(data, cap: int) -> bytearray:
     import lz4.frame
 
     out = bytearray()
@@ -106,10 +106,10 @@ def inflate_lz4(data, cap: int) -> bytes:
         if not d.eof:
             raise BatchRefused("lz4 frame ends early")
         pending = d.unused_data
-    return bytes(out)
+    return out
 
 
-def inflate_zstd(data, cap: int) -> bytes:
+def inflate_zstd(data, cap: int) -> bytearray:
     import zstandard
 
     out = bytearray()
@@ -120,7 +120,7 @@ def inflate_zstd(data, cap: int) -> bytes:
             out += chunk
             if len(out) > cap:
                 raise _over(cap)
-    return bytes(out)
+    return out
 
 
 def _snappy_block(block, cap: int) -> bytes:
@@ -138,7 +138,7 @@ def _snappy_block(block, cap: int) -> bytes:
     return pa.decompress(bytes(block), decompressed_size=size, codec="snappy", asbytes=True)
 
 
-def inflate_snappy(data, cap: int) -> bytes:
+def inflate_snappy(data, cap: int) -> bytes | bytearray:
     data = bytes(data)
     if not data.startswith(_XERIAL_MAGIC):
         return _snappy_block(data, cap)
@@ -152,13 +152,13 @@ def inflate_snappy(data, cap: int) -> bytes:
             raise BatchRefused("snappy block cut short")
         out += _snappy_block(block, cap - len(out))
         pos += 4 + length
-    return bytes(out)
+    return out
 
 
 _INFLATE = {1: inflate_gzip, 2: inflate_snappy, 3: inflate_lz4, 4: inflate_zstd}
 
 
-def inflate(codec: int, data, cap: int = MAX_BATCH_BYTES) -> bytes:
+def inflate(codec: int, data, cap: int = MAX_BATCH_BYTES) -> bytes | bytearray:
     """`data` decompressed by Kafka's codec number `codec`, never past `cap` bytes."""
     if codec not in _INFLATE:
         raise BatchRefused(f"unsupported codec {codec}")
@@ -185,22 +185,21 @@ def start_poll() -> None:
     budget.spent = 0
 
 
-_LEGACY_ATTRIBUTES = 17     # offset, length, crc, magic: then the attributes of a magic 0/1 message
+_MAGIC_AT = 16              # offset, length, then (v2) leader epoch or (magic 0/1) CRC
+_LEGACY_ATTRIBUTES = 17     # after the magic byte of a magic 0/1 message
 
 
-class _RefusedLegacyBatch:
-    """A compressed message set of the magic 0/1 formats (before Kafka 0.11): its inner
-    offsets are known only by decompressing it, so it is refused whole at its wrapper's
-    offset, the last of its messages."""
+class _WholeRefusal:
+    """A batch refused before it is read: a compressed message set of the magic 0/1 formats
+    (before Kafka 0.11, its inner offsets known only by decompressing it; the wrapper's
+    offset is the last of them), or one too short for its format."""
 
-    magic = 1
+    magic = 1       # the fetcher's v2-only steps pass it by
 
-    def __init__(self, buffer, record_class):
+    def __init__(self, buffer, record_class, codec: int, reason: str):
         offset, = struct.unpack_from(">q", buffer, 0)
-        codec = buffer[_LEGACY_ATTRIBUTES] & 0x07
         self.record = record_class(len(buffer), offset, -1, 0, None, RefusedBatch(
-            offset, offset, CODECS.get(codec, str(codec)), f"compressed message set of magic {buffer[16]} not read",
-            bytes(buffer[_LEGACY_ATTRIBUTES + 1:])), [])
+            offset, offset, CODECS.get(codec, str(codec)), reason, bytes(buffer)), [])
 
     def validate_crc(self):
         return True
@@ -218,7 +217,7 @@ def _classes():
     except ImportError as exc:
         raise ConfigError(f"ingest needs kafka-python's record internals: {exc}") from None
     base, batch = memory_records.MemoryRecords, default_records.DefaultRecordBatch
-    needs = [(fetcher, "MemoryRecords"), (base, "next_batch"), (base, "_next_slice"), (batch, "_maybe_uncompress"),
+    needs = [(fetcher, "MemoryRecords"), (base, "next_batch"), (base, "_next_slice"), (base, "MIN_SLICE"), (base, "_cache_next"), (batch, "_maybe_uncompress"),
              (batch, "__next__"), (batch, "_buffer"), (batch, "_pos"), (batch, "_decompressed"),
              (batch, "_next_record_index"), (batch, "HEADER_STRUCT"), (batch, "last_offset"),
              (batch, "validate_crc"), (default_records, "DefaultRecord")]
@@ -237,15 +236,16 @@ def install() -> None:
     header_size = batch_class.HEADER_STRUCT.size
 
     class BoundedRecordBatch(batch_class):
-        __slots__ = ("_refused", "_refused_sent")
+        __slots__ = ("_wire", "_refused", "_refused_sent")
 
         def __init__(self, buffer):
             super().__init__(buffer)
+            self._wire = buffer        # a view of the fetched bytes: what a refusal keeps
             self._refused, self._refused_sent = None, False
 
         def _refuse(self, reason: str) -> None:
             self._refused = RefusedBatch(self.base_offset, self.last_offset, CODECS.get(self.compression_type,
-                                         str(self.compression_type)), reason, bytes(self._buffer[header_size:]))
+                                         str(self.compression_type)), reason, bytes(self._wire[header_size:]))
 
         def validate_crc(self):
             # a batch that fails its CRC is refused, not raised on every poll
@@ -260,7 +260,8 @@ def install() -> None:
                     self._pos = 0
                 except BatchRefused as exc:
                     self._refuse(str(exc))
-                budget.spent += MAX_BATCH_BYTES if self._refused else len(self._buffer)
+                if self._refused is None:   # a refusal keeps nothing it unpacked
+                    budget.spent += len(self._buffer)
             self._decompressed = True
 
         def __next__(self):
@@ -281,15 +282,20 @@ def install() -> None:
 
         def next_batch(self, *args, **kwargs):
             upcoming = self._next_slice
-            if upcoming is not None and len(upcoming) >= header_size and upcoming[16] >= 2:
+            if upcoming is None:
+                return None
+            magic = upcoming[_MAGIC_AT] if len(upcoming) > _LEGACY_ATTRIBUTES else -1
+            if magic >= 2 and len(upcoming) >= header_size:
                 if budget.spent >= POLL_DECOMPRESSED_BYTES and batch_class.HEADER_STRUCT.unpack_from(
                         upcoming)[5] & batch_class.CODEC_MASK:
                     return None   # this fetch ends here; the next poll fetches the batch again
                 self._cache_next()
                 return BoundedRecordBatch(upcoming)
-            if upcoming is not None and len(upcoming) > _LEGACY_ATTRIBUTES and upcoming[_LEGACY_ATTRIBUTES] & 0x07:
-                self._cache_next()
-                return _RefusedLegacyBatch(upcoming, record_class)
-            return super().next_batch(*args, **kwargs)
+            codec = upcoming[_LEGACY_ATTRIBUTES] & 0x07 if magic in (0, 1) else 0
+            if magic in (0, 1) and not codec and len(upcoming) >= base.MIN_SLICE:
+                return super().next_batch(*args, **kwargs)
+            self._cache_next()
+            return _WholeRefusal(upcoming, record_class, codec, f"compressed message set of magic {magic} not read"
+                                 if codec else f"{len(upcoming)} bytes, too short for a batch of magic {magic}")
 
     fetcher.MemoryRecords = BoundedMemoryRecords

@@ -198,6 +198,12 @@ def test_signed_ticks_with_64_kib_pod_names_are_dead_letters(broker, tmp_path):
 BATCH_BOMBS = {"gzip": zeros_gzip, "lz4": zeros_lz4, "zstd": zeros_zstd}
 
 
+def lz4_frame_compress(plain: bytes) -> bytes:
+    import lz4.frame
+
+    return lz4.frame.compress(plain)
+
+
 def _batch_between_honest_ticks(bootstrap: str, batch: bytes) -> None:
     """Offset 0 an honest Tick, offset 1 `batch` (one record), offset 2 an honest Tick."""
     create_topic(bootstrap, partitions=1)
@@ -265,7 +271,6 @@ def test_a_drain_counts_a_refused_batch_at_the_end_of_its_partition_as_consumed(
 def test_a_poll_past_its_decompression_budget_leaves_the_next_batch_to_the_next_poll(broker, monkeypatch):
     """With a budget of one byte every poll decompresses one batch: the rest of the fetch
     comes again, each record once and in order."""
-    import lz4.frame
     from kafka import KafkaConsumer, TopicPartition
 
     from slicemeter.ingest import kafka_batches
@@ -273,7 +278,7 @@ def test_a_poll_past_its_decompression_budget_leaves_the_next_batch_to_the_next_
     create_topic(broker.bootstrap, partitions=1)
     batches = [[(b"k", f"{b}-{i}".encode()) for i in range(3)] for b in range(5)]
     for records in batches:
-        produce_raw_batch(broker.bootstrap, TOPIC, 0, record_batch(records, CODEC_IDS["lz4"], lz4.frame.compress))
+        produce_raw_batch(broker.bootstrap, TOPIC, 0, record_batch(records, CODEC_IDS["lz4"], lz4_frame_compress))
     kafka_batches.install()
     monkeypatch.setattr(kafka_batches, "POLL_DECOMPRESSED_BYTES", 1)
     consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None, enable_auto_commit=False)
@@ -289,6 +294,30 @@ def test_a_poll_past_its_decompression_budget_leaves_the_next_batch_to_the_next_
     finally:
         consumer.close()
     assert polls == [[v for _, v in records] for records in batches]
+
+
+def test_an_old_format_compressed_message_set_is_refused_whole_and_the_next_batch_read():
+    """Magic 0/1 message sets (before Kafka 0.11; Tansu and Kafka 4 refuse them, older
+    brokers keep them): a compressed one is one refusal at its wrapper's offset."""
+    from kafka.consumer import fetcher
+    from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
+    from slicemeter.ingest import kafka_batches
+
+    kafka_batches.install()
+    old = LegacyRecordBatchBuilder(magic=1, compression_type=CODEC_IDS["gzip"], batch_size=1 << 20)
+    for i in range(3):
+        old.append(i, timestamp=None, key=b"k", value=b"\0" * 1000)
+    honest_batch = bytearray(record_batch([(b"node-a", b"v")], CODEC_IDS["lz4"], lz4_frame_compress))
+    honest_batch[:8] = (3).to_bytes(8, "big")                    # the base offset after the old message set
+    legacy = bytearray(old.build())
+    legacy[:8] = (2).to_bytes(8, "big")       # a broker gives the wrapper its last message's offset
+    records = fetcher.MemoryRecords(bytes(legacy) + bytes(honest_batch))
+    refused = list(records.next_batch())
+    assert [(r.offset, r.value.codec, r.value.reason) for r in refused] == [
+        (2, "gzip", "compressed message set of magic 1 not read")]
+    assert [(r.offset, r.value) for r in records.next_batch()] == [(3, b"v")]
+    assert records.next_batch() is None
 
 
 def test_ingest_refuses_to_start_without_the_kafka_internals_it_bounds(monkeypatch, tmp_path):
