@@ -10,9 +10,9 @@ it, and ingest stores it as one dead letter (ingest/consumer.py). The decompress
 one poll stay within POLL_DECOMPRESSED_BYTES: past it, a fetch ends before its next
 compressed batch, which the next poll fetches again.
 
-Written against kafka-python 2.1 to 3.0.12: MemoryRecords.next_batch, DefaultRecordBatch's
-header and `_maybe_uncompress`/`__next__`, and the fetcher reading `MemoryRecords` from its
-module's globals. `install()` refuses to start if they are not there.
+Written against kafka-python 3.0.12: MemoryRecords.next_batch, DefaultRecordBatch's header
+and `_maybe_uncompress`/`__next__`, and the fetcher reading `MemoryRecords` from its module's
+globals. `install()` refuses to start if they are not there.
 """
 from __future__ import annotations
 

@@ -248,6 +248,26 @@ def test_a_record_batch_that_does_not_decompress_is_refused(broker, tmp_path, co
     _assert_only_the_batch_is_dead(run, f"codec {codec}: ")
 
 
+def test_a_record_batch_failing_its_crc_or_unpacking_to_no_records_is_refused(broker, tmp_path):
+    """Offset 1: a batch whose CRC does not match; 2: lz4 that unpacks to bytes that are not records."""
+    create_topic(broker.bootstrap, partitions=1)
+    produce(broker.bootstrap, [(b"node-a", encode_ticks([honest("node-a", 0)]), None)])
+    bad_crc = bytearray(record_batch([(b"node-a", encode_ticks([honest("node-a", 7)]))], 0, lambda plain: plain))
+    bad_crc[17:21] = bytes(b ^ 0xFF for b in bad_crc[17:21])
+    produce_raw_batch(broker.bootstrap, TOPIC, 0, bytes(bad_crc))
+    produce_raw_batch(broker.bootstrap, TOPIC, 0, record_batch([(b"node-a", b"v")], CODEC_IDS["lz4"],
+                                                                 lambda plain: lz4_frame_compress(b"\x7f" * 64)))
+    produce(broker.bootstrap, [(b"node-a", encode_ticks([honest("node-a", 1)]), None)])
+    run = run_ingest(broker.bootstrap, tmp_path, 4)
+    assert_survived(run)
+    letters = dead_letters(run.db)
+    assert sorted(letters) == [1, 2], letters
+    assert "offsets 1-1, codec none: CRC mismatch" in letters[1][0]
+    assert "offsets 2-2, codec lz4: [Error 2] CorruptRecordError: Found invalid number of record headers" in letters[2][0]
+    con = store.connect(run.db)
+    assert con.execute("SELECT ts_ms FROM raw_gpu ORDER BY ts_ms").fetchall() == [(T0,), (T0 + 10_000,)]
+
+
 def test_a_drain_counts_a_refused_batch_at_the_end_of_its_partition_as_consumed(broker, tmp_path):
     """Three records in one lz4 batch that does not decompress, last on the partition:
     `--until-idle` stores up to its end and exits 0 (a dead letter is a verdict, not work left)."""
