@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import os
 import signal
+import struct
 import subprocess
 import time
 from pathlib import Path
@@ -363,6 +364,10 @@ def test_inflate_caps_every_codec_and_names_what_it_refuses():
     compressed = {"gzip": gzip.compress(data) * 2, "lz4": lz4.frame.compress(data) * 2,
                   "zstd": zstandard.ZstdCompressor().compress(data) * 2,
                   "snappy": pa.compress(data * 2, codec="snappy", asbytes=True)}
+    # the Java producer's snappy: xerial framing, blocks of raw snappy each headed by its length
+    block = pa.compress(data, codec="snappy", asbytes=True)
+    xerial = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1) + (struct.pack(">i", len(block)) + block) * 2
+    assert inflate(CODEC_IDS["snappy"], xerial) == data * 2
     for codec, payload in compressed.items():
         assert inflate(CODEC_IDS[codec], payload, cap=2 * len(data)) == data * 2, codec
         with pytest.raises(BatchRefused, match=f"past the maximum of {2 * len(data) - 1} bytes"):
