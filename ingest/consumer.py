@@ -91,7 +91,8 @@ def memory_bound(cfg: IngestConfig, duckdb_memory_bytes: int) -> int:
     """The peak RSS ingest stays under whatever the topic holds (docs/ingest.md, Memory):
     the base, DuckDB's limit, Kafka's fetch buffers (the fetched records and their copy
     as Python bytes), one poll's decompressed record batches and their records' copy (at
-    most the poll's budget plus the one batch that crossed it, ingest/kafka_batches.py), three batches (the one being filled, the one prepared, the one
+    most the poll's budget plus the one batch that crossed it, ingest/kafka_batches.py),
+    three batches (the one being filled, the one prepared, the one
     being written), each at most `batch_bytes` plus the one message that crossed it,
     itself at most slicemeter.tick.MAX_DECODED_BYTES; the held-back slice rows."""
     batch = cfg.batch_bytes + MAX_DECODED_BYTES
