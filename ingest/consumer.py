@@ -25,6 +25,8 @@ from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from slicemeter import store
+from slicemeter.ingest import kafka_batches
+from slicemeter.ingest.kafka_batches import RefusedBatch
 from slicemeter.ingest.metrics import IngestMetrics
 from slicemeter.store.reader_file import ReaderFile
 from slicemeter.ingest.strings import HashedStringIds, StringIds
@@ -88,11 +90,15 @@ HELD_SLICE_BYTES = 24 << 20
 def memory_bound(cfg: IngestConfig, duckdb_memory_bytes: int) -> int:
     """The peak RSS ingest stays under whatever the topic holds (docs/ingest.md, Memory):
     the base, DuckDB's limit, Kafka's fetch buffers (the fetched records and their copy
-    as Python bytes), and three batches (the one being filled, the one prepared, the one
+    as Python bytes), one poll's decompressed record batches and their records' copy (at
+    most the poll's budget plus the one batch that crossed it, ingest/kafka_batches.py),
+    three batches (the one being filled, the one prepared, the one
     being written), each at most `batch_bytes` plus the one message that crossed it,
     itself at most slicemeter.tick.MAX_DECODED_BYTES; the held-back slice rows."""
     batch = cfg.batch_bytes + MAX_DECODED_BYTES
-    return BASE_RSS_BYTES + duckdb_memory_bytes + 2 * cfg.fetch_max_bytes + 3 * batch + HELD_SLICE_BYTES
+    decompressed = kafka_batches.POLL_DECOMPRESSED_BYTES + kafka_batches.MAX_BATCH_BYTES
+    return (BASE_RSS_BYTES + duckdb_memory_bytes + 2 * cfg.fetch_max_bytes + 2 * decompressed + 3 * batch
+            + HELD_SLICE_BYTES)
 
 
 class _Rebalance(ConsumerRebalanceListener):
@@ -110,6 +116,7 @@ class _Rebalance(ConsumerRebalanceListener):
 class Ingestor:
     def __init__(self, cfg: IngestConfig, metrics: IngestMetrics | None = None,
                  con: duckdb.DuckDBPyConnection | None = None):
+        kafka_batches.install()   # before any consumer: refuses to start without the internals it needs
         self.cfg = cfg
         self.metrics = metrics or IngestMetrics()
         self.con = con or store.connect(cfg.db)
@@ -199,18 +206,23 @@ class Ingestor:
     # ---- batching ---------------------------------------------------------------------
     def add(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
             headers=()) -> None:
+        refused = value if isinstance(value, RefusedBatch) else None   # a record batch that could not be read
+        if refused:
+            value = refused.identity
         if self._check_resume(topic, partition, offset, key, value):
             return
         b = self.batch
         if not b:
             self.batch_started = time.monotonic()
         try:
-            reason = self._refusal(value, headers)
+            reason = refused.describe(partition) if refused else self._refusal(value, headers)
         except TickDecodeError as exc:
             reason = str(exc)
         except Exception as exc:  # noqa: BLE001 - any undecodable message costs only itself
             reason = f"undecodable: {exc!r}"
-        if isinstance(reason, str):
+        if refused:
+            b.add_dead(dead_letter(topic, partition, refused.first_offset, key, refused.payload, reason))
+        elif isinstance(reason, str):
             b.add_dead(dead_letter(topic, partition, offset, key, value, reason))
         else:
             b.add_tables(reason)
@@ -552,6 +564,7 @@ class Ingestor:
         reader = ReaderFile(self.con, cfg.snapshot) if cfg.snapshot else None
         try:
             while not self.stopping:
+                kafka_batches.start_poll()
                 polled = self.consumer.poll(timeout_ms=100 if self.batch else 500)
                 with self._lock:
                     seeks = self._seeks

@@ -119,3 +119,80 @@ def decompression_bomb(rows: int, columns: int = 1, chunk: int = 8 << 20) -> byt
 
 def random_junk(size: int, seed: int) -> bytes:
     return np.random.default_rng(seed).bytes(size)
+
+
+# ---- Kafka record batches (message format v2) built byte by byte --------------------------
+
+CODEC_IDS = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+_BATCH_HEADER = 61         # base offset .. record count (DefaultRecordBatch.HEADER_STRUCT)
+_ATTRIBUTES_AT = 21        # the CRC covers the attributes and all after them
+
+
+def record_batch(records, codec: int, compress=None, payload: bytes | None = None) -> bytes:
+    """A v2 record batch of (key, value) `records` flagged with Kafka codec number `codec`,
+    its records section `compress(records section)`, or `payload` as it is (a lie)."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+    from kafka.record.util import calc_crc32c
+
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
+                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
+    for i, (key, value) in enumerate(records):
+        builder.append(i, timestamp=None, key=key, value=value, headers=[])
+    plain = bytes(builder.build())
+    body = payload if payload is not None else compress(plain[_BATCH_HEADER:])
+    out = bytearray(plain[:_BATCH_HEADER] + body)
+    struct.pack_into(">i", out, 8, len(out) - 12)
+    attributes = struct.unpack_from(">h", out, _ATTRIBUTES_AT)[0]
+    struct.pack_into(">h", out, _ATTRIBUTES_AT, (attributes & ~0x07) | codec)
+    struct.pack_into(">I", out, 17, calc_crc32c(bytes(out[_ATTRIBUTES_AT:])))
+    return bytes(out)
+
+
+def zeros_gzip(size: int, member: int = 64 << 20) -> bytes:
+    """gzip members whose concatenation unpacks to `size` zero bytes."""
+    import gzip
+
+    one = gzip.compress(b"\0" * member, compresslevel=9, mtime=0)
+    return one * (size // member)
+
+
+def zeros_zstd(size: int, frame: int = 64 << 20) -> bytes:
+    import zstandard
+
+    return zstandard.ZstdCompressor(level=3).compress(b"\0" * frame) * (size // frame)
+
+
+def zeros_lz4(size: int, chunk: int = 16 << 20) -> bytes:
+    """One lz4 frame of `size` zero bytes, compressed a chunk at a time."""
+    import lz4.frame
+
+    c = lz4.frame.LZ4FrameCompressor()
+    zeros = b"\0" * chunk
+    return c.begin() + b"".join(c.compress(zeros) for _ in range(size // chunk)) + c.flush()
+
+
+def produce_raw_batch(bootstrap: str, topic: str, partition: int, batch: bytes, timeout_s: float = 30.0) -> None:
+    """Send one record batch as it is, in a Produce request (v3) written by hand: a
+    producer that compresses its own batches, whatever the client library would do."""
+    import socket
+
+    def string(text: str) -> bytes:
+        return struct.pack(">h", len(text)) + text.encode()
+
+    body = (struct.pack(">hhi", 0, 3, 1) + string("hostile-producer")             # api key, version, correlation
+            + struct.pack(">hhi", -1, -1, int(timeout_s * 1000))                   # no transaction, acks=all
+            + struct.pack(">i", 1) + string(topic) + struct.pack(">ii", 1, partition)
+            + struct.pack(">i", len(batch)) + batch)
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout_s) as conn:
+        conn.sendall(struct.pack(">i", len(body)) + body)
+        answer = b""
+        while len(answer) < 4 or len(answer) < 4 + struct.unpack_from(">i", answer)[0]:
+            chunk = conn.recv(65536)
+            assert chunk, "the broker closed the connection"
+            answer += chunk
+    # size, correlation id, [topic: name, [partition: index, error code, ...]]
+    at = 8 + 4
+    at += 2 + struct.unpack_from(">h", answer, at)[0] + 4
+    index, error = struct.unpack_from(">ih", answer, at)
+    assert (index, error) == (partition, 0), f"produce refused: partition {index}, error code {error}"

@@ -7,17 +7,20 @@ import dataclasses
 import hashlib
 import os
 import signal
+import struct
 import subprocess
 import time
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 import pytest
 from kafka import KafkaProducer
 
 from slicemeter import signing, store
 from slicemeter.ingest.consumer import IngestConfig, memory_bound
-from slicemeter.testkit.hostile_ticks import decompression_bomb, null_count_lie, random_junk
+from slicemeter.testkit.hostile_ticks import (CODEC_IDS, decompression_bomb, null_count_lie, produce_raw_batch,
+                                              random_junk, record_batch, zeros_gzip, zeros_lz4, zeros_zstd)
 from slicemeter.testkit.ingest_helpers import SLICEMETER, TOPIC, create_topic, expected_checksum
 from slicemeter.testkit.synth_ticks import recent_midnight_ms
 from slicemeter.tick import GpuReading, SliceReading, Tick, encode_ticks, ticks_to_tables
@@ -191,6 +194,207 @@ def test_signed_ticks_with_64_kib_pod_names_are_dead_letters(broker, tmp_path):
     assert con.execute("SELECT ts_ms, pod FROM raw_slice").fetchall() == [(T0, "train-0")]
 
 
+# ---- Kafka record batches: the protocol's own compression -----------------------------------
+
+BATCH_BOMBS = {"gzip": zeros_gzip, "lz4": zeros_lz4, "zstd": zeros_zstd}
+
+
+def lz4_frame_compress(plain: bytes) -> bytes:
+    import lz4.frame
+
+    return lz4.frame.compress(plain)
+
+
+def _batch_between_honest_ticks(bootstrap: str, batch: bytes) -> None:
+    """Offset 0 an honest Tick, offset 1 `batch` (one record), offset 2 an honest Tick."""
+    create_topic(bootstrap, partitions=1)
+    produce(bootstrap, [(b"node-a", encode_ticks([honest("node-a", 0)]), None)])
+    produce_raw_batch(bootstrap, TOPIC, 0, batch)
+    produce(bootstrap, [(b"node-a", encode_ticks([honest("node-a", 1)]), None)])
+
+
+def _assert_only_the_batch_is_dead(run: Run, reason: str) -> None:
+    assert_survived(run)
+    letters = dead_letters(run.db)
+    assert list(letters) == [1], letters
+    assert "record batch refused: partition 0, offsets 1-1" in letters[1][0] and reason in letters[1][0], letters
+    con = store.connect(run.db)
+    assert con.execute("SELECT ts_ms FROM raw_gpu ORDER BY ts_ms").fetchall() == [(T0,), (T0 + 10_000,)]
+
+
+@pytest.mark.parametrize("codec", sorted(BATCH_BOMBS))
+def test_a_compressed_record_batch_bomb_is_refused_while_it_unpacks(broker, tmp_path, codec):
+    bomb = record_batch([(b"node-a", b"x")], CODEC_IDS[codec], payload=BATCH_BOMBS[codec](1 << 30))  # 1 GiB of zeros
+    assert len(bomb) < 8 << 20
+    create_topic(broker.bootstrap, partitions=1)
+    produce(broker.bootstrap, [(b"node-a", encode_ticks([honest("node-a", 0)]), None)])
+    produce_raw_batch(broker.bootstrap, TOPIC, 0, bomb)
+    assert_survived(run_ingest(broker.bootstrap, tmp_path, 2))
+    # the next run resumes just below its stored offset, at the refused batch: it must
+    # recognise it as the record it stored
+    produce(broker.bootstrap, [(b"node-a", encode_ticks([honest("node-a", 1)]), None)])
+    run = run_ingest(broker.bootstrap, tmp_path, 3)
+    _assert_only_the_batch_is_dead(run, f"codec {codec}: decompresses past the maximum of")
+    assert "differs" not in run.log and "mismatch" not in run.log, run.log[-3000:]
+    con = store.connect(run.db)
+    assert con.execute("SELECT count(*) FROM ingest_offset_events").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("codec", sorted(CODEC_IDS))
+def test_a_record_batch_that_does_not_decompress_is_refused(broker, tmp_path, codec):
+    batch = record_batch([(b"node-a", encode_ticks([honest("node-a", 5)]))], CODEC_IDS[codec],
+                         payload=random_junk(4096, 3))
+    _batch_between_honest_ticks(broker.bootstrap, batch)
+    run = run_ingest(broker.bootstrap, tmp_path, 3)
+    _assert_only_the_batch_is_dead(run, f"codec {codec}: ")
+
+
+def test_a_record_batch_failing_its_crc_or_unpacking_to_no_records_is_refused(broker, tmp_path):
+    """Offset 1: a batch whose CRC does not match; 2: lz4 that unpacks to bytes that are not records."""
+    create_topic(broker.bootstrap, partitions=1)
+    produce(broker.bootstrap, [(b"node-a", encode_ticks([honest("node-a", 0)]), None)])
+    bad_crc = bytearray(record_batch([(b"node-a", encode_ticks([honest("node-a", 7)]))], 0, lambda plain: plain))
+    bad_crc[17:21] = bytes(b ^ 0xFF for b in bad_crc[17:21])
+    produce_raw_batch(broker.bootstrap, TOPIC, 0, bytes(bad_crc))
+    produce_raw_batch(broker.bootstrap, TOPIC, 0, record_batch([(b"node-a", b"v")], CODEC_IDS["lz4"],
+                                                                 lambda plain: lz4_frame_compress(b"\x7f" * 64)))
+    produce(broker.bootstrap, [(b"node-a", encode_ticks([honest("node-a", 1)]), None)])
+    run = run_ingest(broker.bootstrap, tmp_path, 4)
+    assert_survived(run)
+    letters = dead_letters(run.db)
+    assert sorted(letters) == [1, 2], letters
+    assert "offsets 1-1, codec none: CRC mismatch" in letters[1][0]
+    assert "offsets 2-2, codec lz4: [Error 2] CorruptRecordError: Found invalid number of record headers" in letters[2][0]
+    con = store.connect(run.db)
+    assert con.execute("SELECT ts_ms FROM raw_gpu ORDER BY ts_ms").fetchall() == [(T0,), (T0 + 10_000,)]
+
+
+def test_a_drain_counts_a_refused_batch_at_the_end_of_its_partition_as_consumed(broker, tmp_path):
+    """Three records in one lz4 batch that does not decompress, last on the partition:
+    `--until-idle` stores up to its end and exits 0 (a dead letter is a verdict, not work left)."""
+    create_topic(broker.bootstrap, partitions=1)
+    produce(broker.bootstrap, [(b"node-a", encode_ticks([honest("node-a", 0)]), None)])
+    produce_raw_batch(broker.bootstrap, TOPIC, 0, record_batch([(b"node-a", b"v")] * 3, CODEC_IDS["lz4"],
+                                                                 payload=random_junk(512, 9)))
+    db = tmp_path / "drain.duckdb"
+    env = {**os.environ, "SLICEMETER_NOW": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(T0 / 1000 + 600))}
+    done = subprocess.run([*SLICEMETER, "ingest", "--kafka", broker.bootstrap, "--db", str(db), "--group", "",
+                           "--until-idle", "30"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    con = store.connect(db)
+    assert con.execute("SELECT next_offset FROM ingest_offsets").fetchall() == [(4,)]
+    assert con.execute("SELECT ts_ms FROM raw_gpu").fetchall() == [(T0,)]
+    letters = con.execute('SELECT "offset", error FROM dead_letters').fetchall()
+    assert len(letters) == 1 and letters[0][0] == 1, letters
+    assert "record batch refused: partition 0, offsets 1-3, codec lz4: corrupt lz4 data" in letters[0][1]
+
+
+def test_a_poll_past_its_decompression_budget_leaves_the_next_batch_to_the_next_poll(broker, monkeypatch):
+    """With a budget of one byte every poll decompresses one batch: the rest of the fetch
+    comes again, each record once and in order."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    from slicemeter.ingest import kafka_batches
+
+    create_topic(broker.bootstrap, partitions=1)
+    batches = [[(b"k", f"{b}-{i}".encode()) for i in range(3)] for b in range(5)]
+    for records in batches:
+        produce_raw_batch(broker.bootstrap, TOPIC, 0, record_batch(records, CODEC_IDS["lz4"], lz4_frame_compress))
+    kafka_batches.install()
+    monkeypatch.setattr(kafka_batches, "POLL_DECOMPRESSED_BYTES", 1)
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None, enable_auto_commit=False)
+    try:
+        consumer.assign([TopicPartition(TOPIC, 0)])
+        consumer.seek_to_beginning()
+        polls, deadline = [], time.monotonic() + 30
+        while sum(map(len, polls)) < 15:
+            assert time.monotonic() < deadline, polls
+            kafka_batches.start_poll()
+            if got := [r.value for rs in consumer.poll(timeout_ms=200).values() for r in rs]:
+                polls.append(got)
+    finally:
+        consumer.close()
+    assert polls == [[v for _, v in records] for records in batches]
+
+
+def test_an_old_format_compressed_message_set_is_refused_whole_and_the_next_batch_read():
+    """Magic 0/1 message sets (before Kafka 0.11; Tansu and Kafka 4 refuse them, older
+    brokers keep them): a compressed one is one refusal at its wrapper's offset."""
+    from kafka.consumer import fetcher
+    from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
+    from slicemeter.ingest import kafka_batches
+
+    kafka_batches.install()
+    old = LegacyRecordBatchBuilder(magic=1, compression_type=CODEC_IDS["gzip"], batch_size=1 << 20)
+    for i in range(3):
+        old.append(i, timestamp=None, key=b"k", value=b"\0" * 1000)
+    honest_batch = bytearray(record_batch([(b"node-a", b"v")], CODEC_IDS["lz4"], lz4_frame_compress))
+    honest_batch[:8] = (3).to_bytes(8, "big")                    # the base offset after the old message set
+    legacy = bytearray(old.build())
+    legacy[:8] = (2).to_bytes(8, "big")       # a broker gives the wrapper its last message's offset
+    records = fetcher.MemoryRecords(bytes(legacy) + bytes(honest_batch))
+    refused = list(records.next_batch())
+    assert [(r.offset, r.value.codec, r.value.reason) for r in refused] == [
+        (2, "gzip", "compressed message set of magic 1 not read")]
+    assert [(r.offset, r.value) for r in records.next_batch()] == [(3, b"v")]
+    assert records.next_batch() is None
+
+
+def test_ingest_refuses_to_start_without_the_kafka_internals_it_bounds(monkeypatch, tmp_path):
+    from kafka.record.default_records import DefaultRecordBatch
+
+    from slicemeter.common import ConfigError
+    from slicemeter.ingest.consumer import Ingestor
+
+    monkeypatch.delattr(DefaultRecordBatch, "_maybe_uncompress")
+    with pytest.raises(ConfigError, match=r"kafka-python \S+ lacks DefaultRecordBatch._maybe_uncompress"):
+        Ingestor(IngestConfig(bootstrap="127.0.0.1:1", db=tmp_path / "i.duckdb"))
+
+
+def test_inflate_caps_every_codec_and_names_what_it_refuses():
+    import gzip
+
+    import lz4.frame
+    import zstandard
+
+    from slicemeter.ingest.kafka_batches import BatchRefused, inflate
+
+    data = b"tick " * 1000
+    compressed = {"gzip": gzip.compress(data) * 2, "lz4": lz4.frame.compress(data) * 2,
+                  "zstd": zstandard.ZstdCompressor().compress(data) * 2,
+                  "snappy": pa.compress(data * 2, codec="snappy", asbytes=True)}
+    # the Java producer's snappy: xerial framing, blocks of raw snappy each headed by its length
+    block = pa.compress(data, codec="snappy", asbytes=True)
+    xerial = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1) + (struct.pack(">i", len(block)) + block) * 2
+    assert inflate(CODEC_IDS["snappy"], xerial) == data * 2
+    for codec, payload in compressed.items():
+        assert inflate(CODEC_IDS[codec], payload, cap=2 * len(data)) == data * 2, codec
+        with pytest.raises(BatchRefused, match=f"past the maximum of {2 * len(data) - 1} bytes"):
+            inflate(CODEC_IDS[codec], payload, cap=2 * len(data) - 1)
+    with pytest.raises(BatchRefused, match="gzip stream ends early"):
+        inflate(CODEC_IDS["gzip"], compressed["gzip"][:30])
+    with pytest.raises(BatchRefused, match="unsupported codec 6"):
+        inflate(6, b"anything")
+
+
+@pytest.mark.parametrize("codec", ["snappy", "zstd"])
+def test_honest_ticks_in_snappy_and_zstd_batches_are_stored(broker, tmp_path, codec):
+    import zstandard
+
+    compress = {"snappy": lambda b: pa.compress(b, codec="snappy", asbytes=True),
+                "zstd": lambda b: zstandard.ZstdCompressor().compress(b)}[codec]
+    create_topic(broker.bootstrap, partitions=1)
+    ticks = [honest("node-a", i) for i in range(3)]
+    produce_raw_batch(broker.bootstrap, TOPIC, 0, record_batch([(b"node-a", encode_ticks([t])) for t in ticks],
+                                                                CODEC_IDS[codec], compress=compress))
+    run = run_ingest(broker.bootstrap, tmp_path, 3)
+    assert_survived(run)
+    assert dead_letters(run.db) == {}
+    con = store.connect(run.db)
+    assert con.execute("SELECT ts_ms FROM raw_gpu ORDER BY ts_ms").fetchall() == [(t.ts_ms,) for t in ticks]
+
+
 # ---- the soak: every kind at once -----------------------------------------------------------
 
 def test_a_hostile_topic_costs_only_its_poison(broker, tmp_path):
@@ -209,7 +413,10 @@ def test_a_hostile_topic_costs_only_its_poison(broker, tmp_path):
         # a first-round Tick again, up to ten minutes later: past the 60 s that ingest keeps
         # in memory below, so the store's record of instants refuses it
         "replay": lambda i: (encode_ticks([honest_ticks[i // 8 % 8]]), True, "duplicate"),
+        # a record batch that unpacks to 1 GiB, sent as it is (produce_raw_batch below)
+        "batch bomb": lambda i: (batch_bomb, None, "codec gzip: decompresses past the maximum"),
     }
+    batch_bomb = record_batch([(b"batch bomb", b"x")], CODEC_IDS["gzip"], payload=zeros_gzip(1 << 30))
     records, expected_dead = [], {}
     for i, t in enumerate(honest_ticks):
         value = encode_ticks([t])
@@ -218,8 +425,13 @@ def test_a_hostile_topic_costs_only_its_poison(broker, tmp_path):
             kind = sorted(poison)[(i // 8) % len(poison)]
             bad, sign, reason = poison[kind](i - 7)
             expected_dead[len(records)] = reason
-            records.append((kind.encode(), bad, signed(bad) if sign else None))
-    produce(broker.bootstrap, records)
+            records.append((kind.encode(), bad, signed(bad) if sign else None) if sign is not None else bad)
+    start = 0
+    for at, record in [*((at, r) for at, r in enumerate(records) if isinstance(r, bytes)), (len(records), None)]:
+        produce(broker.bootstrap, records[start:at])
+        if record is not None:
+            produce_raw_batch(broker.bootstrap, TOPIC, 0, record)
+        start = at + 1
     run = run_ingest(broker.bootstrap, tmp_path, len(records), "--publishers", str(publishers_file(tmp_path)),
                      "--dedupe-window-seconds", "60")
     assert_survived(run)
