@@ -49,10 +49,11 @@ def produce_chunks(bootstrap: str, chunks, topic: str = TOPIC) -> tuple[int, int
     return messages, samples
 
 
-def produce_raw(bootstrap: str, values: list[tuple[bytes, bytes | None]], topic: str = TOPIC) -> None:
+def produce_raw(bootstrap: str, records, topic: str = TOPIC, partition: int | None = None) -> None:
+    """(key, value) or (key, value, headers) records, in order (on `partition` if given)."""
     p = producer(bootstrap)
-    for key, value in values:
-        p.send(topic, key=key, value=value)
+    for key, value, *headers in records:
+        p.send(topic, key=key, value=value, headers=headers[0] if headers else None, partition=partition)
     p.flush()
     p.close()
 

@@ -15,13 +15,12 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pytest
-from kafka import KafkaProducer
 
 from slicemeter import signing, store
 from slicemeter.ingest.consumer import IngestConfig, memory_bound
 from slicemeter.testkit.hostile_ticks import (CODEC_IDS, decompression_bomb, null_count_lie, produce_raw_batch,
                                               random_junk, record_batch, zeros_gzip, zeros_lz4, zeros_zstd)
-from slicemeter.testkit.ingest_helpers import SLICEMETER, TOPIC, create_topic, expected_checksum
+from slicemeter.testkit.ingest_helpers import SLICEMETER, TOPIC, create_topic, expected_checksum, produce_raw
 from slicemeter.testkit.synth_ticks import recent_midnight_ms
 from slicemeter.tick import GpuReading, SliceReading, Tick, encode_ticks, ticks_to_tables
 from slicemeter.common import GiB
@@ -47,14 +46,6 @@ def signed(value: bytes) -> list:
     return signing.signed_headers(KEY_ID, KEY, value)
 
 
-def produce(bootstrap: str, records) -> None:
-    """(key, value, headers) records, in order, on one partition."""
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=1 << 20,
-                      max_request_size=16 << 20)
-    for key, value, headers in records:
-        p.send(TOPIC, key=key, value=value, headers=headers)
-    p.flush()
-    p.close()
 
 
 def publishers_file(tmp_path: Path) -> Path:
@@ -141,12 +132,12 @@ def test_a_column_claiming_more_nulls_than_rows_is_a_dead_letter(broker, tmp_pat
     lie_tick = honest("node-a", 0)
     lie_tick.gpus = [dataclasses.replace(lie_tick.gpus[0], gpu_uuid=f"GPU-{g}", gpu_index=g) for g in range(3)]
     lie = null_count_lie(lie_tick)        # sm_util_ratio: 8 nulls in 3 rows
-    produce(broker.bootstrap, [(b"node-a", lie, None)])      # alone in its batch
+    produce_raw(broker.bootstrap, [(b"node-a", lie, None)])      # alone in its batch
     run = run_ingest(broker.bootstrap, tmp_path, 1)
     assert_survived(run)
     letters = dead_letters(run.db)
     assert list(letters) == [0] and "claims 8 null(s) in 3 rows" in letters[0][0]
-    produce(broker.bootstrap, [(b"node-a", encode_ticks([honest("node-a", 1)]), None)])
+    produce_raw(broker.bootstrap, [(b"node-a", encode_ticks([honest("node-a", 1)]), None)])
     assert_survived(run := run_ingest(broker.bootstrap, tmp_path, 2))
     con = store.connect(run.db)
     assert con.execute("SELECT ts_ms FROM raw_gpu").fetchall() == [(T0 + 10_000,)]
@@ -157,7 +148,7 @@ def test_a_decompression_bomb_is_refused_before_it_unpacks(broker, tmp_path):
     create_topic(broker.bootstrap, partitions=1)
     bomb = decompression_bomb(rows=1 << 28)          # 2 GiB of zeros in ~70 KB
     assert len(bomb) < 100_000
-    produce(broker.bootstrap, [(b"node-a", bomb, None), (b"node-a", encode_ticks([honest("node-a", 0)]), None)])
+    produce_raw(broker.bootstrap, [(b"node-a", bomb, None), (b"node-a", encode_ticks([honest("node-a", 0)]), None)])
     run = run_ingest(broker.bootstrap, tmp_path, 2)
     assert_survived(run)
     letters = dead_letters(run.db)
@@ -168,8 +159,8 @@ def test_a_decompression_bomb_is_refused_before_it_unpacks(broker, tmp_path):
 def test_a_flood_of_unsigned_junk_keeps_only_bounded_dead_letters(broker, tmp_path):
     create_topic(broker.bootstrap, partitions=1)
     junk = [random_junk(1 << 20, seed) for seed in range(120)]          # 120 MiB
-    produce(broker.bootstrap, [(b"x", j, None) for j in junk])
-    produce(broker.bootstrap, [(b"node-a", v, signed(v)) for v in [encode_ticks([honest("node-a", 0)])]])
+    produce_raw(broker.bootstrap, [(b"x", j, None) for j in junk])
+    produce_raw(broker.bootstrap, [(b"node-a", v, signed(v)) for v in [encode_ticks([honest("node-a", 0)])]])
     run = run_ingest(broker.bootstrap, tmp_path, 121, "--publishers", str(publishers_file(tmp_path)))
     assert_survived(run)
     letters = dead_letters(run.db)
@@ -182,9 +173,9 @@ def test_a_flood_of_unsigned_junk_keeps_only_bounded_dead_letters(broker, tmp_pa
 def test_signed_ticks_with_64_kib_pod_names_are_dead_letters(broker, tmp_path):
     create_topic(broker.bootstrap, partitions=1)
     long_names = [encode_ticks([honest("node-a", i, pod=f"{i:05d}" + "p" * (64 * 1024 - 5))]) for i in range(2400)]
-    produce(broker.bootstrap, [(b"node-a", v, signed(v)) for v in long_names])
+    produce_raw(broker.bootstrap, [(b"node-a", v, signed(v)) for v in long_names])
     fine = encode_ticks([honest("node-a", 0)])
-    produce(broker.bootstrap, [(b"node-a", fine, signed(fine))])
+    produce_raw(broker.bootstrap, [(b"node-a", fine, signed(fine))])
     run = run_ingest(broker.bootstrap, tmp_path, 2401, "--publishers", str(publishers_file(tmp_path)))
     assert_survived(run)
     letters = dead_letters(run.db)
@@ -208,9 +199,9 @@ def lz4_frame_compress(plain: bytes) -> bytes:
 def _batch_between_honest_ticks(bootstrap: str, batch: bytes) -> None:
     """Offset 0 an honest Tick, offset 1 `batch` (one record), offset 2 an honest Tick."""
     create_topic(bootstrap, partitions=1)
-    produce(bootstrap, [(b"node-a", encode_ticks([honest("node-a", 0)]), None)])
+    produce_raw(bootstrap, [(b"node-a", encode_ticks([honest("node-a", 0)]), None)])
     produce_raw_batch(bootstrap, TOPIC, 0, batch)
-    produce(bootstrap, [(b"node-a", encode_ticks([honest("node-a", 1)]), None)])
+    produce_raw(bootstrap, [(b"node-a", encode_ticks([honest("node-a", 1)]), None)])
 
 
 def _assert_only_the_batch_is_dead(run: Run, reason: str) -> None:
@@ -227,12 +218,12 @@ def test_a_compressed_record_batch_bomb_is_refused_while_it_unpacks(broker, tmp_
     bomb = record_batch([(b"node-a", b"x")], CODEC_IDS[codec], payload=BATCH_BOMBS[codec](1 << 30))  # 1 GiB of zeros
     assert len(bomb) < 8 << 20
     create_topic(broker.bootstrap, partitions=1)
-    produce(broker.bootstrap, [(b"node-a", encode_ticks([honest("node-a", 0)]), None)])
+    produce_raw(broker.bootstrap, [(b"node-a", encode_ticks([honest("node-a", 0)]), None)])
     produce_raw_batch(broker.bootstrap, TOPIC, 0, bomb)
     assert_survived(run_ingest(broker.bootstrap, tmp_path, 2))
     # the next run resumes just below its stored offset, at the refused batch: it must
     # recognise it as the record it stored
-    produce(broker.bootstrap, [(b"node-a", encode_ticks([honest("node-a", 1)]), None)])
+    produce_raw(broker.bootstrap, [(b"node-a", encode_ticks([honest("node-a", 1)]), None)])
     run = run_ingest(broker.bootstrap, tmp_path, 3)
     _assert_only_the_batch_is_dead(run, f"codec {codec}: decompresses past the maximum of")
     assert "differs" not in run.log and "mismatch" not in run.log, run.log[-3000:]
@@ -252,13 +243,13 @@ def test_a_record_batch_that_does_not_decompress_is_refused(broker, tmp_path, co
 def test_a_record_batch_failing_its_crc_or_unpacking_to_no_records_is_refused(broker, tmp_path):
     """Offset 1: a batch whose CRC does not match; 2: lz4 that unpacks to bytes that are not records."""
     create_topic(broker.bootstrap, partitions=1)
-    produce(broker.bootstrap, [(b"node-a", encode_ticks([honest("node-a", 0)]), None)])
+    produce_raw(broker.bootstrap, [(b"node-a", encode_ticks([honest("node-a", 0)]), None)])
     bad_crc = bytearray(record_batch([(b"node-a", encode_ticks([honest("node-a", 7)]))], 0, lambda plain: plain))
     bad_crc[17:21] = bytes(b ^ 0xFF for b in bad_crc[17:21])
     produce_raw_batch(broker.bootstrap, TOPIC, 0, bytes(bad_crc))
     produce_raw_batch(broker.bootstrap, TOPIC, 0, record_batch([(b"node-a", b"v")], CODEC_IDS["lz4"],
                                                                  lambda plain: lz4_frame_compress(b"\x7f" * 64)))
-    produce(broker.bootstrap, [(b"node-a", encode_ticks([honest("node-a", 1)]), None)])
+    produce_raw(broker.bootstrap, [(b"node-a", encode_ticks([honest("node-a", 1)]), None)])
     run = run_ingest(broker.bootstrap, tmp_path, 4)
     assert_survived(run)
     letters = dead_letters(run.db)
@@ -273,7 +264,7 @@ def test_a_drain_counts_a_refused_batch_at_the_end_of_its_partition_as_consumed(
     """Three records in one lz4 batch that does not decompress, last on the partition:
     `--until-idle` stores up to its end and exits 0 (a dead letter is a verdict, not work left)."""
     create_topic(broker.bootstrap, partitions=1)
-    produce(broker.bootstrap, [(b"node-a", encode_ticks([honest("node-a", 0)]), None)])
+    produce_raw(broker.bootstrap, [(b"node-a", encode_ticks([honest("node-a", 0)]), None)])
     produce_raw_batch(broker.bootstrap, TOPIC, 0, record_batch([(b"node-a", b"v")] * 3, CODEC_IDS["lz4"],
                                                                  payload=random_junk(512, 9)))
     db = tmp_path / "drain.duckdb"
@@ -428,7 +419,7 @@ def test_a_hostile_topic_costs_only_its_poison(broker, tmp_path):
             records.append((kind.encode(), bad, signed(bad) if sign else None) if sign is not None else bad)
     start = 0
     for at, record in [*((at, r) for at, r in enumerate(records) if isinstance(r, bytes)), (len(records), None)]:
-        produce(broker.bootstrap, records[start:at])
+        produce_raw(broker.bootstrap, records[start:at])
         if record is not None:
             produce_raw_batch(broker.bootstrap, TOPIC, 0, record)
         start = at + 1

@@ -11,11 +11,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from kafka import KafkaProducer
 
 from slicemeter import signing
 from slicemeter.store import connect
-from slicemeter.testkit.ingest_helpers import SLICEMETER, TOPIC, create_topic
+from slicemeter.testkit.ingest_helpers import SLICEMETER, create_topic, produce_raw
 from slicemeter.testkit.synth_ticks import SynthNode, node_tables, recent_midnight_ms
 from slicemeter.tick import encode_tables
 
@@ -41,12 +40,6 @@ def ticks(start_ms: int, hours: float) -> list[Message]:
     return [signed(*node_tables(NODE, [ts], STEP)) for ts in range(start_ms, start_ms + int(hours * HOUR), STEP)]
 
 
-def produce(bootstrap: str, messages: list[Message], partition: int | None = None) -> None:
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    for key, value, headers in messages:
-        p.send(TOPIC, key=key, value=value, headers=headers, partition=partition)
-    p.flush()
-    p.close()
 
 
 def publishers(tmp_path: Path) -> Path:
@@ -90,7 +83,7 @@ def test_an_hour_replayed_under_another_key_two_and_a_half_hours_later_is_billed
     create_topic(broker.bootstrap, partitions=1)
     captured = ticks(T0, 1)
     replayed = [(b"another-key", value, headers) for _, value, headers in captured]
-    produce(broker.bootstrap, captured + ticks(T0 + HOUR, 2.5) + replayed)
+    produce_raw(broker.bootstrap, captured + ticks(T0 + HOUR, 2.5) + replayed)
     db = tmp_path / "r.duckdb"
     ingest(broker.bootstrap, db, tmp_path, now_ms=T0 + int(3.5 * HOUR) + STEP)
 
@@ -105,13 +98,13 @@ def test_an_hour_replayed_under_another_key_two_and_a_half_hours_later_is_billed
 def test_a_replay_after_an_ingest_restart_is_billed_once(broker, tmp_path):
     create_topic(broker.bootstrap, partitions=1)
     captured = ticks(T0, 1)
-    produce(broker.bootstrap, captured + ticks(T0 + HOUR, 2.5))
+    produce_raw(broker.bootstrap, captured + ticks(T0 + HOUR, 2.5))
     db = tmp_path / "r.duckdb"
     ingest(broker.bootstrap, db, tmp_path, now_ms=T0 + int(3.5 * HOUR) + STEP)
     before = billed(db)
     assert before[T0][0] == 3600 * 4 and not dead_letters(db)
 
-    produce(broker.bootstrap, [(b"replayer", value, headers) for _, value, headers in captured])
+    produce_raw(broker.bootstrap, [(b"replayer", value, headers) for _, value, headers in captured])
     ingest(broker.bootstrap, db, tmp_path, now_ms=T0 + 4 * HOUR)
     assert billed(db) == before
     letters = dead_letters(db)
@@ -121,7 +114,7 @@ def test_a_replay_after_an_ingest_restart_is_billed_once(broker, tmp_path):
 def test_a_replay_on_another_partition_is_refused_whole_even_slices_alone_or_mixed_with_new_instants(broker, tmp_path):
     create_topic(broker.bootstrap, partitions=2)
     captured = ticks(T0, 1)
-    produce(broker.bootstrap, captured + ticks(T0 + HOUR, 2.5), partition=0)
+    produce_raw(broker.bootstrap, captured + ticks(T0 + HOUR, 2.5), partition=0)
     db = tmp_path / "r.duckdb"
     ingest(broker.bootstrap, db, tmp_path, now_ms=T0 + int(3.5 * HOUR) + STEP)
     before = billed(db)
@@ -131,7 +124,7 @@ def test_a_replay_on_another_partition_is_refused_whole_even_slices_alone_or_mix
     replays = [captured[0],                                 # as captured, another partition
                signed(gpus.slice(0, 0), slices),            # an instant's slice rows alone
                signed(*overlapping, key=b"batch")]          # 5 instants stored, 5 new ones
-    produce(broker.bootstrap, replays, partition=1)
+    produce_raw(broker.bootstrap, replays, partition=1)
     ingest(broker.bootstrap, db, tmp_path, now_ms=T0 + 4 * HOUR)
 
     assert billed(db) == before   # the 5 new instants of the overlapping message are refused with it

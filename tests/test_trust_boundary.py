@@ -10,12 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaConsumer, TopicPartition
 
 from slicemeter.exporter.ship.publisher import Publisher, Spool, kafka_producer
 from slicemeter.ingest.bindings_cli import move_binding
 from slicemeter.ingest.consumer import IngestConfig, Ingestor
-from slicemeter.testkit.ingest_helpers import SLICEMETER, TOPIC, create_topic
+from slicemeter.testkit.ingest_helpers import SLICEMETER, TOPIC, create_topic, produce_raw
 from slicemeter import signing
 from slicemeter.broker import TansuBroker
 from slicemeter.tick import GpuReading, Limits, SliceReading, Tick, decode, encode_ticks, implausible
@@ -37,12 +37,6 @@ def tick(node="node-a", cluster=ACME, ts=T0, gpu="GPU-a0", interval_ms=10_000, *
                 slices=[SliceReading("uid-1", "main", gpu, pod="train-0", namespace="ml", **s)])
 
 
-def produce(bootstrap: str, messages: list[tuple[bytes, bytes, list | None]]) -> None:
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    for key, value, headers in messages:
-        p.send(TOPIC, key=key, value=value, headers=headers)
-    p.flush()
-    p.close()
 
 
 def ingest(bootstrap: str, db: Path, **cfg) -> Ingestor:
@@ -106,7 +100,7 @@ def test_impossible_values_are_dead_letters_and_the_month_still_exports(broker, 
     repeated = tick(node="bad-repeat", gpu="GPU-bad-repeat")
     repeated.slices.append(repeated.slices[0])
     bad.append((b"repeated key", encode_ticks([repeated]), None))
-    produce(broker.bootstrap, good[:1] + bad + good[1:])
+    produce_raw(broker.bootstrap, good[:1] + bad + good[1:])
     db = tmp_path / "v.duckdb"
     ing = ingest(broker.bootstrap, db, clock_ms=lambda: T0 + 60_000)
     letters = dead_letters(ing)
@@ -130,12 +124,12 @@ def test_the_same_tick_sent_three_times_is_billed_once(broker, tmp_path):
     create_topic(broker.bootstrap, partitions=1)
     once = encode_ticks([tick()])
     later = encode_ticks([tick(ts=T0 + 10_000)])
-    produce(broker.bootstrap, [(b"node-a", once, None)] * 3 + [(b"node-a", later, None)])
+    produce_raw(broker.bootstrap, [(b"node-a", once, None)] * 3 + [(b"node-a", later, None)])
     db = tmp_path / "d.duckdb"
     ing = ingest(broker.bootstrap, db, clock_ms=lambda: T0 + 60_000)
     assert [e.split(":")[0] for _, e in dead_letters(ing)] == ["duplicate", "duplicate"]
     ing.con.close()
-    produce(broker.bootstrap, [(b"node-a", once, None)])   # resent after ingest restarted
+    produce_raw(broker.bootstrap, [(b"node-a", once, None)])   # resent after ingest restarted
     ing = ingest(broker.bootstrap, db, clock_ms=lambda: T0 + 60_000)
     assert len(dead_letters(ing)) == 3
     assert ing.con.execute("SELECT count(*) FROM raw_slice").fetchone() == (2,)
@@ -167,7 +161,7 @@ def test_forged_cluster_and_stolen_gpu_are_dead_letters_until_an_operator_moves_
     publishers = load_publishers(config)
     create_topic(broker.bootstrap, partitions=1)
     forged_sig = signed("acme-1", acme, tick(node="node-a"))
-    produce(broker.bootstrap, [
+    produce_raw(broker.bootstrap, [
         signed("acme-1", acme, tick(node="node-a", gpu="GPU-a0")),                       # 0 ok
         signed("beta-1", beta, tick(node="node-b", cluster=BETA, gpu="GPU-b0")),          # 1 ok
         signed("beta-1", beta, tick(node="node-b", cluster=ACME, gpu="GPU-b0", ts=T0 + 10_000)),  # 2 beta bills acme
@@ -196,7 +190,7 @@ def test_forged_cluster_and_stolen_gpu_are_dead_letters_until_an_operator_moves_
     listed = subprocess.run([*SLICEMETER, "bindings", "list", "--db", str(db), "--cluster", BETA],
                             cwd=REPO, capture_output=True, text=True, timeout=60)
     assert "gpu\tGPU-a0\t" + BETA in listed.stdout and f"moved from {ACME}" in listed.stdout
-    produce(broker.bootstrap, [signed("beta-1", beta, tick(node="node-b", cluster=BETA, gpu="GPU-a0", ts=T0 + 70_000))])
+    produce_raw(broker.bootstrap, [signed("beta-1", beta, tick(node="node-b", cluster=BETA, gpu="GPU-a0", ts=T0 + 70_000))])
     ing = ingest(broker.bootstrap, db, publishers=publishers, clock_ms=lambda: T0 + 120_000)
     assert len(dead_letters(ing)) == 6
     assert ing.con.execute("SELECT cluster FROM raw_gpu WHERE ts_ms = ?", [T0 + 70_000]).fetchall() == [(BETA,)]
@@ -209,7 +203,7 @@ def test_a_cluster_spelt_another_way_is_still_its_keys_and_owns_its_gpus(broker,
 
     config, acme, beta = _keys(tmp_path)
     create_topic(broker.bootstrap, partitions=1)
-    produce(broker.bootstrap, [
+    produce_raw(broker.bootstrap, [
         signed("acme-1", acme, tick(cluster=ACME)),                                        # 0 binds node-a, GPU-a0
         signed("acme-1", acme, tick(cluster="HTTPS://ACME.example.:6443/", ts=T0 + 10_000)),  # 1 acme, spelt otherwise
         signed("acme-1", acme, tick(cluster="https://acme.example", ts=T0 + 20_000)),     # 2 the default port left out
@@ -230,13 +224,13 @@ def test_a_replaced_broker_is_detected_and_its_new_log_read_from_the_start(tmp_p
     with TansuBroker(log_path=tmp_path / "tansu1.log") as first:
         port = first.port
         create_topic(first.bootstrap, partitions=1)
-        produce(first.bootstrap, [(b"node-a", encode_ticks([tick(ts=T0 + 10_000 * i)]), None) for i in range(5)])
+        produce_raw(first.bootstrap, [(b"node-a", encode_ticks([tick(ts=T0 + 10_000 * i)]), None) for i in range(5)])
         ing = ingest(first.bootstrap, db, clock_ms=lambda: T0 + 600_000)
         assert ing.con.execute("SELECT next_offset FROM ingest_offsets").fetchall() == [(5,)]
         ing.con.close()
     with TansuBroker(port=port, log_path=tmp_path / "tansu2.log") as second:   # memory storage: a new, empty log
         create_topic(second.bootstrap, partitions=1)
-        produce(second.bootstrap, [(b"node-a", encode_ticks([tick(ts=T0 + 10_000 * (5 + i))]), None)
+        produce_raw(second.bootstrap, [(b"node-a", encode_ticks([tick(ts=T0 + 10_000 * (5 + i))]), None)
                                    for i in range(after)])
         ing = ingest(second.bootstrap, db, clock_ms=lambda: T0 + 600_000)
     assert ing.con.execute("SELECT count(*) FROM raw_gpu").fetchone() == (5 + after,)
@@ -383,7 +377,7 @@ def test_in_a_group_a_refused_batch_is_read_again_from_its_first_message(broker,
     """No stored offset yet (the group's start): the batch with a bad message is read again
     from its own first message, not from wherever the client had got to."""
     create_topic(broker.bootstrap, partitions=2)
-    produce(broker.bootstrap, [(f"n{i}".encode(), encode_ticks([tick(node=f"n{i}", gpu=f"GPU-n{i}",
+    produce_raw(broker.bootstrap, [(f"n{i}".encode(), encode_ticks([tick(node=f"n{i}", gpu=f"GPU-n{i}",
                                                                      interval_ms=-1 if i == 3 else 10_000)]), None)
                                for i in range(8)])
     ing = Ingestor(IngestConfig(bootstrap=broker.bootstrap, db=tmp_path / "g.duckdb", group="g", until_idle_s=8,
