@@ -118,14 +118,6 @@ class Bindings:
         return pending
 
 
-def node_instants(batch: TickBatch) -> tuple[str | None, np.ndarray]:
-    """A message's node and the instants (ts_ms, sorted, each once) it reports, from its GPU
-    rows and its slice rows alike: a message of slice rows alone claims its instants too."""
-    table = batch.gpus if batch.gpus.num_rows else batch.slices
-    node = table.column("node")[0].as_py() if table.num_rows else None
-    return node, np.union1d(batch.gpus.column("ts_ms").to_numpy(), batch.slices.column("ts_ms").to_numpy())
-
-
 def stored_instants(con: duckdb.DuckDBPyConnection, node: str, instants: np.ndarray) -> list[int]:
     """The first few of `instants` (sorted) that the store holds for `node` already."""
     return [t for (t,) in con.execute(sql_text("ingest/stored_instants.sql"), {
@@ -165,7 +157,7 @@ class RecentInstants:
         """Why `batch` repeats instants already taken in, or None (and they are remembered).
         One repeated instant refuses the whole message. `ask_store`: look in the store even
         where memory covers the instants (another writer may have stored them)."""
-        node, instants = node_instants(batch)
+        node, instants = batch.node_instants()
         if node is None:
             return None
         seen = self.seen.get(node)

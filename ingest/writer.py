@@ -23,7 +23,6 @@ import pyarrow.compute as pc
 from slicemeter.store import registered, sql_text, transaction
 from slicemeter.store.script import execute_script
 from slicemeter.ingest.strings import StringIds
-from slicemeter.ingest.trust import node_instants
 from slicemeter import clock
 from slicemeter.tick import TickBatch
 
@@ -125,7 +124,7 @@ class Batch:
         """Take in a decoded message's tables."""
         self.gpus.append(tick.gpus)
         self.slices.append(tick.slices)
-        node, instants = node_instants(tick)
+        node, instants = tick.node_instants()
         if node is not None:
             self.instants.append((node, instants))
         self.samples += tick.sample_count

@@ -162,10 +162,22 @@ class TickBatch:
     slices: pa.Table
     minor: int
     decoded_bytes: int = 0      # what its tables take in memory (the IPC bodies, decompressed)
+    _node_instants: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
     def sample_count(self) -> int:
         return self.gpus.num_rows + self.slices.num_rows
+
+    def node_instants(self) -> tuple[str | None, np.ndarray]:
+        """The message's node and the instants (ts_ms, sorted, each once) it reports, from its
+        GPU rows and its slice rows alike (a message of slice rows alone claims its instants
+        too). Found once per message: ingest's duplicate check and its batch both read it."""
+        if self._node_instants is None:
+            table = self.gpus if self.gpus.num_rows else self.slices
+            node = table.column("node")[0].as_py() if table.num_rows else None
+            instants = np.union1d(self.gpus.column("ts_ms").to_numpy(), self.slices.column("ts_ms").to_numpy())
+            self._node_instants = (node, instants)
+        return self._node_instants
 
 
 def _rows_table(schema: pa.Schema, ticks: Sequence[Tick], attr: str) -> pa.Table:
@@ -259,7 +271,8 @@ NAME_MAX_BYTES = {
     "namespace": 63, "container": 63, "source": 63, "cluster": 1024,
 }
 
-_U32, _I32, _U16, _I64 = struct.Struct("<I"), struct.Struct("<i"), struct.Struct("<H"), struct.Struct("<q")
+_U32, _I32, _U16, _U8, _I64 = (struct.Struct("<I"), struct.Struct("<i"), struct.Struct("<H"), struct.Struct("<B"),
+                               struct.Struct("<q"))
 _NODE_OR_BUFFER = struct.Struct("<qq")      # FieldNode (length, null_count), Buffer (offset, length)
 # Message.fbs: the header union's types, and each table's field slots
 _SCHEMA, _DICTIONARY_BATCH, _RECORD_BATCH = 1, 2, 3
@@ -360,7 +373,7 @@ def _ipc_body_bytes(data: memoryview, what: str) -> int:
         if meta_len < _U32.size:
             raise TickDecodeError(f"malformed {what} table: an IPC header of {meta_len} bytes")
         message = _FlatTable(meta, _U32.unpack_from(meta, 0)[0], what)
-        kind, body_len = message.scalar(1, struct.Struct("<B")), message.scalar(3, _I64)
+        kind, body_len = message.scalar(1, _U8), message.scalar(3, _I64)
         if body_len < 0 or pos + body_len > len(data):
             raise TickDecodeError(f"malformed {what} table: a body of {body_len} bytes, {len(data) - pos} left")
         body = data[pos : pos + body_len]
