@@ -28,7 +28,8 @@ from typing import Any, Callable
 from slicemeter.exporter.serve.collector import ExporterCollector, ExporterStats
 from slicemeter.exporter.serve.hami_metrics import HAMI_METRICS_MODES
 from slicemeter.exporter.sources.nvml import NvmlReader, NvmlUnavailable, load_pynvml
-from slicemeter.exporter.sources.pods import SA_DIR, PodCache, cluster_from_kubeconfig, file_source, kubelet_url, url_source
+from slicemeter.exporter.sources.pods import (SA_DIR, PodCache, cluster_from_kubeconfig, file_source, kubelet_url,
+                                              url_source)
 from slicemeter.exporter.ship.publisher import Publisher, Spool, kafka_producer
 from slicemeter.exporter.assemble.tick_builder import BuildResult, TickBuilder
 from slicemeter import clock

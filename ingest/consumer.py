@@ -250,7 +250,8 @@ class Ingestor:
         tick = decode(value)
         if self._one_by_one and (why := implausible(tick, self.cfg.limits, self.cfg.clock_ms())):
             return why
-        return repeated_key(tick) or self.bindings.check(tick, publisher) or self.instants.check(tick, ask_store=bool(self._one_by_one)) or tick
+        return (repeated_key(tick) or self.bindings.check(tick, publisher)
+                or self.instants.check(tick, ask_store=bool(self._one_by_one)) or tick)
 
     # ---- the broker's log against the stored offsets -------------------------------------
     def _check_resume(self, topic: str, partition: int, offset: int, key, value) -> bool:

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from slicemeter import clock
-from slicemeter.exporter.assemble.attribution import (AnnotationStrategy, CgroupStrategy, Draft, GpuProcesses, MigStrategy,
-                                             ProcOwner, RegionStrategy, Sources, Strategy, Tolerance)
+from slicemeter.exporter.assemble.attribution import (AnnotationStrategy, CgroupStrategy, Draft, GpuProcesses,
+                                                      MigStrategy, ProcOwner, RegionStrategy, Sources, Strategy,
+                                                      Tolerance)
 from slicemeter.exporter.sources.hami import RegionError, RegionSource, parse_dir_name
 from slicemeter.exporter.sources.nvml import GpuSample, MigSample, NvmlReader
 from slicemeter.exporter.sources.pods import PodCache, PodIndex, PodInfo, pid_to_pod

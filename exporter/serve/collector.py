@@ -25,7 +25,8 @@ from prometheus_client.registry import Collector
 from slicemeter.exporter.serve.catalogue import group
 from slicemeter.exporter.serve.exposition import FamilyTexts, LabelText, Samples, render
 from slicemeter.exporter.serve.hami_metrics import HAMI_METRICS_MODES, HamiMonitorCollector, HamiSchedulerCollector
-from slicemeter.exporter.serve.scrape import ExporterStats, FamilyCollector, LabelTuples, Scrape, label_value as _s, reading_rows
+from slicemeter.exporter.serve.scrape import (ExporterStats, FamilyCollector, LabelTuples, Scrape, label_value as _s,
+                                              reading_rows)
 from slicemeter.exporter.assemble.tick_builder import BuildResult
 from slicemeter.tick import SCHEMA_VERSION
 
