@@ -220,8 +220,8 @@ def _classes():
     except ImportError as exc:
         raise ConfigError(f"ingest needs kafka-python's record internals: {exc}") from None
     base, batch = memory_records.MemoryRecords, default_records.DefaultRecordBatch
-    needs = [(fetcher, "MemoryRecords"), (base, "next_batch"), (base, "_next_slice"), (base, "MIN_SLICE"), (base, "_cache_next"), (batch, "_maybe_uncompress"),
-             (batch, "__next__"), (batch, "_buffer"), (batch, "_pos"), (batch, "_decompressed"),
+    needs = [(fetcher, "MemoryRecords"), (base, "next_batch"), (base, "_next_slice"), (base, "MIN_SLICE"),
+             (base, "_cache_next"), (batch, "_maybe_uncompress"), (batch, "__next__"), (batch, "_buffer"), (batch, "_pos"), (batch, "_decompressed"),
              (batch, "_next_record_index"), (batch, "HEADER_STRUCT"), (batch, "last_offset"),
              (batch, "validate_crc"), (default_records, "DefaultRecord")]
     missing = [f"{getattr(owner, '__name__', owner)}.{name}" for owner, name in needs if not hasattr(owner, name)]
