@@ -20,7 +20,7 @@ import pyarrow as pa
 from slicemeter.simulator import workload as wl
 from slicemeter.common import MiB
 from slicemeter.simulator.scenario import Node, Scenario
-from slicemeter.tick import GPU_SCHEMA, SLICE_SCHEMA
+from slicemeter.tick import GPU_SCHEMA, SLICE_SCHEMA, table_with_nulls
 
 _CELLS_PER_GROUP = 600_000        # ticks x slices evaluated at once (bounds memory)
 
@@ -149,7 +149,7 @@ def _gpu_table(nc: _NodeCols, st: wl.FleetState, interval_ms: int) -> pa.Table:
         pa.array(st.gpu_energy_mj[:, cols].ravel() / 1000),
         pa.array(st.gpu_slices[:, cols].astype(np.int16).ravel()),
     ]
-    return pa.Table.from_arrays(arrays, schema=GPU_SCHEMA)
+    return table_with_nulls(GPU_SCHEMA, arrays, n)
 
 
 def _slice_table(nc: _NodeCols, model: wl.FleetModel, st: wl.FleetState, interval_ms: int) -> pa.Table:
@@ -221,7 +221,7 @@ def _slice_table(nc: _NodeCols, model: wl.FleetModel, st: wl.FleetState, interva
         # the simulated regions name every process's host pid, so NVML's figures check them
         pa.array(np.full(n, True)) if readable else pa.nulls(n, pa.bool_()),
     ]
-    return pa.Table.from_arrays(arrays, schema=SLICE_SCHEMA)
+    return table_with_nulls(SLICE_SCHEMA, arrays, n)
 
 
 def _since(table: pa.Table, joins_ms: int) -> pa.Table:

@@ -32,7 +32,7 @@ import pyarrow.ipc as ipc
 
 MAGIC = b"SMTK"
 SCHEMA_MAJOR = 1
-SCHEMA_MINOR = 1
+SCHEMA_MINOR = 2
 SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
 _HEADER = struct.Struct("<4sHH")
 _LEN = struct.Struct("<I")
@@ -60,6 +60,28 @@ GPU_SCHEMA = pa.schema(
         pa.field("power_watts", pa.float32()),
         pa.field("energy_joules", pa.float64()),            # NVML total energy counter, J
         pa.field("slice_count", pa.int16()),
+        # 1.2: the DRA driver that published the device (null: not published through DRA); a
+        # device no NVML reads (any vendor, metered by allocation) has only identity columns
+        pa.field("driver", _DICT_STR),
+        # 1.2: health, null where the board or NVML does not answer
+        pa.field("temperature_celsius", pa.float32()),
+        pa.field("memory_temperature_celsius", pa.float32()),
+        pa.field("fan_speed_ratio", pa.float32()),
+        pa.field("ecc_corrected_volatile", pa.int64()),
+        pa.field("ecc_uncorrected_volatile", pa.int64()),
+        pa.field("ecc_corrected_aggregate", pa.int64()),
+        pa.field("ecc_uncorrected_aggregate", pa.int64()),
+        pa.field("retired_pages_pending", pa.bool_()),
+        pa.field("remapped_rows_pending", pa.bool_()),
+        pa.field("remapped_rows_failed", pa.bool_()),
+        pa.field("pcie_replay_total", pa.int64()),
+        pa.field("clock_event_reasons", pa.int64()),          # NVML clocks event reasons bitmask
+        pa.field("power_violation_seconds_total", pa.float64()),
+        pa.field("thermal_violation_seconds_total", pa.float64()),
+        pa.field("xid_events", pa.int32()),                   # Xid events since the previous Tick
+        pa.field("xid_last_code", pa.int32()),                # the last of them
+        pa.field("xid_critical_code", pa.int32()),            # the last of a critical class
+        pa.field("gpu_lost", pa.bool_()),                     # NVML: fell off the bus / lost
     ],
     metadata={b"slicemeter.table": b"gpu", b"slicemeter.schema": SCHEMA_VERSION.encode()},
 )
@@ -93,6 +115,14 @@ SLICE_SCHEMA = pa.schema(
         # 1.1: whether the exporter could check the slice's usage against NVML's processes
         # (null: an older exporter, unknown)
         pa.field("usage_verified", pa.bool_()),
+        # 1.2: a slice granted through a DRA ResourceClaim (null for the device plugin's): the
+        # claim, its driver, and the slice's allocation share of the device by memory and by
+        # cores (a device without those capacities: both its one share), after the split
+        pa.field("claim", _DICT_STR),
+        pa.field("claim_uid", _DICT_STR),
+        pa.field("driver", _DICT_STR),
+        pa.field("alloc_mem_share_ratio", pa.float64()),
+        pa.field("alloc_cores_share_ratio", pa.float64()),
     ],
     metadata={b"slicemeter.table": b"slice", b"slicemeter.schema": SCHEMA_VERSION.encode()},
 )
@@ -114,6 +144,25 @@ class GpuReading:
     power_watts: float | None = None
     energy_joules: float | None = None
     slice_count: int | None = None
+    driver: str | None = None
+    temperature_celsius: float | None = None
+    memory_temperature_celsius: float | None = None
+    fan_speed_ratio: float | None = None
+    ecc_corrected_volatile: int | None = None
+    ecc_uncorrected_volatile: int | None = None
+    ecc_corrected_aggregate: int | None = None
+    ecc_uncorrected_aggregate: int | None = None
+    retired_pages_pending: bool | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failed: bool | None = None
+    pcie_replay_total: int | None = None
+    clock_event_reasons: int | None = None
+    power_violation_seconds_total: float | None = None
+    thermal_violation_seconds_total: float | None = None
+    xid_events: int | None = None
+    xid_last_code: int | None = None
+    xid_critical_code: int | None = None
+    gpu_lost: bool | None = None
 
 
 @dataclass(slots=True)
@@ -139,6 +188,11 @@ class SliceReading:
     whole_gpu: bool | None = None
     source: str | None = None
     usage_verified: bool | None = None
+    claim: str | None = None
+    claim_uid: str | None = None
+    driver: str | None = None
+    alloc_mem_share_ratio: float | None = None
+    alloc_cores_share_ratio: float | None = None
 
 
 @dataclass(slots=True)
@@ -194,6 +248,15 @@ def _rows_table(schema: pa.Schema, ticks: Sequence[Tick], attr: str) -> pa.Table
             for n in own_names:
                 columns[n].append(getattr(reading, n))
     return pa.Table.from_pydict(columns, schema=schema)
+
+
+def table_with_nulls(schema: pa.Schema, columns: dict[str, pa.Array] | list[pa.Array], rows: int) -> pa.Table:
+    """A table in `schema` from the columns given (by name, or the first ones in order); every
+    other column null: columnar producers (simulated history, test data) fill what they model."""
+    if isinstance(columns, list):
+        columns = {f.name: a for f, a in zip(schema, columns)}
+    return pa.Table.from_arrays([columns[f.name] if f.name in columns else pa.nulls(rows, f.type) for f in schema],
+                                schema=schema)
 
 
 def _utf8_safe(value):
@@ -263,12 +326,13 @@ def encode_ticks(ticks: Sequence[Tick]) -> bytes:
 # backfill message (simulator/backfill.py, at most ~50,000 rows) decodes to under 8 MiB.
 MAX_DECODED_BYTES = 64 << 20
 MAX_ROWS = 1 << 20          # rows of one table (and values of one dictionary) in a message
-MAX_COLUMNS = 64            # columns of one table (this version has 30 slice columns)
+MAX_COLUMNS = 64            # columns of one table (this version has 35 slice columns)
 # Longest value of each string column, in UTF-8 bytes: Kubernetes names (RFC 1123 subdomain
 # 253, label 63), GPU UUIDs and models under the subdomain bound, a cluster's API server URL.
 NAME_MAX_BYTES = {
     "node": 253, "pod": 253, "pod_uid": 253, "gpu_uuid": 253, "model": 253,
     "namespace": 63, "container": 63, "source": 63, "cluster": 1024,
+    "driver": 253, "claim": 253, "claim_uid": 36,
 }
 
 _U32, _I32, _U16, _U8, _I64 = (struct.Struct("<I"), struct.Struct("<i"), struct.Struct("<H"), struct.Struct("<B"),

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from slicemeter.tick import GPU_SCHEMA, SLICE_SCHEMA
+from slicemeter.tick import GPU_SCHEMA, SLICE_SCHEMA, table_with_nulls
 from slicemeter.common import GiB
 
 MODELS = [("NVIDIA A100-SXM4-80GB", 81920), ("NVIDIA L4", 23034)]
@@ -62,7 +62,8 @@ def node_tables(node: SynthNode, ts_ms: np.ndarray, interval_ms: int = 10_000, s
     gpu_idx = np.tile(np.arange(g), t)
     gts = np.repeat(ts_ms, g)
     energy = gts / 1000.0 * 150.0 + gpu_idx * 1e6  # 150 W since the epoch: a monotone counter
-    gpus = pa.table(
+    gpus = table_with_nulls(
+        GPU_SCHEMA,
         {
             "ts_ms": pa.array(gts),
             "interval_ms": pa.array(np.full(n, interval_ms, np.int32)),
@@ -79,7 +80,7 @@ def node_tables(node: SynthNode, ts_ms: np.ndarray, interval_ms: int = 10_000, s
             "energy_joules": pa.array(energy),
             "slice_count": pa.array(np.full(n, s, np.int16)),
         },
-        schema=GPU_SCHEMA,
+        n,
     )
 
     m = t * g * s
@@ -93,7 +94,8 @@ def node_tables(node: SynthNode, ts_ms: np.ndarray, interval_ms: int = 10_000, s
     hami_used = (alloc_mem * rng.random(m) * 0.9).astype(np.int64)
     # every 7th sample HAMi under-reports: NVML's figure must win there
     nvml_used = np.where(rng.integers(0, 7, m) == 0, hami_used + 4 * GiB, hami_used).astype(np.int64)
-    slices = pa.table(
+    slices = table_with_nulls(
+        SLICE_SCHEMA,
         {
             "ts_ms": pa.array(np.repeat(ts_ms, g * s)),
             "interval_ms": pa.array(np.full(m, interval_ms, np.int32)),
@@ -121,7 +123,7 @@ def node_tables(node: SynthNode, ts_ms: np.ndarray, interval_ms: int = 10_000, s
             "source": _dict(["hami"], np.zeros(m)),
             "usage_verified": pa.array(slot % 11 != 0),   # some slices' usage went unchecked
         },
-        schema=SLICE_SCHEMA,
+        m,
     )
     return gpus, slices
 

@@ -52,12 +52,12 @@ def test_unknown_major_version_is_rejected():
 
 def test_newer_minor_with_extra_column_is_read():
     gpus, slices = wire.ticks_to_tables([sample_tick()])
-    gpus = gpus.append_column("fan_speed_ratio", pa.array([0.5], pa.float32()))
+    gpus = gpus.append_column("board_humidity_ratio", pa.array([0.5], pa.float32()))
     g, s = wire._ipc_bytes(gpus), wire._ipc_bytes(slices)
     payload = struct.pack("<4sHH", b"SMTK", wire.SCHEMA_MAJOR, wire.SCHEMA_MINOR + 3) + struct.pack("<I", len(g)) + g + struct.pack("<I", len(s)) + s
     batch = wire.decode(payload)
     assert batch.minor == wire.SCHEMA_MINOR + 3
-    assert "fan_speed_ratio" not in batch.gpus.column_names
+    assert "board_humidity_ratio" not in batch.gpus.column_names
     assert batch.gpus.column("gpu_uuid").to_pylist() == ["GPU-1111"]
 
 
@@ -98,5 +98,21 @@ def test_a_1_0_message_without_usage_verified_decodes_as_unknown():
     g, s = wire._ipc_bytes(gpus), wire._ipc_bytes(slices)
     payload = struct.pack("<4sHH", b"SMTK", 1, 0) + struct.pack("<I", len(g)) + g + struct.pack("<I", len(s)) + s
     batch = wire.decode(payload)
-    assert batch.minor == 0 and wire.SCHEMA_VERSION == "1.1"
+    assert batch.minor == 0 and wire.SCHEMA_VERSION == "1.2"
     assert batch.slices.column("usage_verified").to_pylist() == [None] * slices.num_rows
+
+
+def test_a_1_1_message_without_dra_or_health_columns_decodes_as_unknown():
+    """A 1.1 exporter sends no claim, driver, share or health columns: all null, read as a
+    device-plugin slice and a GPU of unknown health."""
+    gpus, slices = wire.ticks_to_tables([sample_tick()])
+    new_gpu = [f.name for f in wire.GPU_SCHEMA][wire.GPU_SCHEMA.get_field_index("driver"):]
+    new_slice = [f.name for f in wire.SLICE_SCHEMA][wire.SLICE_SCHEMA.get_field_index("claim"):]
+    g, s = wire._ipc_bytes(gpus.drop_columns(new_gpu)), wire._ipc_bytes(slices.drop_columns(new_slice))
+    payload = struct.pack("<4sHH", b"SMTK", 1, 1) + struct.pack("<I", len(g)) + g + struct.pack("<I", len(s)) + s
+    batch = wire.decode(payload)
+    assert batch.minor == 1 and len(new_gpu) == 19 and len(new_slice) == 5
+    for name in new_gpu:
+        assert batch.gpus.column(name).to_pylist() == [None] * gpus.num_rows, name
+    for name in new_slice:
+        assert batch.slices.column(name).to_pylist() == [None] * slices.num_rows, name
