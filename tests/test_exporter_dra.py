@@ -263,3 +263,36 @@ def test_an_unallocated_claim_has_no_slices():
     c, s, p = fleet(claims=claims)
     assert all(not claim.allocated for claim in c) and len(c) == len(claims["items"])
     assert allocation_slices(c, s, p) == []
+
+
+def test_each_containers_share_by_memory_and_by_cores():
+    """Per capacity, after the split; a capacity the device does not publish, and a device
+    without capacities, take the one share; the dominant of the two is `share`."""
+    got = {k: (d.mem_share, d.cores_share) for k, d in shares().items()}
+    assert got == {
+        # HAMi: memory 20Gi/80Gi = 1/4, cores 30/100 = 3/10
+        ("train", "trainer", "train-gpu-x7k2p", "gpu"): (Fraction(1, 4), Fraction(3, 10)),
+        # "first": memory 4Gi/80Gi = 1/20, cores 20/100 = 1/5, halved between a and b
+        ("pair", "a", "pair-gpus", "first"): (Fraction(1, 40), Fraction(1, 10)),
+        ("pair", "b", "pair-gpus", "first"): (Fraction(1, 40), Fraction(1, 10)),
+        # "second": memory 16Gi/80Gi = 1/5, cores 10/100 = 1/10
+        ("pair", "b", "pair-gpus", "second"): (Fraction(1, 5), Fraction(1, 10)),
+        # NVIDIA's device publishes memory only: cores take the memory share, 10/80
+        ("notebook", "jupyter", "notebook-share", "gpu"): (Fraction(1, 8), Fraction(1, 8)),
+        ("render-a", "render", "render-timesliced", "gpu"): (Fraction(1, 2), Fraction(1, 2)),
+        ("render-b", "render", "render-timesliced", "gpu"): (Fraction(1, 2), Fraction(1, 2)),
+        ("infer", "app", "infer-extended-resources-r9x4k", "container-0-request-0"): (Fraction(1), Fraction(1)),
+        ("gpu-monitor", "exporter", "gpu-monitor", "all-gpus"): (Fraction(0), Fraction(0)),
+        # Ascend: 16Gi/64Gi, 40/100
+        ("npu-job", "app", "npu-share", "npu"): (Fraction(1, 4), Fraction(2, 5)),
+        # MIG by counters: the one share, 1/7
+        ("mig-job", "app", "mig-small", "mig"): (Fraction(1, 7), Fraction(1, 7)),
+    }
+    assert all(d.share == max(d.mem_share, d.cores_share) for d in shares().values())
+
+
+def test_a_device_not_published_has_no_share_by_any_capacity():
+    slices = load("resourceslices.json")
+    slices["items"] = [s for s in slices["items"] if s["spec"]["driver"] != "ascend.project-hami.io"]
+    d = shares(slices=slices)[("npu-job", "app", "npu-share", "npu")]
+    assert (d.mem_share, d.cores_share) == (None, None)

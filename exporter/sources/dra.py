@@ -461,8 +461,10 @@ class DraSlice:
     basis: Basis
     device_share: Fraction | None        # the result's share of the device, before the split
     parts: Fraction                      # this container's part of the result (1 = alone)
-    share: Fraction | None               # device_share x parts
+    share: Fraction | None               # device_share x parts: the dominant of the two below
     billed: bool
+    mem_share: Fraction | None = None    # by memory: consumed / the device's, x partition, x parts
+    cores_share: Fraction | None = None  # by cores, the same way
 
 
 def device_model(device: Device) -> str | None:
@@ -502,24 +504,29 @@ def capacity_consumed(result: AllocationResult, device: Device) -> tuple[dict[st
     return consumed, defaulted
 
 
-def result_share(result: AllocationResult, device: Device | None,
-                 counter_sets: dict[str, dict[str, Decimal]]) -> tuple[Fraction | None, Basis]:
-    """The result's allocation share of its device and how it was found."""
+def result_shares(result: AllocationResult, device: Device | None, counter_sets: dict[str, dict[str, Decimal]]
+                  ) -> tuple[Fraction | None, Fraction | None, Fraction | None, Basis]:
+    """(dominant, memory, cores) shares of the device and how they were found. A device
+    shared by capacity has a share per capacity it publishes, each consumed / offered, times
+    its counter share; a capacity it does not publish, and a device without capacities (a
+    whole device, a partition by counters), take the one share it has."""
     if result.admin_access:
-        return Fraction(0), Basis.ADMIN
+        return Fraction(0), Fraction(0), Fraction(0), Basis.ADMIN
     if device is None:
-        return None, Basis.UNKNOWN
+        return None, None, None, Basis.UNKNOWN
     part = partition_share(device, counter_sets)
     if part is None:
-        return None, Basis.UNKNOWN
+        return None, None, None, Basis.UNKNOWN
     if not device.allow_multiple_allocations:
-        return part, Basis.COUNTERS if device.consumes_counters else Basis.WHOLE
+        return part, part, part, Basis.COUNTERS if device.consumes_counters else Basis.WHOLE
     consumed, defaulted = capacity_consumed(result, device)
-    ratios = [Fraction(amount) / Fraction(device.capacity[name])
-              for name, amount in consumed.items() if device.capacity.get(name)]
+    ratios = {name: min(Fraction(1), Fraction(amount) / Fraction(device.capacity[name]))
+              for name, amount in consumed.items() if device.capacity.get(name)}
     if not ratios or any(name not in device.capacity for name in consumed):
-        return None, Basis.UNKNOWN
-    return min(Fraction(1), max(ratios)) * part, Basis.HAMI_DEFAULT if defaulted else Basis.CAPACITY
+        return None, None, None, Basis.UNKNOWN
+    share = max(ratios.values()) * part
+    mem, cores = (ratios[n] * part if n in ratios else share for n in ("memory", "cores"))
+    return share, mem, cores, Basis.HAMI_DEFAULT if defaulted else Basis.CAPACITY
 
 
 def _request_matches(wanted: str | None, request: str) -> bool:
@@ -575,7 +582,7 @@ def allocation_slices(claims: Iterable[ResourceClaim], slices: Iterable[Resource
             consumers = list({(p.uid, c): (p.uid, p, c) for p, c, r in claim_users
                               if _request_matches(r, result.request)}.values())
             device = devices.get((result.driver, result.pool, result.device))
-            share, basis = result_share(result, device, counters[(result.driver, result.pool)])
+            share, mem, cores, basis = result_shares(result, device, counters[(result.driver, result.pool)])
             for uid, pod, container in consumers:
                 parts = _parts(policy, [(u, c) for u, _, c in consumers], uid, unseen)
                 out.append(DraSlice(
@@ -584,7 +591,8 @@ def allocation_slices(claims: Iterable[ResourceClaim], slices: Iterable[Resource
                     driver=result.driver, pool=result.pool, device=result.device, share_id=result.share_id,
                     device_uuid=_str_attr(device, "uuid"), model=device_model(device) if device else None,
                     basis=basis, device_share=share, parts=parts,
-                    share=None if share is None else share * parts, billed=basis is not Basis.ADMIN))
+                    share=None if share is None else share * parts, billed=basis is not Basis.ADMIN,
+                    mem_share=None if mem is None else mem * parts, cores_share=None if cores is None else cores * parts))
     return out
 
 
