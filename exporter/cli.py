@@ -6,6 +6,7 @@
         [--tenant NAME] [--interval 10] [--topic slicemeter.ticks] [--spool-dir DIR] [--once]
         [--kafka-security-protocol SASL_SSL --kafka-username U --kafka-password-file F]
         [--signing-key-file F --signing-key-id ID]
+        [--dra-api [URL] [--dra-ca FILE] | --dra-claims-file F --dra-slices-file F] [--dra-split equal|per-pod]
 
 Without --kafka the exporter only serves /metrics (Prometheus-only: nothing is published or
 spooled). With --simulate the sources are a simulated node (fake NVML, HAMi files it writes, its pod
@@ -27,6 +28,8 @@ from typing import Any, Callable
 
 from slicemeter.exporter.serve.collector import ExporterCollector, ExporterStats
 from slicemeter.exporter.serve.hami_metrics import HAMI_METRICS_MODES
+from slicemeter.exporter.sources.dra import SplitPolicy
+from slicemeter.exporter.sources.dra_source import IN_CLUSTER_API, DraCache, api_fetcher, files_fetcher
 from slicemeter.exporter.sources.nvml import NvmlReader, NvmlUnavailable, load_pynvml
 from slicemeter.exporter.sources.pods import (SA_DIR, PodCache, cluster_from_kubeconfig, file_source, kubelet_url,
                                               url_source)
@@ -78,6 +81,18 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--signing-key-file", metavar="FILE",
                    help="this cluster's Tick signing key (a Secret): every message carries its HMAC (docs/security.md)")
     p.add_argument("--signing-key-id", metavar="ID", help="the key's id, as ingest's --publishers file names it")
+    dra = p.add_mutually_exclusive_group()
+    dra.add_argument("--dra-api", nargs="?", const=IN_CLUSTER_API, metavar="URL",
+                     help="read the node's ResourceSlices and the ResourceClaims from this API server (no URL: "
+                          f"{IN_CLUSTER_API} with the service account's token and CA); DRA is off without this "
+                          "or --dra-claims-file")
+    dra.add_argument("--dra-claims-file", metavar="F", help="ResourceClaimList JSON file (with --dra-slices-file)")
+    p.add_argument("--dra-slices-file", metavar="F", help="ResourceSliceList JSON file (with --dra-claims-file)")
+    p.add_argument("--dra-ca", metavar="FILE", help=f"CA bundle of --dra-api (default: {SA_DIR}/ca.crt when present)")
+    p.add_argument("--dra-split", choices=[x.value for x in SplitPolicy], default=SplitPolicy.EQUAL.value,
+                   help="how a claim several containers consume is divided: equal (each container) or per-pod "
+                        "(each pod, then its containers); default equal")
+    p.add_argument("--dra-refresh", type=float, default=10.0, help="seconds between claim and slice refreshes")
     p.add_argument("--kafka-max-request-mb", type=float, default=1.0,
                    help="largest message the producer sends (the broker's message.max.bytes); a larger Tick is "
                         "refused and set aside, not retried")
@@ -103,13 +118,31 @@ def _pod_source(args: argparse.Namespace):
     return url_source(kubelet_url(os.environ.get("NODE_IP", "127.0.0.1")), token, ca, args.kubelet_insecure_skip_verify)
 
 
+def _dra_fetch(args: argparse.Namespace):
+    """The claims and slices source: two files, the API server, or None (DRA off)."""
+    if bool(args.dra_claims_file) != bool(args.dra_slices_file):
+        raise ConfigError("--dra-claims-file and --dra-slices-file go together")
+    if args.dra_claims_file:
+        return files_fetcher(args.dra_claims_file, args.dra_slices_file)
+    if not args.dra_api:
+        return None
+    for key, path in (("--token-file", args.token_file), ("--dra-ca", args.dra_ca)):
+        if path and not os.path.isfile(path):
+            raise ConfigError(f"{key}: no such file: {path}")
+    token = args.token_file or _existing(os.path.join(SA_DIR, "token"))
+    ca = args.dra_ca or _existing(os.path.join(SA_DIR, "ca.crt"))
+    return api_fetcher(args.dra_api, args.node, token, ca)
+
+
 class Exporter:
     """One node's loop: build a Tick, record it for /metrics, hand it to the publisher."""
 
     def __init__(self, builder: TickBuilder, stats: ExporterStats, pods: PodCache,
                  publisher: Publisher | None = None, interval_s: float = 10.0,
-                 before_tick: Callable[[int], None] | None = None, sync_pods: bool = False):
+                 before_tick: Callable[[int], None] | None = None, sync_pods: bool = False,
+                 dra: DraCache | None = None):
         self.builder, self.stats, self.pods, self.publisher = builder, stats, pods, publisher
+        self.dra = dra
         self.interval_s = interval_s
         self.before_tick = before_tick
         self.sync_pods = sync_pods
@@ -121,6 +154,8 @@ class Exporter:
             self.before_tick(ts_ms)
         if self.sync_pods:
             self.pods.refresh()
+            if self.dra is not None:
+                self.dra.refresh()
         result = self.builder.build(ts_ms, int(self.interval_s * 1000))
         self.stats.record(result)
         if self.publisher is not None:
@@ -174,6 +209,9 @@ def build_exporter(args: argparse.Namespace) -> tuple[Exporter, ExporterStats]:
         nvml: Any = sim.nvml
         nvml.nvmlInit()
         pod_source = sim.pods
+        # a simulated node that serves ResourceClaims and ResourceSlices offers them as `dra`:
+        # a callable returning (ResourceClaimList, ResourceSliceList) JSON, as a DRA fetcher does
+        dra_fetch = getattr(sim, "dra", None)
         sim_cluster = sim.cluster
         before_tick = sim.advance
         proc_root = None
@@ -183,13 +221,18 @@ def build_exporter(args: argparse.Namespace) -> tuple[Exporter, ExporterStats]:
         except NvmlUnavailable as exc:
             raise ConfigError(f"NVML: {exc}") from None
         pod_source = _pod_source(args)
+        dra_fetch = _dra_fetch(args)
         proc_root = args.proc_root
     cluster = _cluster(args, sim_cluster)
     stats = ExporterStats(tenant=args.tenant or cluster)
     pods = PodCache(pod_source, args.pods_refresh)
+    if args.dra_refresh <= 0:
+        raise ConfigError("--dra-refresh must be > 0")
+    dra = DraCache(dra_fetch, args.node, args.dra_refresh) if dra_fetch is not None else None
     builder = TickBuilder(args.node, cluster, NvmlReader(nvml, initialised=True), args.hami_dir, pods,
                           proc_root=proc_root, tolerance_bytes=int(args.memory_tolerance_mb * MiB),
-                          pid_alive=(lambda pid: os.path.exists(os.path.join(proc_root, str(pid)))) if proc_root else None)
+                          pid_alive=(lambda pid: os.path.exists(os.path.join(proc_root, str(pid)))) if proc_root else None,
+                          dra=dra, dra_split=SplitPolicy(args.dra_split))
     publisher = None
     if not args.once and args.kafka:
         if args.spool_max_mb <= 0:
@@ -204,7 +247,8 @@ def build_exporter(args: argparse.Namespace) -> tuple[Exporter, ExporterStats]:
                               on_error=lambda exc: stats.count_error("kafka"), signing_key=signing.key_from_options(args.signing_key_file, args.signing_key_id))
         stats.spool_stats = publisher.stats
     # Simulated pods change with the simulated clock: refresh them in step with each tick.
-    exporter = Exporter(builder, stats, pods, publisher, args.interval, before_tick, sync_pods=bool(args.simulate))
+    exporter = Exporter(builder, stats, pods, publisher, args.interval, before_tick, sync_pods=bool(args.simulate),
+                        dra=dra)
     return exporter, stats
 
 
@@ -232,12 +276,16 @@ def run(args: argparse.Namespace) -> int:
     exporter, stats = build_exporter(args)
     if args.once:
         exporter.pods.refresh()
+        if exporter.dra is not None:
+            exporter.dra.refresh()
         result = exporter.tick_once()
         json.dump(result.tick.to_json_dict(), sys.stdout, indent=1)
         sys.stdout.write("\n")
         return 0
     if not exporter.sync_pods:
         exporter.pods.start()
+        if exporter.dra is not None:
+            exporter.dra.start()
     server = serve_metrics(stats, args.port, args.listen, args.hami_metrics) if args.port else None
     if exporter.publisher is not None:
         exporter.publisher.start()
@@ -250,6 +298,8 @@ def run(args: argparse.Namespace) -> int:
         exporter.run()
     finally:
         exporter.pods.stop()
+        if exporter.dra is not None:
+            exporter.dra.stop()
         if exporter.publisher is not None:
             exporter.publisher.stop()
         if server is not None:

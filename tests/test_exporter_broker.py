@@ -167,7 +167,7 @@ def test_cli_runs_serves_metrics_and_publishes(broker, tmp_path):
 
         wait_for(lambda: 'pod="web"' in scrape(), 30, "/metrics with the simulated pod")
         text = scrape()
-        assert 'slicemeter_slice_memory_limit_bytes{cluster="https://acme.example:6443",container="server"' in text
+        assert 'slicemeter_slice_memory_limit_bytes{claim="",cluster="https://acme.example:6443",container="server",driver=""' in text
         assert 'tenant="https://acme.example:6443"' in text
         wait_for(lambda: _value(scrape(), "slicemeter_published_ticks_total") >= 2, 30, "2 Ticks published")
         got = consume_at_least(broker.bootstrap, 2)

@@ -14,20 +14,27 @@ in this order, and a later one never reports a (pod, container, GPU) an earlier 
 - `AnnotationStrategy`: a slice HAMi granted (pod annotation) but without a region yet is
   still reported (used 0) because it is billed; a rejected region falls back to the same row
   with the used fields unknown (null).
-- `CgroupStrategy`: GPU processes of pods without HAMi grants, through their cgroup, are
-  whole-GPU pods.
+- `DraStrategy`: slices granted through ResourceClaims (docs/dra.md), one per (container,
+  claim, device), with their allocation shares; usage from the claim's HAMi region, else NVML
+  through cgroups, else unknown. adminAccess results get no slice, and their processes no
+  cgroup slice either: monitoring is not billed.
+- `CgroupStrategy`: GPU processes of pods without HAMi grants or DRA slices, through their
+  cgroup, are whole-GPU pods.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Protocol
 
-from slicemeter.exporter.sources.hami import Region, RegionError, RegionFile, aggregate
+from fractions import Fraction
+
+from slicemeter.exporter.sources.dra import HAMI_DRIVER, DraSlice
+from slicemeter.exporter.sources.hami import ClaimRegionFile, DeviceView, Region, RegionError, RegionFile, aggregate
 from slicemeter.exporter.sources.nvml import GpuSample, MigSample, NvmlSnapshot
 from slicemeter.exporter.sources.pods import Grant, PodIndex, PodInfo
 from slicemeter.common import MiB
 from slicemeter.exporter.assemble.shares import clamp01, core_limit_ratio, grant_cores_ratio, larger, memory_disagrees
-from slicemeter.tick import SliceReading
+from slicemeter.tick import GpuReading, SliceReading
 
 
 class ProcOwner(NamedTuple):   # a tuple: one is made per GPU process per tick
@@ -91,6 +98,16 @@ def nvml_usage(g: GpuSample | None, pids: set[int]) -> NvmlUsage:
 
 
 @dataclass(slots=True)
+class DraInputs:
+    """The node's DRA allocation, as one Tick reads it."""
+
+    slices: list[DraSlice]                             # dra.allocation_slices for the live pods
+    gpu_of: dict[tuple[str, str, str], str]            # (driver, pool, device) -> the Tick's gpu_uuid
+    claim_regions: list[tuple[ClaimRegionFile, Region | RegionError]]   # HAMi claims' regions, read
+    gpus: dict[str, GpuReading]                        # gpu_uuid -> the identity row of a published device
+
+
+@dataclass(slots=True)
 class Sources:
     """What one Tick is attributed from, read once at its start."""
 
@@ -100,6 +117,7 @@ class Sources:
     owners: dict[str, GpuProcesses]          # GPU uuid -> its processes' owners (none without a host /proc)
     regions: list[tuple[RegionFile, Region | RegionError]]   # the listed pods' region files, read
     owner_of: OwnerOf | None                 # None: no host /proc, no cgroup attribution
+    dra: DraInputs | None = None             # None: DRA not read (or not yet)
     gpus: dict[str, GpuSample] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -291,6 +309,111 @@ class AnnotationStrategy:
                     ))
 
 
+class _DraGroup(NamedTuple):
+    """One slice's rows of the allocation: its results of one claim on one device."""
+
+    parts: list[DraSlice]
+    gpu_uuid: str
+
+
+def _sum(values: list[Fraction | None]) -> float | None:
+    return None if any(v is None for v in values) else float(min(Fraction(1), sum(values)))
+
+
+class DraStrategy:
+    name = "dra"
+
+    def __init__(self, tolerance: Tolerance):
+        self.tolerance = tolerance
+
+    def attribute(self, src: Sources, out: Draft) -> None:
+        if src.dra is None:
+            return
+        groups: dict[tuple[str, str, str, str], _DraGroup] = {}
+        for d in src.dra.slices:
+            gpu = src.dra.gpu_of.get((d.driver, d.pool, d.device)) or d.device_uuid or f"{d.driver}/{d.pool}/{d.device}"
+            key = (d.pod_uid, d.container, d.claim_uid, gpu)
+            if not d.billed:
+                out.seen.add((d.pod_uid, d.container, gpu))   # its processes are monitoring, not a whole-GPU tenant
+                continue
+            groups.setdefault(key, _DraGroup([], gpu)).parts.append(d)
+        regions = self._claim_regions(src, out)
+        consumers: dict[tuple[str, str], list[tuple[str, str, float]]] = {}   # (claim uid, GPU) -> its slices
+        for (uid, container, claim_uid, gpu), g in groups.items():
+            weight = sum(d.share or 0 for d in g.parts)
+            consumers.setdefault((claim_uid, gpu), []).append((uid, container, float(weight)))
+        for (uid, container, claim_uid, gpu), g in groups.items():
+            region = regions.get(claim_uid, _NO_REGION) if g.parts[0].driver == HAMI_DRIVER else None
+            self._slice(src, out, g, region, consumers[(claim_uid, gpu)])
+
+    @staticmethod
+    def _claim_regions(src: Sources, out: Draft) -> dict[str, Region | None]:
+        """Claim uid -> its region; None where it could not be read (its use is unknown)."""
+        got: dict[str, Region | None] = {}
+        for f, region in src.dra.claim_regions:
+            if isinstance(region, RegionError):
+                out.region_error(None, None, f"claims/{f.dir_name}", region)
+                got[f.claim_uid] = None
+            else:
+                got[f.claim_uid] = region
+        return got
+
+    def _slice(self, src: Sources, out: Draft, g: _DraGroup, region: Region | object | None,
+               consumers: list[tuple[str, str, float]]) -> None:
+        d, gpu = g.parts[0], g.gpu_uuid
+        uid, container = d.pod_uid, d.container
+        sample = src.gpus.get(gpu)
+        on_gpu = src.owners.get(gpu, _NO_PROCESSES)
+        mine = on_gpu.of(uid, container)
+        dev = next((v for v in region.devices if v.uuid == gpu), None) if isinstance(region, Region) else None
+        used = sm = procs = None
+        claimed: set[int] = set()
+        if dev is not None:
+            used, sm, procs, claimed = _claim_use(region, dev, on_gpu, uid, container, consumers)
+            out.hami_pids.update(claimed)
+        elif region is _NO_REGION:
+            used, sm, procs = 0, 0.0, 0   # HAMi's claim without a region yet: nothing ran under HAMi-core
+        nv = nvml_usage(sample, claimed | mine) if sample is not None else _NO_USAGE
+        memory = sum(p.memory_bytes for p in g.parts) if all(p.memory_bytes is not None for p in g.parts) else None
+        out.slices.append(SliceReading(
+            pod_uid=uid, container=container, gpu_uuid=gpu, pod=d.pod, namespace=d.namespace,
+            hami_memory_limit_bytes=dev.limit_bytes if dev is not None else None, hami_memory_used_bytes=used,
+            sm_limit_ratio=dev.sm_limit_pct / 100 if dev is not None and dev.sm_limit_pct else None,
+            sm_util_ratio=clamp01(larger(sm, nv.sm_ratio)), process_count=larger(procs, nv.processes),
+            nvml_memory_used_bytes=nv.memory_bytes, alloc_memory_bytes=int(memory) if memory is not None else None,
+            whole_gpu=False, source="dra", claim=d.claim, claim_uid=d.claim_uid, driver=d.driver,
+            alloc_mem_share_ratio=_sum([p.mem_share for p in g.parts]),
+            alloc_cores_share_ratio=_sum([p.cores_share for p in g.parts]),
+        ))
+        key = (uid, container, gpu)
+        out.seen.add(key)
+        if used is not None:
+            out.disagreement[key] = self.tolerance.disagrees(used, nv.memory_bytes)
+
+
+_NO_REGION = object()   # a HAMi claim with no region yet: nothing used
+
+
+def _claim_use(region: Region, dev: DeviceView, on_gpu: GpuProcesses, uid: str, container: str,
+               consumers: list[tuple[str, str, float]]) -> tuple[int, float, int, set[int]]:
+    """The part of a claim's device use that is this container's: all of it when it is the
+    claim's only consumer on the device; else its processes' slots, where NVML's pids place
+    every slot in a consumer's cgroup; else the use split as the allocation is."""
+    all_pids = {p.hostpid for p in region.procs if p.hostpid}
+    if len(consumers) == 1:
+        return dev.used_bytes, dev.sm_util_pct / 100, dev.processes, all_pids
+    owner = {p.hostpid: on_gpu.owner.get(p.hostpid) for p in region.procs}
+    members = {(u, c) for u, c, _ in consumers}
+    if region.procs and all(o is not None and (o.uid, o.container) in members for o in owner.values()):
+        mine = [p for p in region.procs if (owner[p.hostpid].uid, owner[p.hostpid].container) == (uid, container)]
+        view = aggregate([dev], mine)[0]
+        return view.used_bytes, view.sm_util_pct / 100, view.processes, {p.hostpid for p in mine}
+    total = sum(w for _, _, w in consumers)
+    weight = next(w for u, c, w in consumers if (u, c) == (uid, container))
+    part = weight / total if total else 1 / len(consumers)
+    return int(dev.used_bytes * part), dev.sm_util_pct / 100 * part, dev.processes, set()
+
+
 class CgroupStrategy:
     name = "cgroup"
 
@@ -302,8 +425,9 @@ class CgroupStrategy:
                 continue   # no processes, or a MIG GPU (its processes belong to its instances)
             owners: dict[tuple[str, str], list[int]] = {}
             for pid, found in src.owners[g.uuid].owner.items():
-                if pid in out.hami_pids or found is None or found.pod is not None and found.pod.hami:
-                    continue   # a region's, gone, or a HAMi pod's (its slices come from HAMi/annotation)
+                if pid in out.hami_pids or found is None or found.pod is not None and found.pod.hami \
+                        or (found.uid, found.container, g.uuid) in out.seen:
+                    continue   # a region's, gone, a HAMi pod's (its slices come from HAMi/annotation) or DRA's
                 owners.setdefault((found.uid, found.container), []).append(pid)
             for (uid, cname), pids in owners.items():
                 pod = src.pods.pods.get(uid)

@@ -25,7 +25,10 @@ def grant_cores_ratio(grant: Grant | None) -> float | None:
 
 
 def allocation_share(s: SliceReading, gpu_memory_total: int | None) -> float | None:
-    """Dominant share of the GPU the slice was granted (whole GPU = 1)."""
+    """Dominant share of the GPU the slice was granted (whole GPU = 1); a DRA slice's is the
+    larger of its shares by memory and by cores (docs/dra.md)."""
+    if s.alloc_mem_share_ratio is not None or s.alloc_cores_share_ratio is not None:
+        return clamp01(larger(s.alloc_mem_share_ratio, s.alloc_cores_share_ratio))
     if s.whole_gpu:
         return 1.0
     mem = s.alloc_memory_bytes if s.alloc_memory_bytes is not None else s.hami_memory_limit_bytes

@@ -4,11 +4,13 @@ A Tick is built in three steps, each its own module:
 
 1. collect: `NvmlReader` (exporter/sources/nvml.py) reads the GPUs and their processes, `PodCache`
    (exporter/sources/pods.py) holds the node's pod list and HAMi's grants, `RegionSource`
-   (exporter/sources/hami.py) lists and reads HAMi-core's region files; each process is placed in
-   its container through its cgroup (`ProcessOwners` here).
-2. attribute: the strategies of exporter/assemble/attribution.py (region, MIG, annotation, cgroup)
-   turn them into container slices.
-3. assemble: GPU readings bounded to what is physically possible, with their slice counts.
+   (exporter/sources/hami.py) lists and reads HAMi-core's region files, `DraCache`
+   (exporter/sources/dra_source.py) the node's ResourceClaims and ResourceSlices when DRA is
+   read; each process is placed in its container through its cgroup (`ProcessOwners` here).
+2. attribute: the strategies of exporter/assemble/attribution.py (region, MIG, annotation, DRA,
+   cgroup) turn them into container slices.
+3. assemble: GPU readings bounded to what is physically possible, with their slice counts; a
+   DRA device NVML does not see is a GPU row of identity only (`dra_gpus`).
 
 /metrics and Kafka read only the finished `BuildResult`.
 """
@@ -21,10 +23,12 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from slicemeter import clock
-from slicemeter.exporter.assemble.attribution import (AnnotationStrategy, CgroupStrategy, Draft, GpuProcesses,
-                                                      MigStrategy, ProcOwner, RegionStrategy, Sources, Strategy,
-                                                      Tolerance)
-from slicemeter.exporter.sources.hami import RegionError, RegionSource, parse_dir_name
+from slicemeter.exporter.assemble.attribution import (AnnotationStrategy, CgroupStrategy, DraInputs, DraStrategy, Draft,
+                                                      GpuProcesses, MigStrategy, ProcOwner, RegionStrategy, Sources,
+                                                      Strategy, Tolerance)
+from slicemeter.exporter.sources.dra import HAMI_DRIVER, ResourceSlice, SplitPolicy, allocation_slices, device_model
+from slicemeter.exporter.sources.dra_source import DraCache
+from slicemeter.exporter.sources.hami import RegionError, RegionSource, discover_claims, parse_dir_name, read_claim_regions
 from slicemeter.exporter.sources.nvml import GpuSample, MigSample, NvmlReader
 from slicemeter.exporter.sources.pods import PodCache, PodIndex, PodInfo, pid_to_pod
 from slicemeter.common import MiB
@@ -49,6 +53,7 @@ class BuildResult:
     mig: dict[tuple[str, str, str], MigSample] = field(default_factory=dict)
     pods: PodIndex | None = None   # the pod list the Tick was attributed with (HAMi's grants)
     nvml_unsupported: frozenset[tuple[int | None, str]] = frozenset()   # (GPU index, call) NVML does not offer
+    dra_errors: int = 0   # DRA refreshes failed and claims or devices refused since the last Tick
 
 
 class _AskedEachTick:
@@ -149,15 +154,21 @@ class TickBuilder:
         tolerance_bytes: int = 256 * MiB,
         tolerance_ratio: float = 0.10,
         pid_alive: Callable[[int], bool] | None = None,
+        dra: DraCache | None = None,
+        dra_split: SplitPolicy = SplitPolicy.EQUAL,
     ):
         self.node, self.cluster, self.nvml, self.hami_dir, self.pods = node, cluster, nvml, hami_dir, pods
+        self.dra, self.dra_split = dra, dra_split
+        if dra is not None:
+            pods.dra_pods = True   # the pods' claims come from the same pod list
         self.regions = RegionSource(hami_dir)
         self.processes = ProcessOwners(proc_root) if proc_root is not None else None
         tolerance = self.tolerance = Tolerance(tolerance_bytes, tolerance_ratio)
         self.strategies: list[Strategy] = [RegionStrategy(tolerance, pid_alive), MigStrategy(),
-                                           AnnotationStrategy(tolerance), CgroupStrategy()]
+                                           AnnotationStrategy(tolerance), DraStrategy(tolerance), CgroupStrategy()]
         self._logged: set[tuple[str, str]] = set()
         self._pod_errors_seen = 0
+        self._dra_errors_seen = 0
 
     def build(self, ts_ms: int | None = None, interval_ms: int = 10_000) -> BuildResult:
         t0 = time.perf_counter()
@@ -169,6 +180,9 @@ class TickBuilder:
                           nvml_unsupported=frozenset(self.nvml.unsupported))
         pod_err_total = self.pods.errors_total
         res.pod_errors, self._pod_errors_seen = pod_err_total - self._pod_errors_seen, pod_err_total
+        if self.dra is not None:
+            dra_err_total = self.dra.errors_total
+            res.dra_errors, self._dra_errors_seen = dra_err_total - self._dra_errors_seen, dra_err_total
 
         src = self._collect(res, snap, pods, ts_ms)
         draft = Draft(slices=res.tick.slices, region_error=lambda *a: self._region_error(res, *a), hami_ok=res.hami_ok,
@@ -180,8 +194,15 @@ class TickBuilder:
         counts: dict[str, int] = {}
         for s in res.tick.slices:
             counts[s.gpu_uuid] = counts.get(s.gpu_uuid, 0) + 1
+        published = src.dra.gpus if src.dra is not None else {}
         for g in snap.gpus:
-            res.tick.gpus.append(_gpu_reading(g, counts.get(g.uuid, 0)))
+            reading = _gpu_reading(g, counts.get(g.uuid, 0))
+            reading.driver = published[g.uuid].driver if g.uuid in published else None
+            res.tick.gpus.append(reading)
+        for uuid, row in published.items():
+            if uuid not in src.gpus:
+                row.slice_count = counts.get(uuid, 0)
+                res.tick.gpus.append(row)
         res.duration_s = time.perf_counter() - t0
         return res
 
@@ -204,7 +225,28 @@ class TickBuilder:
         devmem = {g.uuid: g.memory_total for g in snap.gpus if g.memory_total}
         regions = self.regions.read(listed, devmem, ts_ms / 1000)
         return Sources(ts_ms=ts_ms, snapshot=snap, pods=pods, owners=owners, regions=regions,
-                       owner_of=self.processes.owner if self.processes is not None else None)
+                       owner_of=self.processes.owner if self.processes is not None else None,
+                       dra=self._dra_inputs(res, pods, devmem, ts_ms))
+
+    def _dra_inputs(self, res: BuildResult, pods: PodIndex, devmem: dict[str, int], ts_ms: int) -> DraInputs | None:
+        """The node's DRA slices and its HAMi claims' regions; None until claims, slices and
+        pods have each been read once (DRA slices are unknown then, not none)."""
+        if self.dra is None:
+            return None
+        got = self.dra.get()
+        if not got.fetched or not pods.fetched:
+            return None
+        slices = allocation_slices(got.claims, got.slices, pods.dra_pods, self.dra_split)
+        hami_claims = {d.claim_uid for d in slices if d.driver == HAMI_DRIVER}
+        files, errors = discover_claims(self.hami_dir)
+        for entry, err in errors:
+            self._region_error(res, None, None, f"claims/{entry}", err)
+        regions = read_claim_regions(self.hami_dir, [f for f in files if f.claim_uid in hami_claims], devmem, ts_ms / 1000)
+        devices = dra_devices(got.slices)
+        gpus: dict[str, GpuReading] = {}
+        for row in devices.values():
+            gpus.setdefault(row.gpu_uuid, row)   # one row per GPU however many partitions it has
+        return DraInputs(slices, {key: row.gpu_uuid for key, row in devices.items()}, regions, gpus)
 
     def _mark_verified(self, slices: list[SliceReading], gpus: list[GpuSample], region_pids: set[int]) -> None:
         """Each slice's `usage_verified`: NVML's and the cgroups' own figures (cgroup and MIG
@@ -279,3 +321,34 @@ def _gpu_reading(g: GpuSample, slice_count: int) -> GpuReading:
         energy_joules=g.energy_j if g.energy_j is not None and g.energy_j >= 0 else None,
         slice_count=slice_count,
     )
+
+
+def _memory(amount) -> int | None:
+    return int(amount) if amount is not None else None
+
+
+def dra_devices(slices: tuple[ResourceSlice, ...] | list[ResourceSlice]) -> dict[tuple[str, str, str], GpuReading]:
+    """(driver, pool, device) -> the GPU row it is metered on: the device's `uuid` attribute,
+    a partition's `parentUUID` (its share is of the parent), else `<driver>/<pool>/<device>`.
+    Identity only: model, memory (a partition's: its counter set's `memory`), driver."""
+    out: dict[tuple[str, str, str], GpuReading] = {}
+    for s in slices:
+        for d in s.devices:
+            uuid, parent = d.attributes.get("uuid"), d.attributes.get("parentUUID")
+            memory = d.capacity.get("memory")
+            if isinstance(parent, str) and d.consumes_counters and not isinstance(uuid, str):
+                uuid = parent
+                memory = next((c.get("memory") for name in d.consumes_counters
+                               if (c := _counter_set(slices, s, name)) is not None), None)
+            if not isinstance(uuid, str):
+                uuid = f"{s.driver}/{s.pool}/{d.name}"
+            out[(s.driver, s.pool, d.name)] = GpuReading(gpu_uuid=uuid, gpu_index=-1, model=device_model(d),
+                                                         memory_total_bytes=_memory(memory), driver=s.driver)
+    return out
+
+
+def _counter_set(slices, owner: ResourceSlice, name: str) -> dict | None:
+    """A counter set published in another slice of the same pool (from Kubernetes 1.35)."""
+    return next((s.shared_counters[name] for s in slices
+                 if (s.driver, s.pool) == (owner.driver, owner.pool) and name in s.shared_counters), None)
+

@@ -36,7 +36,7 @@ class Family:
 
 COMMON = ("node", "cluster", "tenant")
 GPU = COMMON + ("gpu_uuid", "gpu_index", "model")
-SLICE = COMMON + ("namespace", "pod", "container", "gpu_uuid", "vdevice_index")
+SLICE = COMMON + ("namespace", "pod", "container", "gpu_uuid", "vdevice_index", "claim", "driver")
 CONTAINER = COMMON + ("namespace", "pod", "container")
 HAMI_CTR = ("namespace", "pod", "container", "vdevice_index", "device_uuid", "zone")
 HAMI_HOST = ("node", "device_index", "device_uuid", "device_type", "zone")

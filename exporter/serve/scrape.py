@@ -21,7 +21,7 @@ from slicemeter.exporter.assemble.shares import allocation_share, usage_share
 from slicemeter.exporter.assemble.tick_builder import BuildResult
 from slicemeter.tick import SliceReading
 
-SOURCES = ("nvml", "hami", "pods", "kafka")
+SOURCES = ("nvml", "hami", "pods", "dra", "kafka")
 
 
 def _version() -> str:
@@ -50,6 +50,7 @@ class ExporterStats:
             self.last = result
             self.source_errors["nvml"] += result.nvml_errors
             self.source_errors["pods"] += max(0, result.pod_errors)
+            self.source_errors["dra"] += max(0, result.dra_errors)
             self.source_errors["hami"] += len(result.region_errors)
             for *_, err in result.region_errors:
                 self.region_errors[err.reason] = self.region_errors.get(err.reason, 0) + 1
@@ -124,7 +125,7 @@ class Scrape:
 
 class SliceView(NamedTuple):   # a tuple: one is made per slice per Tick
     reading: SliceReading
-    labels: tuple[str, ...]          # catalogue.SLICE's values
+    labels: tuple[str, ...]          # catalogue.SLICE's values (claim and driver empty off DRA)
     allocation: float | None
     usage: float | None
 
@@ -150,7 +151,7 @@ class TickView:
             used[uuid] = used.get(uuid, 0.0) + (u or 0.0)
             self.names[s.pod_uid] = (s.namespace, s.pod)
             labels = label_tuples(base + (label_value(s.namespace), label_value(s.pod or s.pod_uid), s.container, uuid,
-                                          label_value(s.vdevice_index)))
+                                          label_value(s.vdevice_index), label_value(s.claim), label_value(s.driver)))
             self.slices.append(SliceView(s, labels, a, u))
 
 

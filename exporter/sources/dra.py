@@ -465,6 +465,7 @@ class DraSlice:
     billed: bool
     mem_share: Fraction | None = None    # by memory: consumed / the device's, x partition, x parts
     cores_share: Fraction | None = None  # by cores, the same way
+    memory_bytes: Fraction | None = None   # the memory consumed (HAMi's default too) x parts, when the result says
 
 
 def device_model(device: Device) -> str | None:
@@ -583,6 +584,7 @@ def allocation_slices(claims: Iterable[ResourceClaim], slices: Iterable[Resource
                               if _request_matches(r, result.request)}.values())
             device = devices.get((result.driver, result.pool, result.device))
             share, mem, cores, basis = result_shares(result, device, counters[(result.driver, result.pool)])
+            consumed = capacity_consumed(result, device)[0].get("memory") if device else result.consumed_capacity.get("memory")
             for uid, pod, container in consumers:
                 parts = _parts(policy, [(u, c) for u, _, c in consumers], uid, unseen)
                 out.append(DraSlice(
@@ -592,7 +594,8 @@ def allocation_slices(claims: Iterable[ResourceClaim], slices: Iterable[Resource
                     device_uuid=_str_attr(device, "uuid"), model=device_model(device) if device else None,
                     basis=basis, device_share=share, parts=parts,
                     share=None if share is None else share * parts, billed=basis is not Basis.ADMIN,
-                    mem_share=None if mem is None else mem * parts, cores_share=None if cores is None else cores * parts))
+                    mem_share=None if mem is None else mem * parts, cores_share=None if cores is None else cores * parts,
+                    memory_bytes=None if consumed is None or basis is Basis.ADMIN else Fraction(consumed) * parts))
     return out
 
 

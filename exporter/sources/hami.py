@@ -1,4 +1,5 @@
-"""Read HAMi-core shared regions (`<hook>/containers/<podUID>_<container>/*.cache`).
+"""Read HAMi-core shared regions (`<hook>/containers/<podUID>_<container>/*.cache`, and
+`<hook>/claims/<claimUID>/<uuid>.cache` of HAMi's DRA driver).
 
 The file is written by libvgpu.so from inside the tenant's container, so every byte is
 untrusted: this reader never writes to it (O_RDONLY, no mmap), never follows a link out of
@@ -668,7 +669,7 @@ def _read_fd(fd: int, name: str, device_memory: Mapping[str, int] | None, now_s:
     return parse_region(lambda off, n: os.pread(fd, n, off), st.st_size, device_memory, now_s, last=last)
 
 
-def open_region_entry(root_fd: int, rf: RegionFile) -> int | RegionError:
+def open_region_entry(root_fd: int, rf: RegionFile | ClaimRegionFile) -> int | RegionError:
     """Open `<containers>/<dir>/<cache>` component by component (openat, no links followed),
     so nothing outside the HAMi directory can be reached whatever the tenant renames."""
     try:
@@ -709,6 +710,85 @@ def read_region_file(
         return _read_fd(fd, os.path.basename(path), device_memory, now_s)
     finally:
         os.close(fd)
+
+
+# ---------------------------------------------------------------- claims (HAMi's DRA driver)
+
+# HAMi's DRA driver gives each prepared claim `<hook>/claims/<claimUID>/<random uuid>.cache`,
+# emptying the directory at each prepare: one file, shared by every container of the claim.
+_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+_CLAIM_DIR_RE = re.compile(rf"^{_UUID}$")
+_CLAIM_CACHE_RE = re.compile(rf"^{_UUID}\.cache$")
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRegionFile:
+    claim_uid: str
+    dir_name: str     # the claim's UID, validated
+    cache_name: str   # <uuid>.cache, validated
+    path: str         # for logs; reading goes through openat (open_region_entry)
+
+
+def claims_dir(hami_dir: str) -> str:
+    return os.path.join(os.path.realpath(hami_dir), "claims")
+
+
+def discover_claims(hami_dir: str) -> tuple[list[ClaimRegionFile], list[tuple[str, RegionError]]]:
+    """The claims' region files; (entry, error) for each name that is not a claim UID's
+    directory or a `<uuid>.cache` in one (each costs only itself), and for a claim with
+    two regions (its use is unknown). Never raises."""
+    root = claims_dir(hami_dir)
+    files: list[ClaimRegionFile] = []
+    errors: list[tuple[str, RegionError]] = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return files, errors     # no claim prepared on this node (yet): not an error
+    for entry in entries:
+        if not _CLAIM_DIR_RE.match(entry.name):
+            errors.append((entry.name[:80], RegionError("bad_name", f"directory name {entry.name[:80]!r} is not a claim UID")))
+            continue
+        if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
+            errors.append((entry.name, RegionError("symlink", f"{entry.name} is a link or not a directory")))
+            continue
+        try:
+            names = sorted(os.listdir(entry.path))
+        except OSError as exc:
+            errors.append((entry.name, RegionError("unreadable", str(exc))))
+            continue
+        caches = [n for n in names if _CLAIM_CACHE_RE.match(n)]
+        errors += [(f"{entry.name}/{n[:80]}", RegionError("bad_name", f"file name {n[:80]!r} is not <uuid>.cache"))
+                   for n in names if not _CLAIM_CACHE_RE.match(n)]
+        if len(caches) > 1:
+            errors.append((entry.name, RegionError("ambiguous", f"{len(caches)} .cache files")))
+        elif caches:
+            files.append(ClaimRegionFile(entry.name, entry.name, caches[0], os.path.join(root, entry.name, caches[0])))
+    return files, errors
+
+
+def read_claim_regions(hami_dir: str, files: list[ClaimRegionFile], device_memory: Mapping[str, int] | None,
+                       now_s: float) -> list[tuple[ClaimRegionFile, Region | RegionError]]:
+    """Each claim file's region (or why not), opened as the containers' are (openat, no links)."""
+    if not files:
+        return []
+    try:
+        root = os.open(claims_dir(hami_dir), os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        return [(f, _open_error("claims", exc)) for f in files]
+    try:
+        out: list[tuple[ClaimRegionFile, Region | RegionError]] = []
+        for f in files:
+            fd = open_region_entry(root, f)
+            if isinstance(fd, RegionError):
+                out.append((f, fd))
+                continue
+            try:
+                out.append((f, _read_fd(fd, f.cache_name, device_memory or {}, now_s)))
+            finally:
+                os.close(fd)
+        return out
+    finally:
+        os.close(root)
 
 
 # Region files kept open across ticks at most: a busy node has a few hundred GPU containers,

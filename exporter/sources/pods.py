@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from slicemeter.common import GPU_UUID, HAMI_ALLOCATED_ANNOTATION, ConfigError, parse_yaml
+from slicemeter.exporter.sources.dra import Pod as DraPod, parse_pods
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,7 @@ class PodIndex:
     pods: dict[str, PodInfo] = field(default_factory=dict)
     errors: int = 0
     fetched: bool = False     # False: never got a list (attribution is unknown, not empty)
+    dra_pods: tuple[DraPod, ...] = ()   # the live pods' claims, when DRA is read (docs/dra.md)
 
 
 _ACTIVE = {None, "Pending", "Running", "Unknown"}
@@ -282,57 +284,62 @@ def url_source(url: str, token_path: str | None = None, ca_path: str | None = No
     """GET a PodList; with a token file send its content as a bearer token. The file is
     read on every fetch: projected service-account tokens are rotated."""
     ctx = tls_context(ca_path, insecure) if url.startswith("https://") else None
+    return lambda: get_json(url, token_path, ctx, timeout)
 
-    def fetch() -> dict:
-        req = urllib.request.Request(url, headers={"Accept": "application/json"})
-        if token_path:
-            with open(token_path, encoding="utf-8") as f:
-                req.add_header("Authorization", f"Bearer {f.read().strip()}")
-        with urllib.request.urlopen(req, timeout=timeout, context=ctx) as resp:
-            return json.loads(resp.read(64 * 1024 * 1024))
-    return fetch
+
+def get_json(url: str, token_path: str | None, ctx: ssl.SSLContext | None, timeout: float) -> Any:
+    """GET a JSON body (at most 64 MiB); with a token file send its content as a bearer token."""
+    req = urllib.request.Request(url, headers={"Accept": "application/json"})
+    if token_path:
+        with open(token_path, encoding="utf-8") as f:
+            req.add_header("Authorization", f"Bearer {f.read().strip()}")
+    with urllib.request.urlopen(req, timeout=timeout, context=ctx) as resp:
+        return json.loads(resp.read(64 * 1024 * 1024))
 
 
 def kubelet_url(node_ip: str = "127.0.0.1", port: int = 10250) -> str:
     return f"https://{node_ip}:{port}/pods"
 
 
-class PodCache:
-    """The latest pod index, refreshed by `refresh()` or a background timer.
+class Refreshed:
+    """A value `read()` returns, refreshed by `refresh()` or a background timer.
 
-    A failed refresh keeps the last good list (and counts an error): a kubelet hiccup must
-    not make every slice unattributed for a tick.
-    """
+    A failed read keeps the last good value (and counts an error): a source's hiccup must not
+    make every slice unattributed for a tick. `read()` returns (value, items it refused)."""
 
-    def __init__(self, source: PodListSource, refresh_s: float = 10.0):
-        self.source = source
+    what = "source"
+
+    def __init__(self, refresh_s: float, empty: Any):
         self.refresh_s = refresh_s
-        self._index = PodIndex()
+        self._value = empty
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.errors_total = 0
 
+    def read(self) -> tuple[Any, int]:
+        raise NotImplementedError
+
     def refresh(self) -> bool:
         try:
-            idx = index_pods(self.source())
+            value, refused = self.read()
         except Exception as exc:   # network, JSON, file: all cost this refresh only
             with self._lock:
                 self.errors_total += 1
-            log.warning("pod list refresh failed: %s", exc)
+            log.warning("%s refresh failed: %s", self.what, exc)
             return False
         with self._lock:
-            self.errors_total += idx.errors
-            self._index = idx
+            self.errors_total += refused
+            self._value = value
         return True
 
-    def get(self) -> PodIndex:
+    def get(self) -> Any:
         with self._lock:
-            return self._index
+            return self._value
 
     def start(self) -> None:
         self.refresh()
-        self._thread = threading.Thread(target=self._loop, name="pod-refresh", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=f"{self.what}-refresh", daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
@@ -343,3 +350,29 @@ class PodCache:
         self._stop.set()
         if self._thread:
             self._thread.join(timeout=5)
+
+
+class PodCache(Refreshed):
+    """The latest pod index (`get()`). With `dra_pods` the same list is read for the live
+    pods' ResourceClaims too (a pod the claims' reader refuses is counted)."""
+
+    what = "pod list"
+
+    def __init__(self, source: PodListSource, refresh_s: float = 10.0, dra_pods: bool = False):
+        super().__init__(refresh_s, PodIndex())
+        self.source = source
+        self.dra_pods = dra_pods
+
+    def read(self) -> tuple[PodIndex, int]:
+        doc = self.source()
+        idx = index_pods(doc)
+        if self.dra_pods:
+            parsed = parse_pods(doc)
+            idx.dra_pods = tuple(p for p in parsed.items if p.uid in idx.pods)
+            idx.errors += len(parsed.errors)
+            for err in parsed.errors:
+                log.warning("pod list, DRA claims: %s", err)
+        return idx, idx.errors
+
+    def get(self) -> PodIndex:
+        return super().get()
