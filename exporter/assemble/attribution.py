@@ -309,11 +309,25 @@ class AnnotationStrategy:
                     ))
 
 
-class _DraGroup(NamedTuple):
-    """One slice's rows of the allocation: its results of one claim on one device."""
+@dataclass(slots=True)
+class _DraGroup:
+    """One slice's rows of the allocation: its results of one claim on one device. Their
+    shares by memory and by cores add up; the slice's share is the larger sum."""
 
     parts: list[DraSlice]
     gpu_uuid: str
+
+    @property
+    def mem_share(self) -> float | None:
+        return _sum([p.mem_share for p in self.parts])
+
+    @property
+    def cores_share(self) -> float | None:
+        return _sum([p.cores_share for p in self.parts])
+
+    @property
+    def share(self) -> float | None:
+        return larger(self.mem_share, self.cores_share)
 
 
 def _sum(values: list[Fraction | None]) -> float | None:
@@ -340,8 +354,7 @@ class DraStrategy:
         regions = self._claim_regions(src, out)
         consumers: dict[tuple[str, str], list[tuple[str, str, float]]] = {}   # (claim uid, GPU) -> its slices
         for (uid, container, claim_uid, gpu), g in groups.items():
-            weight = sum(d.share or 0 for d in g.parts)
-            consumers.setdefault((claim_uid, gpu), []).append((uid, container, float(weight)))
+            consumers.setdefault((claim_uid, gpu), []).append((uid, container, g.share or 0.0))
         for (uid, container, claim_uid, gpu), g in groups.items():
             region = regions.get(claim_uid, _NO_REGION) if g.parts[0].driver == HAMI_DRIVER else None
             self._slice(src, out, g, region, consumers[(claim_uid, gpu)])
@@ -382,8 +395,7 @@ class DraStrategy:
             sm_util_ratio=clamp01(larger(sm, nv.sm_ratio)), process_count=larger(procs, nv.processes),
             nvml_memory_used_bytes=nv.memory_bytes, alloc_memory_bytes=int(memory) if memory is not None else None,
             whole_gpu=False, source="dra", claim=d.claim, claim_uid=d.claim_uid, driver=d.driver,
-            alloc_mem_share_ratio=_sum([p.mem_share for p in g.parts]),
-            alloc_cores_share_ratio=_sum([p.cores_share for p in g.parts]),
+            alloc_mem_share_ratio=g.mem_share, alloc_cores_share_ratio=g.cores_share,
         ))
         key = (uid, container, gpu)
         out.seen.add(key)

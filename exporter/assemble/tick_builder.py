@@ -28,7 +28,8 @@ from slicemeter.exporter.assemble.attribution import (AnnotationStrategy, Cgroup
                                                       Strategy, Tolerance)
 from slicemeter.exporter.sources.dra import HAMI_DRIVER, ResourceSlice, SplitPolicy, allocation_slices, device_model
 from slicemeter.exporter.sources.dra_source import DraCache
-from slicemeter.exporter.sources.hami import RegionError, RegionSource, discover_claims, parse_dir_name, read_claim_regions
+from slicemeter.exporter.sources.hami import (ClaimRegionFile, RegionError, RegionSource, discover_claims, parse_dir_name,
+                                              read_claim_regions)
 from slicemeter.exporter.sources.nvml import GpuSample, MigSample, NvmlReader
 from slicemeter.exporter.sources.pods import PodCache, PodIndex, PodInfo, pid_to_pod
 from slicemeter.common import MiB
@@ -239,9 +240,12 @@ class TickBuilder:
         slices = allocation_slices(got.claims, got.slices, pods.dra_pods, self.dra_split)
         hami_claims = {d.claim_uid for d in slices if d.driver == HAMI_DRIVER}
         files, errors = discover_claims(self.hami_dir)
-        for entry, err in errors:
-            self._region_error(res, None, None, f"claims/{entry}", err)
         regions = read_claim_regions(self.hami_dir, [f for f in files if f.claim_uid in hami_claims], devmem, ts_ms / 1000)
+        for entry, err in errors:
+            if entry in hami_claims:   # the claim's directory could not be read: its use is unknown
+                regions.append((ClaimRegionFile(entry, entry, "", ""), err))
+            else:   # a stray name costs only itself
+                self._region_error(res, None, None, f"claims/{entry}", err)
         devices = dra_devices(got.slices)
         gpus: dict[str, GpuReading] = {}
         for row in devices.values():

@@ -1,0 +1,334 @@
+"""A node metered through DRA and HAMi's device plugin at once, computed by hand.
+
+The ResourceClaims and ResourceSlices of tests/data/dra/ are served by a recorded API server
+(testkit/dra_api.py), their pods (plus a device-plugin HAMi pod) by a pod list; NVML is the
+simulator's fake pynvml; HAMi's regions are HAMi-core's bytes under containers/ and claims/.
+The fixtures span three nodes; here they are put on one, so that one Tick holds them all.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from slicemeter.common import GiB
+from slicemeter.exporter.assemble.tick_builder import TickBuilder
+from slicemeter.exporter.serve.collector import ExporterCollector, ExporterStats
+from slicemeter.exporter.sources.dra_source import DraCache
+from slicemeter.exporter.sources.nvml import NvmlReader
+from slicemeter.exporter.sources.pods import PodCache
+from slicemeter.simulator.nvml import ProcNow
+from slicemeter.testkit.dra_api import CLAIMS_PATH, SLICES_PATH, TOKEN, DraApi
+from slicemeter.testkit.hami_bytes import Proc, build_region
+from slicemeter.testkit.kube_api import CERT
+from slicemeter.testkit.static_node import StaticNode, gpu, pod, write_cgroup, write_region
+
+DATA = Path(__file__).parent / "data" / "dra"
+NODE = "gpu-node-1"
+CLUSTER = "https://acme.example:6443"
+TS = 1_795_000_000_000
+
+HAMI_GPU = "GPU-3a1f6c2e-8a41-4d4b-9e38-6f0f3c1b2a10"        # hami-gpu-0
+NV_SHARE, NV_SLICED, MIG_PARENT, NV_WHOLE = (f"GPU-8c0e4f3a-1b2d-4c5e-8f70-9a1b2c3d4e5{i}" for i in range(4))
+PLUGIN_GPU = "GPU-0a1b2c3d-0000-1111-2222-333344445555"       # HAMi's device plugin's
+NPU = "npu-node-1-0"
+PLUGIN_UID = "6f1c2a4e-9b7d-4c3e-8a21-0d9e8f7a6b5c"
+TRAIN_CLAIM_UID = "7d1c2b3a-0e9f-4a8b-8c7d-6e5f4a3b2c01"
+HAMI, NVIDIA, ASCEND = "hami-core-gpu.project-hami.io", "gpu.nvidia.com", "ascend.project-hami.io"
+TRAIN_PID, MONITOR_PID, PLUGIN_PID = 7100, 7200, 7300
+REGION_NAME = "5e0d8c1a-7b2f-4e6d-9a3c-1f2e3d4c5b6a.cache"
+
+
+def load(name: str) -> dict:
+    return json.loads((DATA / name).read_text())
+
+
+def on_one_node(doc: dict) -> dict:
+    """The fixtures' objects, every one on NODE: slices, claims' node selectors, pods."""
+    doc = copy.deepcopy(doc)
+    for item in doc["items"]:
+        spec, status = item.get("spec", {}), item.get("status", {})
+        if item.get("kind") == "ResourceSlice" or "containers" in spec:
+            spec["nodeName"] = NODE
+        for term in status.get("allocation", {}).get("nodeSelector", {}).get("nodeSelectorTerms", []):
+            term["matchFields"][0]["values"] = [NODE]
+    return doc
+
+
+def with_container_ids(p: dict) -> dict:
+    """A pod as the kubelet's /pods has it once running: its containers' runtime ids."""
+    uid = p["metadata"]["uid"].replace("-", "")
+    p.setdefault("status", {})["containerStatuses"] = [
+        {"name": c["name"], "containerID": "containerd://" + (uid + f"{i:02d}").ljust(64, "0")}
+        for i, c in enumerate(p["spec"]["containers"])]
+    return p
+
+
+def plugin_pod() -> dict:
+    """A HAMi device-plugin pod on another GPU: 20480 MiB and 25 cores."""
+    return pod(PLUGIN_UID, "chat", "team-d", ["main"], allocated=f"{PLUGIN_GPU},NVIDIA,20480,25:;")
+
+
+class Node:
+    """The exporter of NODE: fake NVML, HAMi dirs, /proc, pod list file, DRA from `api`."""
+
+    def __init__(self, tmp: Path, api: DraApi):
+        self.hami, self.proc, self.pods_path = tmp / "vgpu", tmp / "proc", tmp / "pods.json"
+        (self.hami / "containers").mkdir(parents=True)
+        self.pods = {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": [
+            with_container_ids(p) for p in on_one_node(load("pods.json"))["items"]] + [plugin_pod()]}
+        self.write_pods()
+        for item, container, pid in ((self.pod("gpu-monitor"), "exporter", MONITOR_PID),
+                                     (self.pod("train"), "trainer", TRAIN_PID), (plugin_pod(), "main", PLUGIN_PID)):
+            write_cgroup(self.proc, pid, item, container)
+        gpus = [gpu(u, used=0) for u in (PLUGIN_GPU, HAMI_GPU, NV_SHARE, NV_SLICED, MIG_PARENT, NV_WHOLE)]
+        procs = {0: [ProcNow(PLUGIN_PID, 5 * GiB, 20, 5)], 1: [ProcNow(TRAIN_PID, 6 * GiB, 12, 4)],
+                 3: [ProcNow(MONITOR_PID, 1 * GiB, 1, 0)]}
+        write_region(self.hami, PLUGIN_UID, "main", devices=[(PLUGIN_GPU, 20 * GiB, 25)],
+                     procs=[Proc(pid=1, hostpid=PLUGIN_PID, mem=[(GiB, 0, 4 * GiB)], sm_util=[20])])
+        self.static = StaticNode(gpus=gpus, procs=procs, ts_ms=TS)
+        self.api = api
+        args = exporter_args("--dra-api", api.url, "--dra-ca", str(CERT), "--token-file", str(tmp / "token"))
+        (tmp / "token").write_text(TOKEN + "\n")
+        from slicemeter.exporter.cli import _dra_fetch
+
+        self.dra = DraCache(_dra_fetch(args), NODE)
+        self.pod_cache = PodCache(lambda: json.loads(self.pods_path.read_text()))
+        self.builder = TickBuilder(NODE, CLUSTER, NvmlReader(self.static.fake_nvml(), initialised=True), str(self.hami),
+                                   self.pod_cache, proc_root=str(self.proc), dra=self.dra)
+
+    def pod(self, name: str) -> dict:
+        return next(p for p in self.pods["items"] if p["metadata"]["name"] == name)
+
+    def write_pods(self) -> None:
+        self.pods_path.write_text(json.dumps(self.pods))
+
+    def claim(self, name: str) -> dict:
+        return next(c for c in self.api.claims["items"] if c["metadata"]["name"] == name)
+
+    def tick(self, n: int = 0):
+        assert self.pod_cache.refresh() and self.dra.refresh()
+        return self.builder.build(TS + n * 10_000)
+
+
+def exporter_args(*argv: str) -> argparse.Namespace:
+    from slicemeter.exporter import cli
+
+    p = argparse.ArgumentParser()
+    cli.configure(p)
+    return p.parse_args(["--hami-dir", "/nonexistent", "--node", NODE, *argv])
+
+
+def claim_region(hami: Path, claim_uid: str, **region) -> Path:
+    d = hami / "claims" / claim_uid
+    d.mkdir(parents=True, exist_ok=True)
+    (d / REGION_NAME).write_bytes(bytes(build_region(**region)) + b"\0")
+    return d
+
+
+@pytest.fixture
+def node(tmp_path):
+    with DraApi(on_one_node(load("resourceclaims.json")), on_one_node(load("resourceslices.json"))) as api:
+        yield Node(tmp_path, api)
+
+
+def rows(res) -> dict[tuple[str, str, str | None], object]:
+    """(pod, container, claim) -> its slice; each once."""
+    out = {}
+    for s in res.tick.slices:
+        key = (s.pod, s.container, s.claim)
+        assert key not in out, f"two slice rows for {key}"
+        out[key] = s
+    return out
+
+
+def shares(res) -> dict[tuple[str, str, str | None], tuple]:
+    """(pod, container, claim) -> (GPU, driver, dominant, by memory, by cores), as /metrics and the Tick say."""
+    from slicemeter.exporter.assemble.shares import allocation_share
+
+    total = {g.gpu_uuid: g.memory_total_bytes for g in res.tick.gpus}
+    return {k: (s.gpu_uuid, s.driver, allocation_share(s, total.get(s.gpu_uuid)), s.alloc_mem_share_ratio,
+                s.alloc_cores_share_ratio) for k, s in rows(res).items()}
+
+
+def test_one_tick_holds_every_containers_slice_with_its_share_computed_by_hand(node):
+    claim_region(node.hami, TRAIN_CLAIM_UID, devices=[(HAMI_GPU, 20 * GiB, 30)],
+                 procs=[Proc(pid=1, hostpid=TRAIN_PID, mem=[(GiB, GiB, 4 * GiB)], sm_util=[12])])
+    (node.hami / "claims" / TRAIN_CLAIM_UID / "notes.txt").write_text("not a region")
+    res = node.tick()
+    assert shares(res) == {
+        # HAMi's device plugin, another GPU: max(20480 MiB / 80 GiB, 25 / 100) = 1/4
+        ("chat", "main", None): (PLUGIN_GPU, None, 0.25, None, None),
+        # HAMi's DRA driver: memory 20Gi / 80Gi = 1/4, cores 30/100 = 3/10; dominant 3/10
+        ("train", "trainer", "train-gpu-x7k2p"): (HAMI_GPU, HAMI, 0.3, 0.25, 0.3),
+        # pair-gpus "first" (4Gi, 20 cores: 1/20, 1/5) is a's and b's, half each: 1/40, 1/10;
+        # b also has "second" (16Gi, 10 cores: 1/5, 1/10): b = 1/40 + 1/5 = 9/40, 1/10 + 1/10 = 1/5
+        ("pair", "a", "pair-gpus"): (HAMI_GPU, HAMI, 0.1, 0.025, 0.1),
+        ("pair", "b", "pair-gpus"): (HAMI_GPU, HAMI, 0.225, 0.225, 0.2),
+        # NVIDIA's consumable shares: memory 10Gi / 80Gi; the device has no cores: the same share
+        ("notebook", "jupyter", "notebook-share"): (NV_SHARE, NVIDIA, 0.125, 0.125, 0.125),
+        # a whole time-sliced GPU reserved for two pods: half each
+        ("render-a", "render", "render-timesliced"): (NV_SLICED, NVIDIA, 0.5, 0.5, 0.5),
+        ("render-b", "render", "render-timesliced"): (NV_SLICED, NVIDIA, 0.5, 0.5, 0.5),
+        # nvidia.com/gpu served through DRA: the whole GPU
+        ("infer", "app", "infer-extended-resources-r9x4k"): (NV_WHOLE, NVIDIA, 1.0, 1.0, 1.0),
+        # Ascend by allocation: memory 16Gi / 64Gi = 1/4, cores 40/100 = 2/5
+        ("npu-job", "app", "npu-share"): (NPU, ASCEND, 0.4, 0.25, 0.4),
+        # MIG 1g.10gb: max(14/98 multiprocessors, 1/8 memory slices, ...) = 1/7 of its parent
+        ("mig-job", "app", "mig-small"): (MIG_PARENT, NVIDIA, pytest.approx(1 / 7), pytest.approx(1 / 7),
+                                          pytest.approx(1 / 7)),
+        # gpu-monitor's adminAccess claim: no slice, and its process on NV_SLICED no whole-GPU one
+    }
+    got = rows(res)
+    assert all(s.source == "dra" and s.whole_gpu is False for k, s in got.items() if k[2])
+    assert got[("train", "trainer", "train-gpu-x7k2p")].claim_uid == TRAIN_CLAIM_UID
+    assert got[("notebook", "jupyter", "notebook-share")].alloc_memory_bytes == 10 * GiB
+    assert got[("render-a", "render", "render-timesliced")].alloc_memory_bytes is None   # no memory consumed: unknown
+
+    # usage: the claim's region under claims/<uid>/ is the trainer's (it alone consumes the claim)
+    train = got[("train", "trainer", "train-gpu-x7k2p")]
+    assert (train.hami_memory_used_bytes, train.hami_memory_limit_bytes, train.sm_limit_ratio, train.process_count) == \
+        (6 * GiB, 20 * GiB, 0.3, 1)
+    assert train.nvml_memory_used_bytes == 6 * GiB and train.sm_util_ratio == 0.12
+    # other drivers: NVML through cgroups where it has processes, else nothing known
+    assert got[("notebook", "jupyter", "notebook-share")].hami_memory_used_bytes is None
+    npu = got[("npu-job", "app", "npu-share")]
+    assert (npu.hami_memory_used_bytes, npu.nvml_memory_used_bytes, npu.sm_util_ratio) == (None, None, None)
+
+    # GPU rows: NVML's, with the driver that publishes them; the Ascend NPU by identity alone
+    g = {r.gpu_uuid: r for r in res.tick.gpus}
+    assert {u: r.driver for u, r in g.items()} == {PLUGIN_GPU: None, HAMI_GPU: HAMI, NV_SHARE: NVIDIA, NV_SLICED: NVIDIA,
+                                                    MIG_PARENT: NVIDIA, NV_WHOLE: NVIDIA, NPU: ASCEND}
+    ascend = g[NPU]
+    assert (ascend.gpu_index, ascend.model, ascend.memory_total_bytes, ascend.slice_count) == (-1, "910B3", 64 * GiB, 1)
+    assert (ascend.memory_used_bytes, ascend.sm_util_ratio, ascend.power_watts, ascend.energy_joules) == (None,) * 4
+    assert g[HAMI_GPU].slice_count == 3 and g[NV_SLICED].slice_count == 2
+
+    # what the exporter asked: the node's slices by field selector, every claim, with the token, in pages
+    paths = {(p, tuple(q.get("fieldSelector", ()))) for p, q, _ in node.api.requests}
+    assert paths == {(CLAIMS_PATH, ()), (SLICES_PATH, (f"spec.nodeName={NODE}",))}
+    assert {auth for *_, auth in node.api.requests} == {f"Bearer {TOKEN}"}
+    assert any("continue" in q for _, q, _ in node.api.requests)
+    # the file beside the region is refused by name, costing only itself
+    assert [(e, err.reason) for _, _, e, err in res.region_errors] == [(f"claims/{TRAIN_CLAIM_UID}/notes.txt", "bad_name")]
+
+
+def test_metrics_label_dra_slices_with_their_claim_and_driver(node):
+    stats = ExporterStats(tenant="acme")
+    stats.record(node.tick())
+    text = ExporterCollector(stats).exposition().decode()
+    train = [line for line in text.splitlines() if line.startswith("slicemeter_slice_allocation_ratio{")
+             and 'pod="train"' in line]
+    assert train == ['slicemeter_slice_allocation_ratio{claim="train-gpu-x7k2p",cluster="https://acme.example:6443",'
+                     'container="trainer",driver="hami-core-gpu.project-hami.io",gpu_uuid="' + HAMI_GPU + '",'
+                     'namespace="team-a",node="gpu-node-1",pod="train",tenant="acme",vdevice_index=""} 0.3']
+    chat = [line for line in text.splitlines() if line.startswith("slicemeter_slice_allocation_ratio{")
+            and 'pod="chat"' in line]
+    assert chat and 'claim=""' in chat[0] and 'driver=""' in chat[0]
+    assert 'slicemeter_gpu_allocated_ratio{cluster="https://acme.example:6443",gpu_index="-1",gpu_uuid="npu-node-1-0",' \
+           'model="910B3",node="gpu-node-1",tenant="acme"} 0.4' in text
+
+
+def test_a_claim_recreated_a_pod_restarted_and_a_second_pod_joining_are_followed_tick_by_tick(node):
+    first = shares(node.tick(0))
+    assert first[("train", "trainer", "train-gpu-x7k2p")][2:] == (0.3, 0.25, 0.3)
+
+    # the claim deleted and made again from its template: a new UID, the same shares, one row
+    new_uid = "7d1c2b3a-0e9f-4a8b-8c7d-6e5f4a3b2cff"
+    node.claim("train-gpu-x7k2p")["metadata"]["uid"] = new_uid
+    res = node.tick(1)
+    assert rows(res)[("train", "trainer", "train-gpu-x7k2p")].claim_uid == new_uid
+    assert shares(res) == first
+
+    # render-a deleted and started again (a new pod UID) on the same claim: reservedFor follows
+    new_pod_uid = "0f1e2d3c-4b5a-4968-8776-6554433221aa"
+    node.pod("render-a")["metadata"]["uid"] = new_pod_uid
+    with_container_ids(node.pod("render-a"))
+    node.write_pods()
+    reserved = node.claim("render-timesliced")["status"]["reservedFor"]
+    reserved[0]["uid"] = new_pod_uid
+    res = node.tick(2)
+    assert rows(res)[("render-a", "render", "render-timesliced")].pod_uid == new_pod_uid
+    assert shares(res) == first
+
+    # a second pod joins the notebook's claim: 1/8 becomes 1/16 each
+    joiner = copy.deepcopy(node.pod("notebook"))
+    joiner["metadata"].update(name="notebook-2", uid="0f1e2d3c-4b5a-4968-8776-6554433221bb")
+    node.pods["items"].append(with_container_ids(joiner))
+    node.write_pods()
+    node.claim("notebook-share")["status"]["reservedFor"].append(
+        {"resource": "pods", "name": "notebook-2", "uid": joiner["metadata"]["uid"]})
+    res = node.tick(3)
+    got = shares(res)
+    assert got[("notebook", "jupyter", "notebook-share")][2:] == (0.0625, 0.0625, 0.0625)
+    assert got[("notebook-2", "jupyter", "notebook-share")][2:] == (0.0625, 0.0625, 0.0625)
+    assert {k: v for k, v in got.items() if k[2] != "notebook-share" and k[0] != "notebook-2"} == \
+        {k: v for k, v in first.items() if k[2] != "notebook-share"}
+
+
+def test_a_claim_shared_by_two_containers_splits_its_region_by_their_processes(node):
+    """pair-gpus's "first" is a's and b's: the claim's one region is divided by the cgroup of
+    each slot's host pid; without that, as the allocation is."""
+    a_pid, b_pid = 7400, 7401
+    write_cgroup(node.proc, a_pid, node.pod("pair"), "a")
+    write_cgroup(node.proc, b_pid, node.pod("pair"), "b")
+    node.static.procs[1] += [ProcNow(a_pid, 2 * GiB, 5, 1), ProcNow(b_pid, 3 * GiB, 7, 1)]
+    region = claim_region(node.hami, "7d1c2b3a-0e9f-4a8b-8c7d-6e5f4a3b2c02", devices=[(HAMI_GPU, 16 * GiB, 10)],
+                          procs=[Proc(pid=1, hostpid=a_pid, mem=[(0, 0, 2 * GiB)], sm_util=[5]),
+                                 Proc(pid=2, hostpid=b_pid, mem=[(0, 0, 3 * GiB)], sm_util=[7])])
+    got = rows(node.tick())
+    assert [(got[("pair", c, "pair-gpus")].hami_memory_used_bytes, got[("pair", c, "pair-gpus")].sm_util_ratio)
+            for c in ("a", "b")] == [(2 * GiB, 0.05), (3 * GiB, 0.07)]
+    # slots whose host pid no cgroup places: the 5 GiB split as the allocation, a 1/10 : b 9/40 = 4 : 9
+    (region / REGION_NAME).write_bytes(bytes(build_region(
+        devices=[(HAMI_GPU, 16 * GiB, 10)], procs=[Proc(pid=1, hostpid=0, mem=[(0, 0, 5 * GiB)], sm_util=[13])])) + b"\0")
+    got = rows(node.tick(1))
+    assert [got[("pair", c, "pair-gpus")].hami_memory_used_bytes for c in ("a", "b")] == \
+        [int(5 * GiB * Fraction(4, 13)), int(5 * GiB * Fraction(9, 13))]
+
+
+def test_a_claims_region_refused_leaves_its_use_unknown_and_is_reported(node):
+    d = node.hami / "claims" / TRAIN_CLAIM_UID
+    d.mkdir(parents=True)
+    for name in (REGION_NAME, "6e0d8c1a-7b2f-4e6d-9a3c-1f2e3d4c5b6a.cache"):
+        (d / name).write_bytes(bytes(build_region(devices=[(HAMI_GPU, 20 * GiB, 30)])) + b"\0")
+    (node.hami / "claims" / "Not-A-UID").mkdir()
+    res = node.tick()
+    train = rows(res)[("train", "trainer", "train-gpu-x7k2p")]
+    assert train.hami_memory_used_bytes is None and train.alloc_cores_share_ratio == 0.3   # billed, use unknown
+    assert sorted((e, err.reason) for _, _, e, err in res.region_errors) == \
+        [(f"claims/{TRAIN_CLAIM_UID}", "ambiguous"), ("claims/Not-A-UID", "bad_name")]
+
+
+def test_dra_is_off_unless_asked_and_its_options_are_checked(tmp_path):
+    from slicemeter.common import ConfigError
+    from slicemeter.exporter.cli import _dra_fetch
+
+    assert _dra_fetch(exporter_args()) is None
+    with pytest.raises(ConfigError, match="--dra-claims-file and --dra-slices-file go together"):
+        _dra_fetch(exporter_args("--dra-claims-file", str(DATA / "resourceclaims.json")))
+    with pytest.raises(ConfigError, match="--dra-ca: no such file"):
+        _dra_fetch(exporter_args("--dra-api", "https://127.0.0.1:1", "--dra-ca", str(tmp_path / "no.crt")))
+    assert exporter_args("--dra-api").dra_api == "https://kubernetes.default.svc"
+    cache = DraCache(_dra_fetch(exporter_args("--dra-claims-file", str(DATA / "resourceclaims.json"),
+                                              "--dra-slices-file", str(DATA / "resourceslices.json"))), "gpu-node-2")
+    assert cache.refresh()
+    got = cache.get()
+    assert {s.name for s in got.slices} == {"gpu-node-2-gpu.nvidia.com-4mzqd", "gpu-node-2-gpu.nvidia.com-counters-b8w2n",
+                                            "gpu-node-2-gpu.nvidia.com-mig-h5t9c"}
+    assert {c.name for c in got.claims} == {"notebook-share", "render-timesliced", "infer-extended-resources-r9x4k",
+                                            "gpu-monitor", "mig-small"}
+
+
+def test_a_failed_refresh_keeps_the_last_lists_and_counts_the_error(node):
+    before = shares(node.tick())
+    node.api.status = 403
+    assert not node.dra.refresh()
+    assert node.dra.errors_total == 1 and len(node.dra.get().claims) == 8
+    assert node.pod_cache.refresh()
+    res = node.builder.build(TS + 10_000)
+    assert res.dra_errors == 1 and shares(res) == before
