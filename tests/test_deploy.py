@@ -203,6 +203,8 @@ def test_containers_pass_their_subcommands_own_option_parsers():
                 parsed[argv[0]] = args
     assert {"exporter", "ingest", "dashboard"} <= set(parsed)
     assert parsed["exporter"].interval == 10 and parsed["exporter"].kafka.endswith(":9092")
+    # DRA is off until the cluster's config names the API server
+    assert parsed["exporter"].dra_api == "" and parsed["exporter"].dra_split == "equal"
     # listeners default to loopback; the scraped ones say 0.0.0.0, the dashboard stays on
     # loopback behind its sign-in proxy
     assert parsed["exporter"].listen == "0.0.0.0" and parsed["ingest"].metrics_listen == "0.0.0.0"
@@ -213,12 +215,12 @@ def test_exporter_daemonset_reads_hami_read_only_and_knows_its_node():
     spec = one("DaemonSet", "slicemeter-exporter")["spec"]["template"]["spec"]
     (c,) = spec["containers"]
     volumes = {v["name"]: v for v in spec["volumes"]}
-    hami = [m for m in c["volumeMounts"] if m["mountPath"] == "/usr/local/vgpu/containers"]
-    assert len(hami) == 1 and hami[0]["readOnly"] is True
-    assert volumes[hami[0]["name"]]["hostPath"]["path"] == "/usr/local/vgpu/containers"
+    hami = [m for m in c["volumeMounts"] if m["mountPath"] in ("/usr/local/vgpu/containers", "/usr/local/vgpu/claims")]
+    assert len(hami) == 2 and all(m["readOnly"] is True for m in hami)
+    assert {volumes[m["name"]]["hostPath"]["path"] for m in hami} == {"/usr/local/vgpu/containers", "/usr/local/vgpu/claims"}
     assert "--hami-dir=/usr/local/vgpu" in c["args"]
     # Every other hostPath would be a write path into the node: none.
-    assert [v["name"] for v in spec["volumes"] if "hostPath" in v] == [hami[0]["name"]]
+    assert sorted(v["name"] for v in spec["volumes"] if "hostPath" in v) == sorted(m["name"] for m in hami)
     env = {e["name"]: e for e in c["env"]}
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     assert "--node=$(NODE_NAME)" in c["args"]
@@ -235,16 +237,16 @@ def test_exporter_daemonset_reads_hami_read_only_and_knows_its_node():
     assert "--port=9400" in c["args"]
 
 
-def test_exporter_may_read_the_kubelet_and_nothing_more():
+def test_exporter_may_read_the_kubelet_and_dra_claims_and_nothing_more():
     ds = one("DaemonSet", "slicemeter-exporter")
     sa = ds["spec"]["template"]["spec"]["serviceAccountName"]
     binding = one("ClusterRoleBinding", "slicemeter-exporter")
     assert {"kind": "ServiceAccount", "name": sa, "namespace": "slicemeter"} in binding["subjects"]
     role = one("ClusterRole", binding["roleRef"]["name"])
-    grants = {(res, verb) for rule in role["rules"] for res in rule["resources"] for verb in rule["verbs"]}
-    assert ("nodes/proxy", "get") in grants
-    assert {verb for _, verb in grants} == {"get"}
-    assert not any("secrets" in res for res, _ in grants)
+    grants = {(group, res, verb) for rule in role["rules"] for group in rule["apiGroups"]
+              for res in rule["resources"] for verb in rule["verbs"]}
+    assert grants == {("", "nodes/proxy", "get"), ("", "nodes", "get")} | {
+        ("resource.k8s.io", res, verb) for res in ("resourceclaims", "resourceslices") for verb in ("get", "list", "watch")}
 
 
 def test_ingest_may_read_tenantcontrolplanes_and_nothing_more():
