@@ -61,7 +61,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     src.add_argument("--pods-url", help="PodList URL (default: the kubelet's https://$NODE_IP:10250/pods)")
     src.add_argument("--pods-file", help="PodList JSON file")
     p.add_argument("--pods-refresh", type=float, default=10.0, help="seconds between pod list refreshes")
-    p.add_argument("--token-file", help="bearer token sent to the kubelet or --pods-url "
+    p.add_argument("--token-file", help="bearer token sent to the kubelet, --pods-url and --dra-api "
                                         f"(default: {SA_DIR}/token when present)")
     tls = p.add_mutually_exclusive_group()
     tls.add_argument("--kubelet-ca", metavar="FILE", help="CA bundle that signed the kubelet's (or --pods-url's) "
@@ -211,7 +211,7 @@ def build_exporter(args: argparse.Namespace) -> tuple[Exporter, ExporterStats]:
         pod_source = sim.pods
         # a simulated node that serves ResourceClaims and ResourceSlices offers them as `dra`:
         # a callable returning (ResourceClaimList, ResourceSliceList) JSON, as a DRA fetcher does
-        dra_fetch = getattr(sim, "dra", None)
+        dra_fetch = _dra_fetch(args) or getattr(sim, "dra", None)
         sim_cluster = sim.cluster
         before_tick = sim.advance
         proc_root = None

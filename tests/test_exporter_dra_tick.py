@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 from fractions import Fraction
 from pathlib import Path
 
@@ -332,3 +333,24 @@ def test_a_failed_refresh_keeps_the_last_lists_and_counts_the_error(node):
     assert node.pod_cache.refresh()
     res = node.builder.build(TS + 10_000)
     assert res.dra_errors == 1 and shares(res) == before
+
+
+def test_a_tenant_cannot_point_its_claims_region_outside_the_claims_directory(node, tmp_path):
+    """HAMi mounts claims/<uid>/ read-write into the claim's containers: a tenant can put a
+    link there (to another claim's region, or any file) or a FIFO. Neither is followed or
+    blocks the Tick; the claim's use is unknown and the link is reported."""
+    other = tmp_path / "elsewhere.cache"
+    other.write_bytes(bytes(build_region(devices=[(HAMI_GPU, 20 * GiB, 30)],
+                                         procs=[Proc(pid=1, hostpid=TRAIN_PID, mem=[(0, 0, GiB)], sm_util=[1])])) + b"\0")
+    d = node.hami / "claims" / TRAIN_CLAIM_UID
+    d.mkdir(parents=True)
+    (d / REGION_NAME).symlink_to(other)
+    res = node.tick()
+    train = rows(res)[("train", "trainer", "train-gpu-x7k2p")]
+    assert train.hami_memory_used_bytes is None and train.alloc_cores_share_ratio == 0.3
+    assert [(e, err.reason) for _, _, e, err in res.region_errors] == [(f"claims/{TRAIN_CLAIM_UID}", "symlink")]
+    (d / REGION_NAME).unlink()
+    os.mkfifo(d / REGION_NAME)
+    res = node.tick(1)
+    assert rows(res)[("train", "trainer", "train-gpu-x7k2p")].hami_memory_used_bytes is None
+    assert [(e, err.reason) for _, _, e, err in res.region_errors] == [(f"claims/{TRAIN_CLAIM_UID}", "not_regular")]

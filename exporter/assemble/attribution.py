@@ -407,7 +407,7 @@ _NO_REGION = object()   # a HAMi claim with no region yet: nothing used
 
 
 def _claim_use(region: Region, dev: DeviceView, on_gpu: GpuProcesses, uid: str, container: str,
-               consumers: list[tuple[str, str, float]]) -> tuple[int, float, int, set[int]]:
+               consumers: list[tuple[str, str, float]]) -> tuple[int, float, int | None, set[int]]:
     """The part of a claim's device use that is this container's: all of it when it is the
     claim's only consumer on the device; else its processes' slots, where NVML's pids place
     every slot in a consumer's cgroup; else the use split as the allocation is."""
@@ -423,7 +423,7 @@ def _claim_use(region: Region, dev: DeviceView, on_gpu: GpuProcesses, uid: str, 
     total = sum(w for _, _, w in consumers)
     weight = next(w for u, c, w in consumers if (u, c) == (uid, container))
     part = weight / total if total else 1 / len(consumers)
-    return int(dev.used_bytes * part), dev.sm_util_pct / 100 * part, dev.processes, set()
+    return int(dev.used_bytes * part), dev.sm_util_pct / 100 * part, None, set()   # whose processes: unknown
 
 
 class CgroupStrategy:
