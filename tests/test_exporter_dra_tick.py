@@ -354,3 +354,22 @@ def test_a_tenant_cannot_point_its_claims_region_outside_the_claims_directory(no
     res = node.tick(1)
     assert rows(res)[("train", "trainer", "train-gpu-x7k2p")].hami_memory_used_bytes is None
     assert [(e, err.reason) for _, _, e, err in res.region_errors] == [(f"claims/{TRAIN_CLAIM_UID}", "not_regular")]
+
+
+def test_the_exporter_command_reads_claims_and_slices_from_files_into_its_tick(tmp_path, capsys):
+    """`slicemeter exporter --once` on a simulated node (examples/demo.yaml's gpu-node-1) with the
+    fixtures' ResourceClaims and ResourceSlices on that node: its device-plugin slices and the
+    NPU that only a ResourceSlice publishes are one Tick."""
+    from slicemeter.cli import main
+
+    claims, slices = tmp_path / "claims.json", tmp_path / "slices.json"
+    claims.write_text(json.dumps(on_one_node(load("resourceclaims.json"))))
+    slices.write_text(json.dumps(on_one_node(load("resourceslices.json"))))
+    demo = Path(__file__).resolve().parent.parent / "examples" / "demo.yaml"
+    assert main(["exporter", "--simulate", str(demo), "--node", NODE, "--hami-dir", str(tmp_path / "h"), "--once",
+                 "--dra-claims-file", str(claims), "--dra-slices-file", str(slices)]) == 0
+    tick = json.loads(capsys.readouterr().out)
+    npu = [g for g in tick["gpus"] if g["gpu_uuid"] == NPU]
+    assert npu == [{**npu[0], "gpu_index": -1, "model": "910B3", "memory_total_bytes": 64 * GiB, "driver": ASCEND,
+                    "memory_used_bytes": None, "sm_util_ratio": None, "slice_count": 0}]
+    assert any(s["source"] == "hami" and s["claim"] is None for s in tick["slices"])
