@@ -10,7 +10,7 @@ A Tick is built in three steps, each its own module:
 2. attribute: the strategies of exporter/assemble/attribution.py (region, MIG, annotation, DRA,
    cgroup) turn them into container slices.
 3. assemble: GPU readings bounded to what is physically possible, with their slice counts; a
-   DRA device NVML does not see is a GPU row of identity only (`dra_gpus`).
+   DRA device NVML does not see is a GPU row of identity only (`dra_devices`).
 
 /metrics and Kafka read only the finished `BuildResult`.
 """
