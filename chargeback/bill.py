@@ -33,10 +33,14 @@ PLATFORM_TENANT = "platform"
 IDLE_NAMESPACE = "(idle)"        # not a valid Kubernetes namespace, so never a real one
 
 # Raw line fields that are summed and differenced (all exact ints).
-_SUMS = ("cost_raw", "charge_raw", "waste_raw", "alloc_u", "used_u", "billed_u", "idle_u", "energy_mj", "unverified_u")
+_SUMS = ("cost_raw", "charge_raw", "waste_raw", "alloc_u", "used_u", "billed_u", "idle_u", "energy_mj", "unverified_u",
+         "unknown_u")
 # A line's identity inside a month.
 _KEY = ("kind", "tenant", "namespace", "pod", "pod_uid", "container", "cluster", "node", "gpu_uuid", "model")
 _line_key = itemgetter(*_KEY)
+# What a line says beside its identity and sums: its price, and the DRA claim and driver of
+# its slices ('' for the device plugin's) or, on an idle line, of its GPU
+_LABELS = ("price_micro", "claim", "driver")
 
 
 parse_month = month_bounds   # '2026-11' -> (2026-11-01, 2026-12-01); ValueError names a bad value
@@ -73,25 +77,31 @@ def apply_idle(slice_lines: list[dict], gpu_lines: list[dict], idle: str) -> lis
             "gpu_uuid": g["gpu_uuid"], "model": g["model"], "price_micro": g["price_micro"],
             "cost_raw": 0 if parts else g["idle_raw"], "charge_raw": 0, "waste_raw": 0,
             "alloc_u": 0, "used_u": 0, "billed_u": 0, "idle_u": g["idle_u"],
-            "energy_mj": g["idle_energy_mj"], "unverified_u": 0,
+            "energy_mj": g["idle_energy_mj"], "unverified_u": 0, "unknown_u": 0,
+            "claim": "", "driver": g.get("driver", ""),
         })
     return lines
 
 
 def diff_lines(new: list[dict], old: list[dict]) -> list[dict]:
-    """Correction lines: new - old per line identity, non-zero ones only (pure)."""
+    """Correction lines: new - old per line identity, non-zero ones only (pure). Labels
+    (_LABELS) are the new line's where there is one."""
     index: dict[tuple, dict] = {}
     for ln in old:
         k = _line_key(ln)
-        index[k] = {c: -ln[c] for c in _SUMS} | {c: ln[c] for c in _KEY} | {"price_micro": ln["price_micro"]}
+        index[k] = {c: -ln.get(c, 0) for c in _SUMS} | {c: ln[c] for c in _KEY} | _labels(ln)
     for ln in new:
         k = _line_key(ln)
-        cur = index.setdefault(k, {c: 0 for c in _SUMS} | {c: ln[c] for c in _KEY} | {"price_micro": ln["price_micro"]})
+        cur = index.setdefault(k, {c: 0 for c in _SUMS} | {c: ln[c] for c in _KEY})
         for c in _SUMS:
-            cur[c] += ln[c]
-        cur["price_micro"] = ln["price_micro"]
+            cur[c] += ln.get(c, 0)
+        cur.update(_labels(ln))
     out = [v for v in index.values() if any(v[c] for c in _SUMS)]
     return sorted(out, key=_line_key)
+
+
+def _labels(line: dict) -> dict:
+    return {c: line.get(c, "") for c in _LABELS}
 
 
 # ---------------------------------------------------------------- database steps
@@ -281,10 +291,15 @@ def month_lines(con, month_start: date, src_asof: date | None, catalog: PriceCat
     con.execute("DELETE FROM cb_detail_t")
     con.execute("DELETE FROM cb_hour_charge_t")
     check_gpu_lines(slices, gpus)
-    unverified = _unverified_by_line(con, args) if basis != "allocation" else {}
+    notes = _notes_by_line(con, args)
     for s in slices:
         s["idle_u"] = 0
-        s["unverified_u"] = unverified.get(_slice_key(s), 0)
+        unverified_u, s["unknown_u"], s["claim"], s["driver"] = notes.get(_slice_key(s), _NO_NOTES)
+        # the allocation basis rests on no usage, checked or not
+        s["unverified_u"] = unverified_u if basis != "allocation" else 0
+    drivers = _gpu_drivers(con, args)
+    for g in gpus:
+        g["driver"] = drivers.get(_placement_of(g), "")
     return apply_idle(slices, gpus, idle), gpus
 
 
@@ -292,12 +307,24 @@ _SLICE_KEY = _KEY[1:]   # a slice line's identity without its kind
 _slice_key = itemgetter(*_SLICE_KEY)
 
 
-def _unverified_by_line(con, args: list) -> dict[tuple, int]:
-    """Slice line identity -> micro-seconds of its usage no NVML check covered (the usage and
-    max bases rest on that usage; the allocation basis does not)."""
+_NO_NOTES = (0, 0, "", "")
+
+
+def _notes_by_line(con, args: list) -> dict[tuple, tuple[int, int, str, str]]:
+    """Slice line identity -> (micro-seconds of its usage no NVML check covered, micro-seconds
+    no reader measured its usage, DRA claim, DRA driver), for the lines with any
+    (sql/chargeback/slice_line_notes.sql)."""
     m_start, m_end, src = args
-    cur = con.execute(sql_text("chargeback/unverified_lines.sql"), {"m_start": m_start, "m_end": m_end, "src_asof": src})
-    return {_slice_key(r): int(r["unverified_u"]) for r in _fetch_dicts(cur)}
+    cur = con.execute(sql_text("chargeback/slice_line_notes.sql"), {"m_start": m_start, "m_end": m_end, "src_asof": src})
+    return {_slice_key(r): (int(r["unverified_u"]), int(r["unknown_u"]), r["claim"], r["driver"])
+            for r in _fetch_dicts(cur)}
+
+
+def _gpu_drivers(con, args: list) -> dict[tuple, str]:
+    """GPU placement -> its DRA driver, for the GPUs published through DRA."""
+    m_start, m_end, src = args
+    cur = con.execute(sql_text("chargeback/dra_gpu_drivers.sql"), {"m_start": m_start, "m_end": m_end, "src_asof": src})
+    return {_placement_of(r): r["driver"] for r in _fetch_dicts(cur)}
 
 
 def closed_months(con) -> dict[date, str]:
@@ -369,6 +396,8 @@ def _kwh(mj: int) -> Decimal:
 
 _DETAIL_ORDER = ["charge_class", "charge_period", "kind", "tenant", "namespace", "model", "cluster", "node",
                  "gpu_uuid", "pod", "pod_uid", "container"]
+# a detail line's columns: its identity in the detail's order, then what it says of DRA
+_DETAIL_KEYS = _DETAIL_ORDER + ["claim", "driver"]
 INVOICE_GROUP = ["charge_class", "charge_period", "kind", "tenant", "namespace", "model"]
 _invoice_group = itemgetter(*INVOICE_GROUP)
 _MONEY = ("charge", "idle_share", "cost", "waste")
@@ -423,6 +452,8 @@ def _line_records(rows: list[dict], keys: list[str], catalog: PriceCatalog, with
             "currency": catalog.currency,
             # hours of the line's slices whose usage nobody could check (usage and max bases)
             "usage_unverified_hours": money.micro_share_to_hours(ln["unverified_u"]),
+            # hours of the line's slices whose usage no reader measured (allocation stood in)
+            "usage_unknown_hours": money.micro_share_to_hours(ln["unknown_u"]),
             "cost_raw": ln["cost_raw"],
         })
         out.append(row)
@@ -432,7 +463,7 @@ def _line_records(rows: list[dict], keys: list[str], catalog: PriceCatalog, with
 def _frame(records: list[dict], keys: list[str], with_price: bool) -> pd.DataFrame:
     cols = keys + (["gpu_hour_price"] if with_price else []) + [
         "gpu_hours_allocated", "gpu_hours_used", "gpu_hours_billed", "gpu_hours_idle", *_MONEY,
-        "kwh", "energy_cost", "gco2e", "currency", "usage_unverified_hours", "cost_raw"]
+        "kwh", "energy_cost", "gco2e", "currency", "usage_unverified_hours", "usage_unknown_hours", "cost_raw"]
     return pd.DataFrame(records, columns=cols)
 
 
@@ -531,9 +562,9 @@ def compute_bill(con, month: str, basis: str = "allocation", idle: str = "platfo
         if tenant is not None:
             rounded = [ln for ln in rounded if ln["tenant"] == tenant]
             invoice_rows = [ln for ln in invoice_rows if ln["tenant"] == tenant]
-        detail = _line_records(rounded, _DETAIL_ORDER, catalog, True)
+        detail = _line_records(rounded, _DETAIL_KEYS, catalog, True)
         invoice = _line_records(invoice_rows, INVOICE_GROUP, catalog, False)
-        detail_frame, invoice_frame = _frame(detail, _DETAIL_ORDER, True), _frame(invoice, INVOICE_GROUP, False)
+        detail_frame, invoice_frame = _frame(detail, _DETAIL_KEYS, True), _frame(invoice, INVOICE_GROUP, False)
         unmet, unmet_hours = unmetered.result()
     return Bill(month, catalog.currency, basis, idle, share, detail_frame, invoice_frame,
                 unmet, Decimal(money.round_half_up_div(gpu_cost_raw, money.RAW_PER_CENT)) * money.CENT,

@@ -36,7 +36,7 @@ INVOICE_COLUMNS = [
     ("gpu_hours_billed", "gpu_hours_billed"), ("gpu_hours_idle", "gpu_hours_idle"),
     ("charge", "charge"), ("idle_share", "idle_share"), ("cost", "cost"), ("waste", "waste"),
     ("kwh", "kwh"), ("energy_cost", "energy_cost"), ("gco2e", "gco2e"), ("currency", "currency"),
-    ("usage_unverified_hours", "usage_unverified_hours"),
+    ("usage_unverified_hours", "usage_unverified_hours"), ("usage_unknown_hours", "usage_unknown_hours"),
 ]
 
 
@@ -131,7 +131,8 @@ def _write_parquet(table: pa.Table, path: Path) -> None:
 
 DETAIL_MONEY = {"gpu_hour_price": 6, "charge": 2, "idle_share": 2, "cost": 2, "waste": 2, "energy_cost": 2}
 DETAIL_DEC = {"gpu_hours_allocated": 4, "gpu_hours_used": 4, "gpu_hours_billed": 4, "gpu_hours_idle": 4,
-              "kwh": 6, "gco2e": 1, "usage_unverified_hours": 4}
+              "kwh": 6, "gco2e": 1, "usage_unverified_hours": 4,
+              "usage_unknown_hours": 4}
 
 
 def detail_records(bill: Bill) -> list[dict]:
@@ -171,10 +172,13 @@ FOCUS_COLUMNS = [
     "x_Cluster", "x_Namespace", "x_Pod", "x_Container", "x_Node", "x_GpuUuid", "x_GpuModel",
     # slice-hours of the line whose usage could not be checked against NVML (docs/chargeback.md)
     "x_UsageUnverifiedHours",
+    # the DRA claim and driver of the line's slices (of its GPU on an idle line; null for the
+    # device plugin's), and its slice-hours whose usage no reader measured (docs/dra.md)
+    "x_Claim", "x_Driver", "x_UsageUnknownHours",
 ]
 _FOCUS_MONEY = {"BilledCost", "ContractedCost", "EffectiveCost", "ListCost"}
 _FOCUS_PRICE = {"ContractedUnitPrice", "ListUnitPrice"}
-_FOCUS_QTY = {"ConsumedQuantity", "x_UsageUnverifiedHours"}
+_FOCUS_QTY = {"ConsumedQuantity", "x_UsageUnverifiedHours", "x_UsageUnknownHours"}
 # PricingQuantity = cost / unit price: 12 decimals keep ListUnitPrice x PricingQuantity
 # within 1e-9 of ListCost for any catalog price below 2000 per GPU-hour
 PRICING_QUANTITY_PLACES = 12
@@ -272,6 +276,8 @@ def focus_rows(bill: Bill, names: dict[str, str]) -> list[dict]:
             "x_Namespace": None if idle else r["namespace"], "x_Pod": None if idle else r["pod"],
             "x_Container": None if idle else r["container"],
             "x_UsageUnverifiedHours": None if idle else r["usage_unverified_hours"],
+            "x_Claim": r["claim"] or None, "x_Driver": r["driver"] or None,
+            "x_UsageUnknownHours": None if idle else r["usage_unknown_hours"],
         })
     return out
 

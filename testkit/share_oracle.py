@@ -9,7 +9,7 @@ import pandas as pd
 KEYS = ["hour", "gpu_uuid", "pod_uid", "container"]
 SHARE_COLUMNS = ["alloc_mem_share_s", "alloc_cores_share_s", "alloc_dominant_share_s", "used_mem_share_s",
                  "used_sm_share_s", "usage_share_s", "memory_used_byte_s", "memory_used_max_bytes",
-                 "hami_nvml_disagree_s", "usage_unverified_s"]
+                 "hami_nvml_disagree_s", "usage_unverified_s", "usage_unknown_s"]
 # HAMi's self-reported memory is trusted unless it is off from NVML's by more than this
 DISAGREE_BYTES = 128 << 20
 DISAGREE_RATIO = 0.05
@@ -39,9 +39,13 @@ def slice_shares(raw: pd.DataFrame) -> pd.DataFrame:
     limit = r["sm_limit_ratio"].astype(float)
     # HAMi-core writes a 100 % sm_limit for a pod without a core limit: only 0 < x < 1 limits
     granted_cores = r["alloc_cores_ratio"].astype(float).fillna(limit.where((limit > 0) & (limit < 1)))
-    a_mem, a_cores = _share(granted_mem / total, whole), _share(granted_cores, whole)
+    # a DRA slice's Tick sends its shares after the claim's split: those are its grant
+    granted_mem_share = r["alloc_mem_share_ratio"].astype(float).fillna(granted_mem / total)
+    granted_cores = r["alloc_cores_share_ratio"].astype(float).fillna(granted_cores)
+    a_mem, a_cores = _share(granted_mem_share, whole), _share(granted_cores, whole)
     u_mem = _share(pd.Series(trusted, index=r.index) / total, np.zeros(len(r), bool))
     u_sm = _share(r["sm_util_ratio"], np.zeros(len(r), bool))
+    unknown = (hami.isna() & nvml.isna() & r["sm_util_ratio"].isna()).to_numpy(bool)   # no reading at all
     unverified = (r["usage_verified"].astype("boolean") == False).fillna(False).to_numpy(bool)   # noqa: E712 (null: unknown)
     per_sample = pd.DataFrame({
         "hour": pd.to_datetime(r["ts_ms"] // 3_600_000 * 3_600_000, unit="ms"),
@@ -52,8 +56,11 @@ def slice_shares(raw: pd.DataFrame) -> pd.DataFrame:
         "memory_used_byte_s": trusted * dt, "memory_used_max_bytes": trusted,
         "hami_nvml_disagree_s": np.where(disagree, dt, 0.0),
         "usage_unverified_s": np.where(unverified, dt, 0.0),
+        "usage_unknown_s": np.where(unknown, dt, 0.0),
     })
-    sums = {c: "sum" for c in SHARE_COLUMNS} | {"memory_used_max_bytes": "max"}
+    # a slice-hour without any memory reading has no memory figure (SQL's sum of nulls)
+    sums = {c: "sum" for c in SHARE_COLUMNS} | {"memory_used_max_bytes": "max",
+                                                "memory_used_byte_s": lambda x: x.sum(min_count=1)}
     return per_sample.groupby(KEYS, as_index=False).agg(sums).sort_values(KEYS).reset_index(drop=True)
 
 

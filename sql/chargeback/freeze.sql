@@ -16,3 +16,14 @@ INSERT INTO frozen_slice_unverified BY NAME
 SELECT $as_of::DATE AS as_of, hour, gpu_uuid, pod_uid, container, usage_unverified_s
 FROM slice_hour
 WHERE hour >= $m_start::TIMESTAMP AND hour < $m_end::TIMESTAMP AND usage_unverified_s > 0;
+
+INSERT INTO frozen_slice_dra BY NAME
+SELECT $as_of::DATE AS as_of, hour, gpu_uuid, pod_uid, container, claim, driver, coalesce(usage_unknown_s, 0) AS usage_unknown_s
+FROM slice_hour
+WHERE hour >= $m_start::TIMESTAMP AND hour < $m_end::TIMESTAMP
+  AND (claim IS NOT NULL OR driver IS NOT NULL OR usage_unknown_s > 0);
+
+INSERT INTO frozen_gpu_driver BY NAME
+SELECT $as_of::DATE AS as_of, hour, gpu_uuid, driver
+FROM gpu_hour
+WHERE hour >= $m_start::TIMESTAMP AND hour < $m_end::TIMESTAMP AND driver IS NOT NULL;

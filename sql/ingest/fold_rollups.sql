@@ -11,10 +11,10 @@ SELECT * FROM gpu_inventory_latest WHERE gpu_uuid_id IN (SELECT gpu_uuid_id FROM
 
 INSERT INTO gpu_hour (hour, cluster, node, gpu_uuid, model, memory_total_bytes, metered_s, sample_count,
                       sm_util_s, memory_used_byte_s, energy_joules, power_j, first_ts_ms, first_energy_j,
-                      first_power_j, last_ts_ms, last_energy_j, latest_ts_ms)
+                      first_power_j, last_ts_ms, last_energy_j, latest_ts_ms, driver)
 SELECT bucket, cluster, node, gpu_uuid, model, memory_total_bytes, least(3600, metered_s), sample_count,
        sm_util_s, memory_used_byte_s, NULL, power_j, first_ts_ms, first_energy_j,
-       first_power_j, last_ts_ms, last_energy_j, latest_ts_ms
+       first_power_j, last_ts_ms, last_energy_j, latest_ts_ms, driver
 FROM gpu_partials_named('gpu_hour_pending_partials')
 ON CONFLICT (hour, gpu_uuid) DO UPDATE SET
     cluster = CASE WHEN excluded.latest_ts_ms >= gpu_hour.latest_ts_ms THEN excluded.cluster ELSE gpu_hour.cluster END,
@@ -22,6 +22,8 @@ ON CONFLICT (hour, gpu_uuid) DO UPDATE SET
     model = coalesce(CASE WHEN excluded.latest_ts_ms >= gpu_hour.latest_ts_ms THEN excluded.model END, gpu_hour.model, excluded.model),
     memory_total_bytes = coalesce(CASE WHEN excluded.latest_ts_ms >= gpu_hour.latest_ts_ms THEN excluded.memory_total_bytes END,
                                   gpu_hour.memory_total_bytes, excluded.memory_total_bytes),
+    driver = coalesce(CASE WHEN excluded.latest_ts_ms >= gpu_hour.latest_ts_ms THEN excluded.driver END,
+                      gpu_hour.driver, excluded.driver),
     metered_s = least(3600, gpu_hour.metered_s + excluded.metered_s),
     sample_count = gpu_hour.sample_count + excluded.sample_count,
     sm_util_s = coalesce(gpu_hour.sm_util_s, 0) + coalesce(excluded.sm_util_s, 0),
@@ -68,7 +70,13 @@ ON CONFLICT (hour, gpu_uuid, pod_uid, container) DO UPDATE SET
     hami_nvml_disagree_s = slice_hour.hami_nvml_disagree_s + excluded.hami_nvml_disagree_s,
     last_kernel_age_s = CASE WHEN excluded.latest_ts_ms >= slice_hour.latest_ts_ms THEN excluded.last_kernel_age_s ELSE slice_hour.last_kernel_age_s END,
     latest_ts_ms = greatest(slice_hour.latest_ts_ms, excluded.latest_ts_ms),
-    usage_unverified_s = coalesce(slice_hour.usage_unverified_s, 0) + coalesce(excluded.usage_unverified_s, 0);
+    usage_unverified_s = coalesce(slice_hour.usage_unverified_s, 0) + coalesce(excluded.usage_unverified_s, 0),
+    -- the claim and driver of the latest sample that named them
+    claim = CASE WHEN excluded.latest_ts_ms >= slice_hour.latest_ts_ms THEN coalesce(excluded.claim, slice_hour.claim)
+                 ELSE coalesce(slice_hour.claim, excluded.claim) END,
+    driver = CASE WHEN excluded.latest_ts_ms >= slice_hour.latest_ts_ms THEN coalesce(excluded.driver, slice_hour.driver)
+                  ELSE coalesce(slice_hour.driver, excluded.driver) END,
+    usage_unknown_s = coalesce(slice_hour.usage_unknown_s, 0) + coalesce(excluded.usage_unknown_s, 0);
 
 DELETE FROM gpu_inventory_pending;
 DELETE FROM gpu_hour_pending;

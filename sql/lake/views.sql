@@ -25,7 +25,7 @@ CREATE OR REPLACE TEMP VIEW gpu_hour AS
 SELECT bucket AS hour, cluster, node, gpu_uuid, model, memory_total_bytes, least(3600, metered_s) AS metered_s,
        sample_count, sm_util_s, memory_used_byte_s,
        hour_energy(first_energy_j, last_energy_j, first_power_j, power_j) AS energy_joules, power_j,
-       first_ts_ms, first_energy_j, first_power_j, last_ts_ms, last_energy_j, latest_ts_ms
+       first_ts_ms, first_energy_j, first_power_j, last_ts_ms, last_energy_j, latest_ts_ms, driver
 FROM gpu_partials_named('gpu_hour_pending_partials');
 
 CREATE OR REPLACE TEMP VIEW slice_hour AS

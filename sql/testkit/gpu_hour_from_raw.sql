@@ -7,5 +7,5 @@ SELECT date_trunc('hour', make_timestamp(ts_ms * 1000)) AS hour, arg_max(cluster
        sum(memory_used_bytes::DOUBLE * interval_ms) / 1000.0 AS memory_used_byte_s,
        hour_energy(arg_min(energy_joules, ts_ms), arg_max(energy_joules, ts_ms),
                    arg_min(power_watts * interval_ms / 1000.0, ts_ms) FILTER (WHERE energy_joules IS NOT NULL),
-                   sum(power_watts * interval_ms) / 1000.0) AS energy_joules
+                   sum(power_watts * interval_ms) / 1000.0) AS energy_joules, arg_max(driver, ts_ms) AS driver
 FROM raw_gpu GROUP BY ALL;

@@ -8,5 +8,5 @@ SELECT date_trunc('hour', make_timestamp(ts_ms * 1000)) AS hour, arg_max(cluster
        least(3600, sum(interval_ms / 1000.0)) AS metered_s, count(*) AS sample_count,
        arg_max(alloc_memory_bytes, ts_ms) AS alloc_memory_bytes, arg_max(alloc_cores_ratio, ts_ms) AS alloc_cores_ratio,
        max(sm_util_ratio) AS sm_util_max, arg_max_null(last_kernel_age_s, ts_ms) AS last_kernel_age_s,
-       max(ts_ms) AS latest_ts_ms
+       max(ts_ms) AS latest_ts_ms, arg_max(claim, ts_ms) AS claim, arg_max(driver, ts_ms) AS driver
 FROM raw_slice GROUP BY 1, gpu_uuid, pod_uid, container;

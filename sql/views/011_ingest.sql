@@ -27,12 +27,13 @@ CREATE OR REPLACE TEMP MACRO hour_energy(first_e, last_e, first_p, power_j) AS
 CREATE OR REPLACE TEMP VIEW raw_gpu AS
 SELECT r.ts_ms, r.interval_ms, n.value AS node, c.value AS cluster, g.value AS gpu_uuid, r.gpu_index,
        m.value AS model, r.memory_total_bytes, r.memory_used_bytes, r.sm_util_ratio, r.mem_util_ratio,
-       r.power_watts, r.energy_joules, r.slice_count
+       r.power_watts, r.energy_joules, r.slice_count, dr.value AS driver
 FROM raw_gpu_rows r
 JOIN ingest_strings n ON n.id = r.node_id
 JOIN ingest_strings c ON c.id = r.cluster_id
 JOIN ingest_strings g ON g.id = r.gpu_uuid_id
-LEFT JOIN ingest_strings m ON m.id = r.model_id;
+LEFT JOIN ingest_strings m ON m.id = r.model_id
+LEFT JOIN ingest_strings dr ON dr.id = r.driver_id;
 
 -- Every stored slice row: whole row groups and the rows held back
 -- (sql/schema/003_raw_slice_tail.sql).
@@ -45,7 +46,8 @@ SELECT r.ts_ms, r.interval_ms, n.value AS node, c.value AS cluster, u.value AS p
        r.hami_memory_limit_bytes, r.hami_memory_used_bytes, r.hami_context_bytes, r.hami_module_bytes,
        r.hami_buffer_bytes, r.sm_limit_ratio, r.sm_util_ratio, r.last_kernel_age_s, r.process_count,
        r.nvml_memory_used_bytes, r.alloc_memory_bytes, r.alloc_cores_ratio, r.whole_gpu, src.value AS source,
-       r.usage_verified
+       r.usage_verified, cl.value AS claim, cu.value AS claim_uid, dr.value AS driver, r.alloc_mem_share_ratio,
+       r.alloc_cores_share_ratio
 FROM raw_slice_stored r
 JOIN ingest_strings n ON n.id = r.node_id
 JOIN ingest_strings c ON c.id = r.cluster_id
@@ -54,7 +56,10 @@ JOIN ingest_strings k ON k.id = r.container_id
 JOIN ingest_strings g ON g.id = r.gpu_uuid_id
 LEFT JOIN ingest_strings p ON p.id = r.pod_id
 LEFT JOIN ingest_strings ns ON ns.id = r.namespace_id
-LEFT JOIN ingest_strings src ON src.id = r.source_id;
+LEFT JOIN ingest_strings src ON src.id = r.source_id
+LEFT JOIN ingest_strings cl ON cl.id = r.claim_id
+LEFT JOIN ingest_strings cu ON cu.id = r.claim_uid_id
+LEFT JOIN ingest_strings dr ON dr.id = r.driver_id;
 
 -- gpu_inventory with the rows batches left pending (sql/schema/004_pending_rollups.sql):
 -- the latest row of each GPU, which includes the ones before it (sql/ingest/batch_inventory.sql).
@@ -90,21 +95,27 @@ SELECT make_timestamp(ts_ms // bucket_ms * bucket_ms * 1000) AS bucket, gpu_uuid
        arg_min(power_watts * interval_ms / 1000.0, ts_ms) FILTER (WHERE energy_joules IS NOT NULL) AS first_power_j,
        max(ts_ms) FILTER (WHERE energy_joules IS NOT NULL) AS last_ts_ms,
        arg_max(energy_joules, ts_ms) AS last_energy_j,
-       max(ts_ms) AS latest_ts_ms
+       max(ts_ms) AS latest_ts_ms, arg_max(driver_id, ts_ms) AS driver_id
 FROM query_table(tbl) WHERE ts_ms < cutoff GROUP BY bucket, gpu_uuid_id;
 
 -- Per-sample shares (semantics: sql/schema/001_contract.sql), summed per slice and bucket.
 -- `inventory`: a table of gpu_inventory's columns, the GPU memory sizes shares divide by.
--- usage_unverified_s comes last, as sql/schema/030_usage_verified.sql appended it.
+-- A DRA slice's allocation shares are the ones its Tick sent (after the claim's split),
+-- where it sent them. A sample with no usage reading at all (no HAMi or NVML memory, no
+-- utilisation: a device no reader serves) counts its seconds as usage unknown.
+-- The last columns come in the order sql/schema/030_usage_verified.sql and
+-- 040_dra_rollups.sql appended them.
 CREATE OR REPLACE TEMP MACRO slice_rollup(tbl, inventory, bucket_ms, cutoff) AS TABLE
 WITH s AS (
     SELECT b.*, b.interval_ms / 1000.0 AS dt,
-           capped_share(b.whole_gpu, coalesce(b.alloc_memory_bytes, b.hami_memory_limit_bytes) / i.memory_total_bytes) AS a_mem,
-           capped_share(b.whole_gpu, granted_cores(b.alloc_cores_ratio, b.sm_limit_ratio)) AS a_cores,
+           capped_share(b.whole_gpu, coalesce(b.alloc_mem_share_ratio,
+                                              coalesce(b.alloc_memory_bytes, b.hami_memory_limit_bytes) / i.memory_total_bytes)) AS a_mem,
+           capped_share(b.whole_gpu, coalesce(b.alloc_cores_share_ratio, granted_cores(b.alloc_cores_ratio, b.sm_limit_ratio))) AS a_cores,
            trusted_memory(b.hami_memory_used_bytes, b.nvml_memory_used_bytes) AS mem_used,
            capped_share(false, trusted_memory(b.hami_memory_used_bytes, b.nvml_memory_used_bytes) / i.memory_total_bytes) AS u_mem,
            capped_share(false, b.sm_util_ratio) AS u_sm,
-           memory_disagrees(b.hami_memory_used_bytes, b.nvml_memory_used_bytes) AS disagree
+           memory_disagrees(b.hami_memory_used_bytes, b.nvml_memory_used_bytes) AS disagree,
+           b.hami_memory_used_bytes IS NULL AND b.nvml_memory_used_bytes IS NULL AND b.sm_util_ratio IS NULL AS unknown
     FROM query_table(tbl) b LEFT JOIN query_table(inventory) i ON i.gpu_uuid_id = b.gpu_uuid_id
     WHERE b.ts_ms < cutoff
 )
@@ -120,7 +131,9 @@ SELECT make_timestamp(ts_ms // bucket_ms * bucket_ms * 1000) AS bucket, gpu_uuid
        sum(mem_used * dt) AS memory_used_byte_s, max(mem_used) AS memory_used_max_bytes,
        max(sm_util_ratio) AS sm_util_max, sum(CASE WHEN disagree THEN dt ELSE 0 END) AS hami_nvml_disagree_s,
        arg_max_null(last_kernel_age_s, ts_ms) AS last_kernel_age_s, max(ts_ms) AS latest_ts_ms,
-       sum(CASE WHEN usage_verified IS FALSE THEN dt ELSE 0 END) AS usage_unverified_s
+       sum(CASE WHEN usage_verified IS FALSE THEN dt ELSE 0 END) AS usage_unverified_s,
+       arg_max(claim_id, ts_ms) AS claim_id, arg_max(driver_id, ts_ms) AS driver_id,
+       sum(CASE WHEN unknown THEN dt ELSE 0 END) AS usage_unknown_s
 FROM s GROUP BY bucket, gpu_uuid_id, pod_uid_id, container_id;
 
 -- Minute rollups of the raw samples with ts_ms < cutoff. Minutes are derived lazily: while
@@ -145,7 +158,7 @@ SELECT bucket, gpu_uuid_id,
        min(first_ts_ms) AS first_ts_ms, arg_min(first_energy_j, first_ts_ms) AS first_energy_j,
        arg_min(first_power_j, first_ts_ms) AS first_power_j,
        max(last_ts_ms) AS last_ts_ms, arg_max(last_energy_j, last_ts_ms) AS last_energy_j,
-       max(latest_ts_ms) AS latest_ts_ms
+       max(latest_ts_ms) AS latest_ts_ms, arg_max(driver_id, latest_ts_ms) AS driver_id
 FROM query_table(tbl) GROUP BY bucket, gpu_uuid_id;
 
 CREATE OR REPLACE TEMP MACRO slice_partials_merged(tbl) AS TABLE
@@ -161,7 +174,9 @@ SELECT bucket, gpu_uuid_id, pod_uid_id, container_id,
        sum(memory_used_byte_s) AS memory_used_byte_s, max(memory_used_max_bytes) AS memory_used_max_bytes,
        max(sm_util_max) AS sm_util_max, sum(hami_nvml_disagree_s) AS hami_nvml_disagree_s,
        arg_max_null(last_kernel_age_s, latest_ts_ms) AS last_kernel_age_s, max(latest_ts_ms) AS latest_ts_ms,
-       sum(usage_unverified_s) AS usage_unverified_s
+       sum(usage_unverified_s) AS usage_unverified_s,
+       arg_max(claim_id, latest_ts_ms) AS claim_id, arg_max(driver_id, latest_ts_ms) AS driver_id,
+       sum(usage_unknown_s) AS usage_unknown_s
 FROM query_table(tbl) GROUP BY bucket, gpu_uuid_id, pod_uid_id, container_id;
 
 -- The partials to merge: the minutes retention kept plus those of the raw rows; the hour
@@ -179,17 +194,19 @@ CREATE OR REPLACE TEMP VIEW slice_hour_pending_partials AS SELECT hour AS bucket
 -- hour deltas into gpu_hour / slice_hour (sql/ingest/fold_rollups.sql).
 CREATE OR REPLACE TEMP MACRO gpu_partials_named(tbl) AS TABLE
 SELECT d.bucket, g.value AS gpu_uuid, c.value AS cluster, n.value AS node, m.value AS model,
-       d.* EXCLUDE (bucket, gpu_uuid_id, cluster_id, node_id, model_id)
+       d.* EXCLUDE (bucket, gpu_uuid_id, cluster_id, node_id, model_id, driver_id), dr.value AS driver
 FROM gpu_partials_merged(tbl) d
 JOIN ingest_strings g ON g.id = d.gpu_uuid_id
 JOIN ingest_strings c ON c.id = d.cluster_id
 JOIN ingest_strings n ON n.id = d.node_id
-LEFT JOIN ingest_strings m ON m.id = d.model_id;
+LEFT JOIN ingest_strings m ON m.id = d.model_id
+LEFT JOIN ingest_strings dr ON dr.id = d.driver_id;
 
 CREATE OR REPLACE TEMP MACRO slice_partials_named(tbl) AS TABLE
 SELECT d.bucket, c.value AS cluster, n.value AS node, g.value AS gpu_uuid, ns.value AS namespace,
        p.value AS pod, u.value AS pod_uid, k.value AS container, d.* EXCLUDE (bucket, gpu_uuid_id, pod_uid_id,
-       container_id, cluster_id, node_id, namespace_id, pod_id)
+       container_id, cluster_id, node_id, namespace_id, pod_id, claim_id, driver_id),
+       cl.value AS claim, dr.value AS driver
 FROM slice_partials_merged(tbl) d
 JOIN ingest_strings g ON g.id = d.gpu_uuid_id
 JOIN ingest_strings u ON u.id = d.pod_uid_id
@@ -197,13 +214,15 @@ JOIN ingest_strings k ON k.id = d.container_id
 JOIN ingest_strings c ON c.id = d.cluster_id
 JOIN ingest_strings n ON n.id = d.node_id
 LEFT JOIN ingest_strings ns ON ns.id = d.namespace_id
-LEFT JOIN ingest_strings p ON p.id = d.pod_id;
+LEFT JOIN ingest_strings p ON p.id = d.pod_id
+LEFT JOIN ingest_strings cl ON cl.id = d.claim_id
+LEFT JOIN ingest_strings dr ON dr.id = d.driver_id;
 
 -- Minute rollups.
 CREATE OR REPLACE TEMP VIEW gpu_minute AS
 SELECT bucket AS minute, gpu_uuid, cluster, node, model, memory_total_bytes, metered_s, sample_count, sm_util_s,
        memory_used_byte_s, hour_energy(first_energy_j, last_energy_j, first_power_j, power_j) AS energy_joules,
-       latest_ts_ms
+       latest_ts_ms, driver
 FROM gpu_partials_named('gpu_minute_partials');
 
 CREATE OR REPLACE TEMP VIEW slice_minute AS

@@ -60,18 +60,21 @@ WHERE as_of = src_asof AND hour >= m_start AND hour < m_end;
 -- Slice-hours of the month with the paying tenant, live or frozen. Only trusted columns
 -- are read: usage_share_s is built by ingest from NVML-checked memory and NVML/HAMi SM
 -- utilisation; HAMi's self-reported memory never reaches it where it disagreed with NVML.
+-- usage_unknown_s: the seconds no reader measured the slice's usage (sql/schema/040_dra_rollups.sql).
 CREATE OR REPLACE TEMP MACRO cb_slice_src(m_start, m_end, src_asof) AS TABLE
 SELECT tenant, hour, cluster, node, gpu_uuid, namespace, pod, pod_uid, container, whole_gpu,
        metered_s, alloc_mem_share_s, alloc_cores_share_s, alloc_dominant_share_s,
-       usage_share_s, hami_nvml_disagree_s
+       usage_share_s, hami_nvml_disagree_s, coalesce(usage_unknown_s, 0) AS usage_unknown_s
 FROM slice_hour_tenant
 WHERE src_asof IS NULL AND hour >= m_start AND hour < m_end
 UNION ALL
-SELECT tenant, hour, cluster, node, gpu_uuid, namespace, pod, pod_uid, container, whole_gpu,
-       metered_s, alloc_mem_share_s, alloc_cores_share_s, alloc_dominant_share_s,
-       usage_share_s, hami_nvml_disagree_s
-FROM frozen_slice_hour
-WHERE as_of = src_asof AND hour >= m_start AND hour < m_end;
+SELECT f.tenant, f.hour, f.cluster, f.node, f.gpu_uuid, f.namespace, f.pod, f.pod_uid, f.container, f.whole_gpu,
+       f.metered_s, f.alloc_mem_share_s, f.alloc_cores_share_s, f.alloc_dominant_share_s,
+       f.usage_share_s, f.hami_nvml_disagree_s, coalesce(d.usage_unknown_s, 0) AS usage_unknown_s
+FROM frozen_slice_hour f
+LEFT JOIN frozen_slice_dra d ON d.as_of = f.as_of AND d.hour = f.hour AND d.gpu_uuid = f.gpu_uuid
+                            AND d.pod_uid = f.pod_uid AND d.container = f.container
+WHERE f.as_of = src_asof AND f.hour >= m_start AND f.hour < m_end;
 
 -- The GPUs of the month (GPU rows and slices), a dense id each in UUID order.
 CREATE OR REPLACE TEMP MACRO cb_gpu_ids(m_start, m_end, src_asof) AS TABLE
@@ -90,14 +93,22 @@ JOIN cb_gpu_id_t i USING (gpu_uuid);
 
 -- Slice-hours with their shares as integer micro-GPU-seconds (a share is floored to them so
 -- that the shares on a GPU-hour can never add above its metered seconds) and the GPU's id.
+-- Where no reader measured a slice's usage (usage_unknown_s), its allocation over those
+-- seconds stands in for it: usage nobody measured is not billed as none, nor as waste
+-- (docs/dra.md, "In the bill").
 CREATE OR REPLACE TEMP MACRO cb_slice_shares(m_start, m_end, src_asof, share_kind, basis) AS TABLE
-WITH s AS (
+WITH x AS (
+    SELECT *, greatest(CASE share_kind WHEN 'memory' THEN alloc_mem_share_s
+                                       WHEN 'cores'  THEN alloc_cores_share_s
+                                       ELSE alloc_dominant_share_s END, 0) AS alloc_s
+    FROM cb_slice_src(m_start, m_end, src_asof)
+), s AS (
     SELECT x.hour, i.gid, x.tenant, x.namespace, x.pod, x.pod_uid, x.container, x.metered_s,
-           round(greatest(CASE share_kind WHEN 'memory' THEN x.alloc_mem_share_s
-                                          WHEN 'cores'  THEN x.alloc_cores_share_s
-                                          ELSE x.alloc_dominant_share_s END, 0) * 1e6)::BIGINT AS a_i,
-           round(greatest(x.usage_share_s, 0) * 1e6)::BIGINT AS u_i
-    FROM cb_slice_src(m_start, m_end, src_asof) x JOIN cb_gpu_id_t i USING (gpu_uuid)
+           round(x.alloc_s * 1e6)::BIGINT AS a_i,
+           round((greatest(x.usage_share_s, 0)
+                  + CASE WHEN x.usage_unknown_s > 0 AND x.metered_s > 0
+                         THEN x.alloc_s * least(1.0, x.usage_unknown_s / x.metered_s) ELSE 0 END) * 1e6)::BIGINT AS u_i
+    FROM x JOIN cb_gpu_id_t i USING (gpu_uuid)
 )
 SELECT *, CASE basis WHEN 'usage' THEN u_i WHEN 'max' THEN greatest(a_i, u_i) ELSE a_i END AS b_i FROM s;
 
@@ -402,5 +413,6 @@ SELECT (SELECT count(*) FROM cb_gpu_src(m_start, m_end, src_asof)) AS gpu_rows,
        (SELECT count(*) FROM cb_slice_src(m_start, m_end, src_asof)) AS slice_rows,
        (SELECT coalesce(sum(hash(tenant, hour, cluster, node, gpu_uuid, namespace, pod, pod_uid, container,
                                  whole_gpu, metered_s, alloc_mem_share_s, alloc_cores_share_s,
-                                 alloc_dominant_share_s, usage_share_s, hami_nvml_disagree_s)::HUGEINT), 0)
+                                 alloc_dominant_share_s, usage_share_s, hami_nvml_disagree_s,
+                                 usage_unknown_s)::HUGEINT), 0)
           FROM cb_slice_src(m_start, m_end, src_asof)) AS slice_hash;
