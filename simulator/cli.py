@@ -99,6 +99,6 @@ def run(args: argparse.Namespace) -> int:
             _write_json(pods_dir / "resourceslices.json", _merged(n.resource_slices_json() for n in nodes))
         tick += 1
         log.debug("tick %d at %d", tick, ts)
-    regions = sum(len(n.live_containers()) for n in nodes)
+    regions = sum(n.region_count for n in nodes)
     log.info("wrote %d tick(s) for %d node(s): %d live region file(s) under %s", tick, len(nodes), regions, hami_dir)
     return 0

@@ -104,6 +104,11 @@ class SimulatedNode:
                 w = self._writers[d] = RegionWriter(self.hami_dir / d / fname, self.layout)
             w.write(self.region_state(lc))
 
+    @property
+    def region_count(self) -> int:
+        """Region files written at this instant (containers/ and claims/)."""
+        return len(self._writers)
+
     def live_containers(self) -> list[LiveContainer]:
         cs = self.state.containers
         out = []
