@@ -110,15 +110,14 @@ def _node_cols(model: wl.FleetModel, ni: int, node: Node) -> _NodeCols:
     gpu_uuids = [g.uuid for g in node.gpus]
     models_codes, models = _codes([g.model for g in node.gpus])
     drivers = sorted({g.driver for g in node.gpus if g.driver})
-    claim_codes, claims, claim_uids = np.full(len(sl), -1, dtype=np.int32), [], []
+    claim_codes, claim_of = np.full(len(sl), -1, dtype=np.int32), {}
     shares = np.full((len(sl), 2), np.nan)
     for i, s in enumerate(sl):
         if s.container.dra is not None:
             ref = _claim_ref(node, s, s.pod.name, s.pod.uid)
-            claim_codes[i] = len(claims)
-            claims.append(ref.claim)
-            claim_uids.append(ref.uid)
+            claim_codes[i] = claim_of.setdefault((ref.claim, ref.uid), len(claim_of))   # a shared claim once
             shares[i] = s.container.dra.shares(node.gpus[s.container.devices[s.vdev]].memory_mib)
+    claims, claim_uids = [c for c, _ in claim_of], [u for _, u in claim_of]
     return _NodeCols(
         node=node, s0=s0, s1=s1, g0=int(model.gpu_offset[ni]), g1=int(model.gpu_offset[ni + 1]),
         pod_codes=pod_codes, pod_names=pod_names, uid_codes=uid_codes, uids=uids,
