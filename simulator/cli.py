@@ -3,7 +3,9 @@
 With one node (a one-node scenario, or `--node NAME`) the regions go exactly where HAMi
 puts them under its hook path: `HAMI_DIR/containers/<podUID>_<container>/<name>.cache`.
 With several nodes each node gets its own hook path: `HAMI_DIR/<node>/containers/...`.
-Pod lists go to `PODS_DIR/<node>.json` (the kubelet's /pods PodList), replaced atomically.
+Pod lists go to `PODS_DIR/<node>.json` (the kubelet's /pods PodList), replaced atomically;
+beside them `resourceclaims.json` and `resourceslices.json`, the ResourceClaimList and
+ResourceSliceList of every simulated node, as the API server lists them.
 """
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenario", required=True, help="scenario YAML (see docs/simulator.md)")
     parser.add_argument("--hami-dir", required=True, help="HAMi hook path to write region files under")
     parser.add_argument("--ticks", type=int, default=1, help="number of ticks to write (0 = until interrupted)")
-    parser.add_argument("--pods-dir", help="write each node's kubelet /pods JSON here as <node>.json")
+    parser.add_argument("--pods-dir", help="write each node's kubelet /pods JSON here as <node>.json, and the nodes' "
+                        "ResourceClaimList and ResourceSliceList as resourceclaims.json and resourceslices.json")
     parser.add_argument("--interval", type=float, default=10.0, help="seconds between ticks (simulated time)")
     parser.add_argument("--seed", type=int, default=0, help="workload seed (same seed, same fleet)")
     parser.add_argument("--node", action="append", help="simulate only this node (repeatable)")
@@ -50,6 +53,12 @@ def _write_json(path: Path, doc: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(doc, indent=1))
     os.replace(tmp, path)
+
+
+def _merged(lists) -> dict:
+    """One List of the items of several (the API server lists every node's objects)."""
+    lists = list(lists)
+    return {**lists[0], "items": [item for lst in lists for item in lst["items"]]}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -85,8 +94,11 @@ def run(args: argparse.Namespace) -> int:
             node.advance(ts)
             if pods_dir:
                 _write_json(pods_dir / f"{node.name}.json", node.pods())
+        if pods_dir:
+            _write_json(pods_dir / "resourceclaims.json", _merged(n.resource_claims_json() for n in nodes))
+            _write_json(pods_dir / "resourceslices.json", _merged(n.resource_slices_json() for n in nodes))
         tick += 1
         log.debug("tick %d at %d", tick, ts)
-    regions = sum(len(n.live_containers()) for n in nodes)
+    regions = sum(n.region_count for n in nodes)
     log.info("wrote %d tick(s) for %d node(s): %d live region file(s) under %s", tick, len(nodes), regions, hami_dir)
     return 0

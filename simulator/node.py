@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from slicemeter.simulator import dra_objects
 from slicemeter.simulator import workload as wl
 from slicemeter.simulator.hami_region import LAYOUTS, ProcSlot, RegionState, RegionWriter
 from slicemeter.simulator.nvml import FakeNvml, GpuNow, ProcNow
@@ -36,6 +37,9 @@ def allocation_annotation(node_gpus, pod: Pod, hami_version: str = "2.10") -> st
     indexed = pod.containers if hami_version == "2.8" else (*pod.init_containers, *pod.containers)
     parts = []
     for c in indexed:
+        if c.dra is not None:            # granted through a ResourceClaim: no HAMi device
+            parts.append(";")
+            continue
         parts.append("".join(f"{node_gpus[d].uuid},NVIDIA,{m},{c.cores}:" for d, m in zip(c.devices, c.mem_mib)) + ";")
     return "".join(parts)
 
@@ -81,21 +85,29 @@ class SimulatedNode:
         """Move every workload to `ts_ms` and bring the region files up to date."""
         self.ts_ms = int(ts_ms)
         self.state = self.model.state(np.array([self.ts_ms], dtype=np.int64))
-        live = self.live_containers()
         wanted = {}
-        for lc in live:
-            d = f"{lc.pod_uid}_{lc.container.name}"
-            wanted[d] = lc
+        for lc in self.live_containers():
+            if lc.container.dra is None:
+                wanted[f"containers/{lc.pod_uid}_{lc.container.name}"] = (lc, (lc.pod_uid, lc.container.name))
+            elif lc.container.dra.kind == "hami-core":
+                # HAMi's DRA driver: one region per prepared claim, under claims/<claimUID>/
+                uid = self.claim_ref(lc).uid
+                wanted[f"claims/{uid}"] = (lc, (uid,))
         for d in list(self._writers):
             if d not in wanted:
                 del self._writers[d]
-                shutil.rmtree(self.hami_dir / "containers" / d, ignore_errors=True)
-        for d, lc in wanted.items():
+                shutil.rmtree(self.hami_dir / d, ignore_errors=True)
+        for d, (lc, name_parts) in wanted.items():
             w = self._writers.get(d)
             if w is None:
-                fname = stable_uuid("cache", lc.pod_uid, lc.container.name) + ".cache"
-                w = self._writers[d] = RegionWriter(self.hami_dir / "containers" / d / fname, self.layout)
+                fname = stable_uuid("cache", *name_parts) + ".cache"
+                w = self._writers[d] = RegionWriter(self.hami_dir / d / fname, self.layout)
             w.write(self.region_state(lc))
+
+    @property
+    def region_count(self) -> int:
+        """Region files written at this instant (containers/ and claims/)."""
+        return len(self._writers)
 
     def live_containers(self) -> list[LiveContainer]:
         cs = self.state.containers
@@ -110,6 +122,21 @@ class SimulatedNode:
                 uid, name = wl.batch_run_uid(self.cluster, pod, run), wl.batch_run_name(pod, run)
             out.append(LiveContainer(pod, uid, name, c, ci))
         return out
+
+    def claim_ref(self, lc: LiveContainer) -> dra_objects.ClaimRef:
+        ci = lc.pod.containers.index(lc.container)
+        return dra_objects.claim_ref(self.cluster, lc.pod.namespace, lc.pod_name, lc.pod_uid, lc.container, ci)
+
+    # ---------------------------------------------------------------- the API server's DRA objects
+    def resource_slices_json(self) -> dict:
+        """The ResourceSliceList the node's DRA drivers publish (empty without DRA devices)."""
+        return dra_objects.resource_slices(self.spec, _iso(self.ts_ms / 1000 - 86400))
+
+    def resource_claims_json(self) -> dict:
+        """The ResourceClaimList of the claims allocated on the node, reserved for live pods."""
+        uses = [dra_objects.ClaimUse(lc.pod.namespace, lc.pod_name, lc.pod_uid, lc.container, self.claim_ref(lc))
+                for lc in self.live_containers() if lc.container.dra is not None]
+        return dra_objects.resource_claims(self.spec, uses, _iso(self.ts_ms / 1000 - 3600))
 
     # ---------------------------------------------------------------- per-process view
     def _procs(self, lc: LiveContainer) -> list[tuple[int, list[tuple[int, int, int]], list[int], list[int]]]:
@@ -166,7 +193,8 @@ class SimulatedNode:
 
     # ---------------------------------------------------------------- NodeSource for FakeNvml
     def gpu_count(self) -> int:
-        return len(self.gpus)
+        """Devices NVML lists (they come first; an NPU is not one)."""
+        return sum(g.nvml for g in self.gpus)
 
     def gpu_now(self, index: int) -> GpuNow:
         g, st = self.gpus[index], self.state
@@ -207,6 +235,9 @@ class SimulatedNode:
 
     def _pod_json(self, pod: Pod, uid: str, name: str, started: str) -> dict:
         def spec(c: Container) -> dict:
+            if c.dra is not None:
+                return {"name": c.name, "image": f"registry.example/{pod.namespace}/{c.name}:latest",
+                        "resources": dra_objects.container_resources(c)}
             res = {k: str(v) for k, v in c.requests.items()}
             if RES_GPU in res and c.whole_gpu:
                 res = {RES_GPU: res[RES_GPU]}
@@ -222,6 +253,10 @@ class SimulatedNode:
         done = {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": started, "finishedAt": started}}
         extra_spec = {"initContainers": [spec(c) for c in pod.init_containers]} if pod.init_containers else {}
         extra_status = {"initContainerStatuses": [status(c, done) for c in pod.init_containers]} if pod.init_containers else {}
+        claim_spec, claim_status = dra_objects.pod_fields(
+            [(i, c, dra_objects.claim_ref(self.cluster, pod.namespace, name, uid, c, i))
+             for i, c in enumerate(pod.containers) if c.dra is not None], pod.name)
+        hami = any(c.has_gpu and c.dra is None for c in (*pod.init_containers, *pod.containers))
         return {
             "metadata": {
                 "name": name, "namespace": pod.namespace, "uid": uid,
@@ -230,9 +265,11 @@ class SimulatedNode:
                     HAMI_ALLOCATED_ANNOTATION: allocation_annotation(self.gpus, pod, self.spec.hami_version),
                     HAMI_NODE_ANNOTATION: self.name,
                     "hami.io/bind-phase": "success",
-                } if any(c.has_gpu for c in (*pod.init_containers, *pod.containers)) else {},
+                } if hami else {},
                 "creationTimestamp": started,
             },
-            "spec": {"nodeName": self.name, "schedulerName": "hami-scheduler", **extra_spec, "containers": containers},
-            "status": {"phase": "Running", "startTime": started, **extra_status, "containerStatuses": statuses},
+            "spec": {"nodeName": self.name, "schedulerName": "hami-scheduler" if hami else "default-scheduler",
+                     **extra_spec, "containers": containers, **claim_spec},
+            "status": {"phase": "Running", "startTime": started, **extra_status, "containerStatuses": statuses,
+                       **claim_status},
         }

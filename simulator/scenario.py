@@ -35,6 +35,22 @@ GPU_MODELS: dict[str, tuple[int, float, float]] = {
     "NVIDIA L4": (23034, 16.0, 72.0),
     "Tesla T4": (15360, 10.0, 70.0),
 }
+# Devices no NVML reads, metered by allocation only: name as the DRA driver publishes it ->
+# (memory MiB, idle watts, TDP watts) and the driver (docs/simulator.md, DRA pods)
+NPU_MODELS: dict[str, tuple[int, float, float]] = {
+    "910B3": (65536, 70.0, 310.0),
+}
+DEVICE_MODELS = {**GPU_MODELS, **NPU_MODELS}
+
+# A node's devices published through DRA, by the short name a scenario uses -> the driver.
+# `nvidia` publishes whole GPUs, `nvidia-shares` GPUs shared by memory (ConsumableShares).
+DRA_DEVICE_DRIVERS = {
+    "hami-core": "hami-core-gpu.project-hami.io",
+    "nvidia": "gpu.nvidia.com",
+    "nvidia-shares": "gpu.nvidia.com",
+    "ascend": "ascend.project-hami.io",
+}
+DRA_CLAIM_DRIVERS = ("hami-core", "nvidia", "ascend")
 
 PATTERNS = ("steady-training", "diurnal-inference", "bursty-notebook", "idle-reservation", "batch-jobs")
 # The knobs each pattern takes, and their defaults (their ranges: WorkloadSpec).
@@ -79,10 +95,20 @@ class Gpu:
     memory_mib: int
     idle_watts: float
     tdp_watts: float
+    dra: str | None = None          # published through DRA by this kind (DRA_DEVICE_DRIVERS); None: device plugin
 
     @property
     def memory_bytes(self) -> int:
         return self.memory_mib * MiB
+
+    @property
+    def nvml(self) -> bool:
+        """Whether NVML lists the device (an NPU it does not: metered by allocation)."""
+        return self.model in GPU_MODELS
+
+    @property
+    def driver(self) -> str | None:
+        return DRA_DEVICE_DRIVERS.get(self.dra) if self.dra else None
 
 
 @dataclass(frozen=True)
@@ -93,6 +119,39 @@ class Workload:
     @property
     def params_dict(self) -> dict[str, float]:
         return dict(self.params)
+
+
+@dataclass(frozen=True)
+class DraGrant:
+    """A container's device granted through a DRA ResourceClaim instead of HAMi's annotation."""
+    kind: str                        # the device's kind (DRA_DEVICE_DRIVERS)
+    memory_mib: int | None           # consumed memory capacity; None: not requested
+    cores: int | None                # consumed cores capacity (percent); None: not requested
+    claim: str | None                # a named claim shared by every container naming it; None: its own
+    extended: bool                   # `nvidia.com/gpu` served by DRA (the scheduler's generated claim)
+    sharers: int                     # containers consuming the claim's one result (time-slicing)
+
+    @property
+    def driver(self) -> str:
+        return DRA_DEVICE_DRIVERS[self.kind]
+
+    def shares(self, device_memory_mib: int) -> tuple[float, float]:
+        """(memory share, cores share) of the device after the claim's split, as the exporter
+        computes them (docs/dra.md): consumed / capacity; HAMi's plugin enforces the whole
+        memory and an SM limit of 60 where the claim names none; a device shared by memory
+        only, or a whole device, has one share, sent as both."""
+        if self.kind == "nvidia":
+            return 1.0 / self.sharers, 1.0 / self.sharers
+        mem = (self.memory_mib if self.memory_mib is not None else device_memory_mib) / device_memory_mib
+        if self.kind == "nvidia-shares":
+            return mem, mem
+        if self.cores is not None:
+            return mem, self.cores / 100
+        return mem, HAMI_DRA_DEFAULT_CORES / 100 if self.kind == "hami-core" else 0.0
+
+
+# HAMi's DRA plugin: a claim without a cores value runs under an SM limit of 60
+HAMI_DRA_DEFAULT_CORES = 60
 
 
 @dataclass(frozen=True)
@@ -109,6 +168,7 @@ class Container:
     requests: dict[str, int]         # what the pod spec asked for (kubelet JSON)
     key: int                         # stable hash: seeds this container's noise
     sched_key: int                   # stable hash of the pod: notebook sessions, batch schedule
+    dra: DraGrant | None = None      # granted through a ResourceClaim (no HAMi annotation entry)
 
     @property
     def has_gpu(self) -> bool:
@@ -214,14 +274,54 @@ class Resources(Schema):
         return self.gpumem is not None or self.gpumem_percentage is not None or self.gpucores is not None
 
 
+class DraSpec(Schema):
+    """A device granted through a DRA ResourceClaim: HAMi's driver (memory MiB, cores), NVIDIA's
+    (a whole GPU, by memory on a ConsumableShares GPU, one named claim several pods share, or
+    `nvidia.com/gpu` served by DRA) or HAMi's Ascend driver (memory, cores)."""
+    driver: one_of("DRA driver", DRA_CLAIM_DRIVERS)
+    memory: Annotated[int, Field(ge=1)] | None = None
+    cores: Percent | None = None
+    claim: matching(DNS_SUBDOMAIN, "a valid Kubernetes name") | None = None
+    extended: bool = False
+
+    @model_validator(mode="after")
+    def _a_claim_the_driver_serves(self):
+        if self.driver == "nvidia":
+            if self.cores is not None:
+                raise invalid("NVIDIA's driver shares a GPU by memory only (ConsumableShares)", "cores")
+            if (self.claim is not None or self.extended) and self.memory is not None:
+                raise invalid("a shared or extended-resource claim takes a whole GPU: no memory", "memory")
+            if self.claim is not None and self.extended:
+                raise invalid("give claim or extended, not both", "extended")
+        else:
+            if self.claim is not None:
+                raise invalid("only NVIDIA's driver time-slices a whole GPU between pods of one claim", "claim")
+            if self.extended:
+                raise invalid("only NVIDIA's driver serves nvidia.com/gpu through DRA here", "extended")
+            if self.driver == "ascend" and self.memory is None:
+                raise invalid("missing required key (an Ascend claim consumes memory)", "memory")
+        return self
+
+    @property
+    def device_kind(self) -> str:
+        return "nvidia-shares" if self.driver == "nvidia" and self.memory is not None else self.driver
+
+
 class ContainerSpec(Schema):
     name: matching(DNS_LABEL, "a valid container name")
     resources: Resources = Resources()
+    dra: DraSpec | None = None                  # granted through a ResourceClaim instead of `resources`
     workload: WorkloadSpec | None = None
     processes: Annotated[int, Field(ge=1, le=64)] | None = None
     devices: list[Count] | None = None
     hami_underreport: Share = 1.0               # 1.0 = honest; <1: HAMi region under-reports buffers
     hami_writer_killed: bool = False
+
+    @model_validator(mode="after")
+    def _one_way_of_granting(self):
+        if self.dra is not None and (self.resources.sliced or self.resources.gpu is not None):
+            raise invalid("give resources (HAMi's device plugin) or dra, not both", "dra")
+        return self
 
 
 class PodSpec(Schema):
@@ -241,9 +341,18 @@ class PodSpec(Schema):
 
 
 class GpuSpec(Schema):
-    model: one_of("GPU model", GPU_MODELS)
+    model: one_of("GPU model", DEVICE_MODELS)
     count: Annotated[int, Field(ge=1)] = 1
     memory_mib: Annotated[int, Field(ge=1)] | None = None
+    dra: one_of("DRA device kind", DRA_DEVICE_DRIVERS) | None = None   # published by a DRA driver
+
+    @model_validator(mode="after")
+    def _a_driver_for_the_model(self):
+        npu = self.model in NPU_MODELS
+        if npu != (self.dra == "ascend"):
+            raise invalid(f"{self.model!r} is published by HAMi's Ascend driver: dra: ascend" if npu else
+                          f"dra: ascend publishes Ascend NPUs ({', '.join(NPU_MODELS)}), not {self.model!r}", "dra")
+        return self
 
 
 def _joins(value: Any) -> dt.datetime | int:
@@ -335,14 +444,18 @@ def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:
 def _load_node(doc: YamlLines, raw: NodeSpec, at: Loc, cluster: str) -> list[Node]:
     core = raw.hami_core or ("v0" if raw.hami_layout == "v0" else "1.2")
     layout = {"v0": "v0", "1.1-2026-03": "1.1-2026-03"}.get(core, "v1")
-    gpu_specs = [(g.model, g.memory_mib or GPU_MODELS[g.model][0]) for g in raw.gpus for _ in range(g.count)]
+    # devices NVML lists first, so a GPU's index is its NVML index; NPUs follow
+    gpu_specs = sorted(((g.model, g.memory_mib or DEVICE_MODELS[g.model][0], g.dra) for g in raw.gpus
+                        for _ in range(g.count)), key=lambda spec: spec[0] in NPU_MODELS)
+    nvml_count = sum(model in GPU_MODELS for model, _, _ in gpu_specs)
     nodes = []
     for k in range(raw.count):
         suffix = "" if raw.count == 1 else f"-{k + 1:04d}"
         name = raw.name + suffix
         gpus = tuple(
-            Gpu(i, "GPU-" + stable_uuid("gpu", name, i), model, mem, *GPU_MODELS[model][1:])
-            for i, (model, mem) in enumerate(gpu_specs)
+            Gpu(i, "GPU-" + stable_uuid("gpu", name, i) if model in GPU_MODELS else f"{name}-{i - nvml_count}",
+                model, mem, *DEVICE_MODELS[model][1:], dra=dra)
+            for i, (model, mem, dra) in enumerate(gpu_specs)
         )
         pods = _load_pods(doc, raw.pods, at, name, suffix, cluster, gpus)
         nodes.append(Node(name, raw.tenant, cluster, layout, gpus, pods, frozenset(raw.nvml_unsupported), core,
@@ -355,17 +468,19 @@ def _load_pods(doc: YamlLines, pods_raw: list[PodSpec], node_at: Loc, node: str,
     mem_used = [0] * len(gpus)
     cores_used = [0] * len(gpus)
     whole_taken = [False] * len(gpus)
+    claims = _SharedClaims(pods_raw)
     pods = []
     for i, raw in enumerate(pods_raw):
         at = (*node_at, "pods", i)
         name, ns = raw.name + suffix, raw.namespace
+        _check_dra_pod(doc, raw, at)
         # init containers run to completion first: placed on free capacity, which they give back
         inits = tuple(
             _load_container(doc, c, (*at, "init_containers", j), _IDLE, node, name, ns, gpus,
                             list(mem_used), list(cores_used), list(whole_taken))
             for j, c in enumerate(raw.init_containers))
         containers = [_load_container(doc, c, (*at, "containers", j), raw.workload, node, name, ns,
-                                      gpus, mem_used, cores_used, whole_taken)
+                                      gpus, mem_used, cores_used, whole_taken, claims)
                       for j, c in enumerate(raw.containers)]
         cnames = [c.name for c in (*inits, *containers)]
         if len(set(cnames)) != len(cnames):
@@ -377,7 +492,7 @@ def _load_pods(doc: YamlLines, pods_raw: list[PodSpec], node_at: Loc, node: str,
 
         def replica_containers(replica: str, raw=raw, at=at, ns=ns) -> tuple[Container, ...]:
             return tuple(_load_container(doc, c, (*at, "containers", j), raw.workload, node, replica, ns,
-                                         gpus, mem_used, cores_used, whole_taken)
+                                         gpus, mem_used, cores_used, whole_taken, claims)
                          for j, c in enumerate(raw.containers))
 
         pods.extend(_living_pods(doc, raw, at, Pod(name, ns, uid, tuple(containers), batch, inits), cluster, replica_containers))
@@ -391,9 +506,95 @@ def _load_pods(doc: YamlLines, pods_raw: list[PodSpec], node_at: Loc, node: str,
 _IDLE = WorkloadSpec(pattern="idle-reservation")
 
 
+class _SharedClaims:
+    """Named claims of a node's pods: how many containers share each, and the device it got."""
+
+    def __init__(self, pods_raw: list[PodSpec]):
+        self.sharers: dict[tuple[str, str], int] = {}
+        for raw in pods_raw:
+            for c in raw.containers:
+                if c.dra is not None and c.dra.claim is not None:
+                    key = (raw.namespace, c.dra.claim)
+                    self.sharers[key] = self.sharers.get(key, 0) + 1
+        self.device: dict[tuple[str, str], int] = {}
+
+
+def _check_dra_pod(doc: YamlLines, raw: PodSpec, at: Loc) -> None:
+    for j, c in enumerate(raw.init_containers):
+        if c.dra is not None:
+            raise doc.error((*at, "init_containers", j, "dra"), "init containers take HAMi resources only")
+    living = raw.lifecycle is not None or raw.replicas is not None or any(
+        (c.workload or raw.workload or _IDLE).pattern == "batch-jobs" for c in raw.containers)
+    for j, c in enumerate(raw.containers):
+        if living and c.dra is not None and c.dra.claim is not None:
+            raise doc.error((*at, "containers", j, "dra", "claim"),
+                            "a claim shared by name needs pods that stay (no lifecycle, replicas or batch-jobs)")
+
+
+def _dra_device(doc: YamlLines, c: ContainerSpec, at: Loc, node: str, ns: str, gpus: tuple[Gpu, ...],
+                mem_used: list[int], cores_used: list[int], whole_taken: list[bool],
+                claims: _SharedClaims) -> tuple[int, DraGrant]:
+    """The device a DRA container's claim is allocated: a shared claim's device once placed,
+    else a pinned or first-fitting device of the claim's kind."""
+    spec = c.dra
+    kind = spec.device_kind
+    key = (ns, spec.claim) if spec.claim is not None else None
+    grant = DraGrant(kind, spec.memory, spec.cores, spec.claim, spec.extended,
+                     claims.sharers[key] if key else 1)
+    if key in claims.device:
+        return claims.device[key], grant
+    whole = kind == "nvidia"
+    memory = lambda g: spec.memory if spec.memory is not None else g.memory_mib  # noqa: E731
+    cores = spec.cores or 0
+
+    def fits(d: int) -> str | None:
+        g = gpus[d]
+        if g.dra != kind:
+            return f"GPU {d} ({g.model}) is {'published by DRA as ' + g.dra if g.dra else 'the device plugin'}'s, " \
+                   f"not a DRA {kind} device"
+        if whole_taken[d] or (whole and mem_used[d]):
+            return f"GPU {d} is already taken by a whole-GPU claim or shared"
+        if mem_used[d] + memory(g) > g.memory_mib or cores_used[d] + cores > 100:
+            return f"GPU {d} ({g.model}) has {g.memory_mib - mem_used[d]} MiB and {100 - cores_used[d]} cores left"
+        return None
+
+    if c.devices is not None:
+        if len(c.devices) != 1 or c.devices[0] >= len(gpus):
+            raise doc.error((*at, "devices"), f"a claim here is one device of node {node} (0..{len(gpus) - 1}), "
+                                              f"got {c.devices}")
+        d = c.devices[0]
+        if (why := fits(d)) is not None:
+            raise doc.error((*at, "devices"), why)
+    else:
+        d = next((d for d in range(len(gpus)) if fits(d) is None), None)
+        if d is None:
+            raise doc.error((*at, "dra"), f"no room on node {node}: no DRA {kind} device with "
+                                          f"{spec.memory or 'all its'} MiB and {cores} cores free")
+    mem_used[d] += memory(gpus[d])
+    cores_used[d] += cores
+    whole_taken[d] = whole_taken[d] or whole
+    if key is not None:
+        claims.device[key] = d
+    return d, grant
+
+
 def _load_container(doc: YamlLines, c: ContainerSpec, at: Loc, pod_workload: WorkloadSpec | None, node: str,
                     pod: str, ns: str, gpus: tuple[Gpu, ...], mem_used: list[int], cores_used: list[int],
-                    whole_taken: list[bool]) -> Container:
+                    whole_taken: list[bool], claims: _SharedClaims | None = None) -> Container:
+    if c.dra is not None:
+        spec = c.workload or pod_workload
+        if spec is None:
+            raise doc.error((*at, "workload"), "missing required key (a GPU container needs a workload pattern)")
+        d, grant = _dra_device(doc, c, at, node, ns, gpus, mem_used, cores_used, whole_taken, claims)
+        g = gpus[d]
+        # the workload's memory scale: the consumed memory, or the device's split between sharers
+        mem = grant.memory_mib if grant.memory_mib is not None else g.memory_mib // grant.sharers
+        cores = grant.cores if grant.cores is not None else HAMI_DRA_DEFAULT_CORES if grant.kind == "hami-core" else 0
+        return Container(
+            name=c.name, devices=(d,), mem_mib=(mem,), cores=cores, whole_gpu=False, workload=spec.resolved(),
+            processes=c.processes or 1, hami_underreport=c.hami_underreport, writer_killed=c.hami_writer_killed,
+            requests={RES_GPU: 1} if grant.extended else {}, key=stable_hash("container", node, ns, pod, c.name),
+            sched_key=stable_hash("pod", node, ns, pod), dra=grant)
     res = c.resources
     n_gpu = res.gpu if res.gpu is not None else int(res.sliced)
     whole = n_gpu > 0 and not res.sliced
@@ -423,6 +624,9 @@ def _load_container(doc: YamlLines, c: ContainerSpec, at: Loc, pod_workload: Wor
                 raise doc.error((*at, "devices"), f"GPU index {d!r} is not on node {node} (0..{len(gpus) - 1})")
         for d in devices:
             g = gpus[d]
+            if g.dra is not None:
+                raise doc.error((*at, "devices"), f"node {node} GPU {d} is published through DRA ({g.dra}): "
+                                                  f"a container reaches it with dra:, not resources:")
             if mem_used[d] + mem_for(g) > g.memory_mib:
                 raise doc.error(
                     (*at, "resources"),
@@ -435,7 +639,7 @@ def _load_container(doc: YamlLines, c: ContainerSpec, at: Loc, pod_workload: Wor
         for d, g in enumerate(gpus):
             if len(devices) == n_gpu:
                 break
-            if whole_taken[d] or (whole and mem_used[d]):
+            if whole_taken[d] or (whole and mem_used[d]) or g.dra is not None:
                 continue
             if mem_used[d] + mem_for(g) <= g.memory_mib and cores_used[d] + cores <= 100:
                 devices.append(d)

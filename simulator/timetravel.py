@@ -17,6 +17,7 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
+from slicemeter.simulator import dra_objects
 from slicemeter.simulator import workload as wl
 from slicemeter.common import MiB
 from slicemeter.simulator.scenario import Node, Scenario
@@ -63,11 +64,24 @@ class _NodeCols:
     whole: np.ndarray
     nproc: np.ndarray
     batch_cols: list[int]         # slice columns (node-local) of batch pods
+    # DRA (docs/dra.md): claims per slice (-1: the device plugin's), the driver, the shares
+    claim_codes: np.ndarray
+    claims: list[str]
+    claim_uids: list[str]
+    driver_codes: np.ndarray      # per slice, -1: the device plugin's
+    drivers: list[str]
+    mem_share: np.ndarray         # NaN: the device plugin's
+    cores_share: np.ndarray
+    hami_region: np.ndarray       # per slice: HAMi-core writes its region (device plugin or HAMi's DRA driver)
+    nvml_usage: np.ndarray        # per slice: NVML reads its device (an NPU's usage is unknown)
     # gpus
     gpu_uuids: list[str]
     models_codes: np.ndarray
     models: list[str]
     mem_total: np.ndarray
+    gpu_nvml: np.ndarray
+    gpu_index: np.ndarray         # NVML's index, -1 for a device NVML does not list
+    gpu_driver_codes: np.ndarray  # into `drivers`, -1: the device plugin's
 
     def __post_init__(self) -> None:
         # Arrow dictionaries built once per node, reused by every chunk
@@ -77,10 +91,11 @@ class _NodeCols:
         self.d_ctr = pa.array(self.ctrs, pa.string())
         self.d_gpu = pa.array(self.gpu_uuids, pa.string())
         self.d_model = pa.array(self.models, pa.string())
+        self.d_driver = pa.array(self.drivers, pa.string())
 
 
-_D_HAMI = pa.array(["hami"], pa.string())
-_D_ANNOTATION = pa.array(["annotation"], pa.string())
+_D_DRA = pa.array(["hami", "dra"], pa.string())
+_D_ANNOTATION_DRA = pa.array(["annotation", "dra"], pa.string())
 
 
 def _node_cols(model: wl.FleetModel, ni: int, node: Node) -> _NodeCols:
@@ -94,6 +109,15 @@ def _node_cols(model: wl.FleetModel, ni: int, node: Node) -> _NodeCols:
     ctr_codes, ctrs = _codes([s.container.name for s in sl])
     gpu_uuids = [g.uuid for g in node.gpus]
     models_codes, models = _codes([g.model for g in node.gpus])
+    drivers = sorted({g.driver for g in node.gpus if g.driver})
+    claim_codes, claim_of = np.full(len(sl), -1, dtype=np.int32), {}
+    shares = np.full((len(sl), 2), np.nan)
+    for i, s in enumerate(sl):
+        if s.container.dra is not None:
+            ref = _claim_ref(node, s, s.pod.name, s.pod.uid)
+            claim_codes[i] = claim_of.setdefault((ref.claim, ref.uid), len(claim_of))   # a shared claim once
+            shares[i] = s.container.dra.shares(node.gpus[s.container.devices[s.vdev]].memory_mib)
+    claims, claim_uids = [c for c, _ in claim_of], [u for _, u in claim_of]
     return _NodeCols(
         node=node, s0=s0, s1=s1, g0=int(model.gpu_offset[ni]), g1=int(model.gpu_offset[ni + 1]),
         pod_codes=pod_codes, pod_names=pod_names, uid_codes=uid_codes, uids=uids,
@@ -108,9 +132,28 @@ def _node_cols(model: wl.FleetModel, ni: int, node: Node) -> _NodeCols:
         whole=np.array([s.container.whole_gpu for s in sl], dtype=bool),
         nproc=np.array([len(s.procs) for s in sl], dtype=np.int16),
         batch_cols=[i for i, s in enumerate(sl) if s.pod.batch],
+        claim_codes=claim_codes, claims=claims, claim_uids=claim_uids,
+        driver_codes=np.array([drivers.index(s.container.dra.driver) if s.container.dra else -1 for s in sl],
+                              dtype=np.int32),
+        drivers=drivers, mem_share=shares[:, 0], cores_share=shares[:, 1],
+        hami_region=np.array([s.container.dra is None or s.container.dra.kind == "hami-core" for s in sl], dtype=bool),
+        nvml_usage=np.array([node.gpus[s.container.devices[s.vdev]].nvml for s in sl], dtype=bool),
         gpu_uuids=gpu_uuids, models_codes=models_codes, models=models,
         mem_total=np.array([g.memory_bytes for g in node.gpus], dtype=np.int64),
+        gpu_nvml=np.array([g.nvml for g in node.gpus], dtype=bool),
+        gpu_index=np.array([g.index if g.nvml else -1 for g in node.gpus], dtype=np.int16),
+        gpu_driver_codes=np.array([drivers.index(g.driver) if g.driver else -1 for g in node.gpus], dtype=np.int32),
     )
+
+
+def _claim_ref(node: Node, s: wl.SliceRef, pod_name: str, pod_uid: str) -> dra_objects.ClaimRef:
+    return dra_objects.claim_ref(node.cluster, s.pod.namespace, pod_name, pod_uid, s.container,
+                                 s.pod.containers.index(s.container))
+
+
+def _dict_or_null(codes: np.ndarray, values: pa.Array) -> pa.DictionaryArray:
+    """A dictionary column whose code -1 is null (a device-plugin slice has no claim or driver)."""
+    return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32(), mask=codes < 0), values)
 
 
 def _groups(nodes: list[Node], ticks: int) -> list[list[Node]]:
@@ -133,22 +176,29 @@ def _gpu_table(nc: _NodeCols, st: wl.FleetState, interval_ms: int) -> pa.Table:
     n = T * G
     cols = slice(nc.g0, nc.g1)
     zeros = np.zeros(n, dtype=np.int32)
-    arrays = [
-        pa.array(np.repeat(st.t_ms, G), pa.int64()),
-        pa.array(np.full(n, interval_ms, dtype=np.int32)),
-        _dict_col(zeros, nc.d_node),
-        _dict_col(zeros, nc.d_cluster),
-        _dict_col(np.tile(np.arange(G, dtype=np.int32), T), nc.d_gpu),
-        pa.array(np.tile(np.arange(G, dtype=np.int16), T)),
-        _dict_col(np.tile(nc.models_codes, T), nc.d_model),
-        pa.array(np.tile(nc.mem_total, T)),
-        pa.array(st.gpu_mem_used_bytes[:, cols].ravel()),
-        pa.array((st.gpu_sm_pct[:, cols] / 100).astype(np.float32).ravel()),
-        pa.array((st.gpu_mem_util_pct[:, cols] / 100).astype(np.float32).ravel()),
-        pa.array((st.gpu_power_mw[:, cols] / 1000).astype(np.float32).ravel()),
-        pa.array(st.gpu_energy_mj[:, cols].ravel() / 1000),
-        pa.array(st.gpu_slices[:, cols].astype(np.int16).ravel()),
-    ]
+    unread = ~np.tile(nc.gpu_nvml, T)     # a device NVML does not list: its identity only
+
+    def reading(values: np.ndarray) -> pa.Array:
+        return pa.array(values, mask=unread) if unread.any() else pa.array(values)
+
+    arrays = {
+        "ts_ms": pa.array(np.repeat(st.t_ms, G), pa.int64()),
+        "interval_ms": pa.array(np.full(n, interval_ms, dtype=np.int32)),
+        "node": _dict_col(zeros, nc.d_node),
+        "cluster": _dict_col(zeros, nc.d_cluster),
+        "gpu_uuid": _dict_col(np.tile(np.arange(G, dtype=np.int32), T), nc.d_gpu),
+        "gpu_index": pa.array(np.tile(nc.gpu_index, T)),
+        "model": _dict_col(np.tile(nc.models_codes, T), nc.d_model),
+        "memory_total_bytes": pa.array(np.tile(nc.mem_total, T)),
+        "memory_used_bytes": reading(st.gpu_mem_used_bytes[:, cols].ravel()),
+        "sm_util_ratio": reading((st.gpu_sm_pct[:, cols] / 100).astype(np.float32).ravel()),
+        "mem_util_ratio": reading((st.gpu_mem_util_pct[:, cols] / 100).astype(np.float32).ravel()),
+        "power_watts": reading((st.gpu_power_mw[:, cols] / 1000).astype(np.float32).ravel()),
+        "energy_joules": reading(st.gpu_energy_mj[:, cols].ravel() / 1000),
+        "slice_count": reading(st.gpu_slices[:, cols].astype(np.int16).ravel()),
+    }
+    if nc.drivers:
+        arrays["driver"] = _dict_or_null(np.tile(nc.gpu_driver_codes, T), nc.d_driver)
     return table_with_nulls(GPU_SCHEMA, arrays, n)
 
 
@@ -167,60 +217,81 @@ def _slice_table(nc: _NodeCols, model: wl.FleetModel, st: wl.FleetState, interva
 
     uid_idx = np.broadcast_to(nc.uid_codes, (T, S)).copy()
     pod_idx = np.broadcast_to(nc.pod_codes, (T, S)).copy()
+    claim_idx = np.broadcast_to(nc.claim_codes, (T, S)).copy()
     uids, pods = list(nc.uids), list(nc.pod_names)
-    for j in nc.batch_cols:                     # each batch run is its own pod
+    claims, claim_uids = list(nc.claims), list(nc.claim_uids)
+    for j in nc.batch_cols:                     # each batch run is its own pod (with its own claims)
         ref = model.slices[nc.s0 + j]
         at = present[:, j]
         runs, inverse = np.unique(st.containers.run[at, ref.ci], return_inverse=True)
         uid_idx[at, j] = len(uids) + inverse
         pod_idx[at, j] = len(pods) + inverse
         names = [wl.batch_run_name(ref.pod, int(run)) for run in runs]
+        run_uids = [wl.stable_uuid("pod", nc.node.cluster, ref.pod.namespace, name) for name in names]
+        if ref.container.dra is not None:
+            claim_idx[at, j] = len(claims) + inverse
+            for c_ref in (_claim_ref(nc.node, ref, name, uid) for name, uid in zip(names, run_uids)):
+                claims.append(c_ref.claim)
+                claim_uids.append(c_ref.uid)
         pods.extend(names)
-        uids.extend(wl.stable_uuid("pod", nc.node.cluster, ref.pod.namespace, name) for name in names)
+        uids.extend(run_uids)
     ts = np.repeat(st.t_ms, S)[mask]
     ctx, mod, data = st.ctx_mib[:, cols], st.mod_mib[:, cols], st.data_mib[:, cols]
+    # what the exporter reads; a node whose HAMi-core layout it refuses reports grants, use unknown
+    readable = nc.node.layout in ("v0", "v1")
+    region = per_slice(nc.hami_region) & readable      # HAMi-core's region of the slice is read
+    usage = per_slice(nc.nvml_usage) & readable        # NVML reads the slice's processes
     if nc.node.layout == "v1":
         last = st.containers.last_kernel_s[:, [model.slices[i].ci for i in range(nc.s0, nc.s1)]]
         age = flat((st.t_ms[:, None] / 1000 - last).astype(np.float32))
-        age_arr = pa.array(age, pa.float32(), mask=flat(last == 0))
+        age_arr = pa.array(age, pa.float32(), mask=flat(last == 0) | ~region)
     else:                                       # v0 regions carry no last_kernel_time
         age_arr = pa.nulls(n, pa.float32())
     zeros = np.zeros(n, dtype=np.int32)
     sm_limit = per_slice(nc.sm_limit)
-    # what the exporter reads; a node whose HAMi-core layout it refuses reports grants, use unknown
-    readable = nc.node.layout in ("v0", "v1")
+    dra = per_slice(nc.driver_codes) >= 0
 
-    def used(values: np.ndarray, kind: pa.DataType) -> pa.Array:
-        return pa.array(values) if readable else pa.nulls(n, kind)
+    def known(values: np.ndarray, kind: pa.DataType, where: np.ndarray) -> pa.Array:
+        return pa.array(values, kind, mask=~where)
 
-    arrays = [
-        pa.array(ts, pa.int64()),
-        pa.array(np.full(n, interval_ms, dtype=np.int32)),
-        _dict_col(zeros, nc.d_node),
-        _dict_col(zeros, nc.d_cluster),
-        _dict_col(flat(uid_idx), uids),
-        _dict_col(flat(pod_idx), pods),
-        _dict_col(per_slice(nc.ns_codes), nc.d_ns),
-        _dict_col(per_slice(nc.ctr_codes), nc.d_ctr),
-        _dict_col(per_slice(nc.sgpu_codes), nc.d_gpu),
-        pa.array(per_slice(nc.vdev)),
-        pa.array(per_slice(nc.limit_bytes)),
-        used(flat(ctx + mod + data) * MiB, pa.int64()),
-        used(flat(ctx) * MiB, pa.int64()),
-        used(flat(mod) * MiB, pa.int64()),
-        used(flat(data) * MiB, pa.int64()),
-        pa.array(sm_limit, pa.float32(), mask=np.isnan(sm_limit)),
-        used(flat(st.sm_pct[:, cols] / 100).astype(np.float32), pa.float32()),
-        age_arr if readable else pa.nulls(n, pa.float32()),
-        used(per_slice(nc.nproc), pa.int16()),
-        used(flat(st.used_mib[:, cols]) * MiB, pa.int64()),
-        pa.array(per_slice(nc.limit_bytes)),
-        pa.array(per_slice(nc.alloc_cores)),
-        pa.array(per_slice(nc.whole)),
-        _dict_col(zeros, _D_HAMI if readable else _D_ANNOTATION),
+    arrays = {
+        "ts_ms": pa.array(ts, pa.int64()),
+        "interval_ms": pa.array(np.full(n, interval_ms, dtype=np.int32)),
+        "node": _dict_col(zeros, nc.d_node),
+        "cluster": _dict_col(zeros, nc.d_cluster),
+        "pod_uid": _dict_col(flat(uid_idx), uids),
+        "pod": _dict_col(flat(pod_idx), pods),
+        "namespace": _dict_col(per_slice(nc.ns_codes), nc.d_ns),
+        "container": _dict_col(per_slice(nc.ctr_codes), nc.d_ctr),
+        "gpu_uuid": _dict_col(per_slice(nc.sgpu_codes), nc.d_gpu),
+        "vdevice_index": pa.array(per_slice(nc.vdev)),
+        "hami_memory_limit_bytes": known(per_slice(nc.limit_bytes), pa.int64(), per_slice(nc.hami_region)),
+        "hami_memory_used_bytes": known(flat(ctx + mod + data) * MiB, pa.int64(), region),
+        "hami_context_bytes": known(flat(ctx) * MiB, pa.int64(), region),
+        "hami_module_bytes": known(flat(mod) * MiB, pa.int64(), region),
+        "hami_buffer_bytes": known(flat(data) * MiB, pa.int64(), region),
+        "sm_limit_ratio": pa.array(sm_limit, pa.float32(), mask=np.isnan(sm_limit) | ~per_slice(nc.hami_region)),
+        "sm_util_ratio": known(flat(st.sm_pct[:, cols] / 100).astype(np.float32), pa.float32(), usage),
+        "last_kernel_age_s": age_arr if readable else pa.nulls(n, pa.float32()),
+        "process_count": known(per_slice(nc.nproc), pa.int16(), usage),
+        "nvml_memory_used_bytes": known(flat(st.used_mib[:, cols]) * MiB, pa.int64(), usage),
+        "alloc_memory_bytes": pa.array(per_slice(nc.limit_bytes)),
+        "alloc_cores_ratio": pa.array(np.where(dra, per_slice(nc.cores_share), per_slice(nc.alloc_cores)), pa.float32()),
+        "whole_gpu": pa.array(per_slice(nc.whole)),
+        "source": _dict_col(dra.astype(np.int32), _D_DRA if readable else _D_ANNOTATION_DRA),
         # the simulated regions name every process's host pid, so NVML's figures check them
-        pa.array(np.full(n, True)) if readable else pa.nulls(n, pa.bool_()),
-    ]
+        # (a DRA slice's processes are NVML's own); a device NVML does not read has no usage
+        "usage_verified": known(np.full(n, True), pa.bool_(), usage),
+    }
+    if nc.drivers:
+        claim_codes = flat(claim_idx)
+        arrays.update({
+            "claim": _dict_or_null(claim_codes, pa.array(claims, pa.string())),
+            "claim_uid": _dict_or_null(claim_codes, pa.array(claim_uids, pa.string())),
+            "driver": _dict_or_null(per_slice(nc.driver_codes), nc.d_driver),
+            "alloc_mem_share_ratio": known(per_slice(nc.mem_share), pa.float64(), dra),
+            "alloc_cores_share_ratio": known(per_slice(nc.cores_share), pa.float64(), dra),
+        })
     return table_with_nulls(SLICE_SCHEMA, arrays, n)
 
 

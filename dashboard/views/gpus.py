@@ -54,14 +54,20 @@ st.dataframe(common.as_pct(gpus.drop(columns=["gpu_uuid"]), "allocation", "utili
 st.subheader("Slices on a GPU")
 label = st.selectbox("GPU", labels, key="gpu_pick")
 row = gpus[gpus["gpu"] == label].iloc[0]
-st.caption(f"{row.model} · node {row.node} · tenant {row.tenant} · `{row.gpu_uuid}`")
+st.caption(f"{row.model} · node {row.node} · tenant {row.tenant} · {row.driver} · `{row.gpu_uuid}`")
 m1, m2, m3 = st.columns(3)
 m1.metric("Allocated", fmt.pct(row.allocation))
-m2.metric("SM utilization", fmt.pct(row.utilization))
+m2.metric("SM utilization", fmt.pct(row.utilization) if row.utilization == row.utilization else "no reader")
 m3.metric("Slices at most", int(row.max_slices))
+if row.utilization != row.utilization:   # NULL: nothing measured its usage
+    st.info(f"No usage reader for this device ({row.driver}): it is metered and billed by allocation, "
+            "from its claims; usage is left empty.")
 slices = data.query("gpu_slices", gpu=row.gpu_uuid, **b)
 st.dataframe(common.as_pct(slices, "alloc_cores", "used_of_allocated", "sm_util_max"), hide_index=True, width="stretch",
-             column_config={"alloc_memory_gib": st.column_config.NumberColumn("memory granted", format="%.1f GiB"),
+             column_config={"driver": st.column_config.TextColumn("granted by", help="the DRA driver of the slice's "
+                                                                  "ResourceClaim, or HAMi's device plugin"),
+                            "claim": st.column_config.TextColumn("claim", help="the ResourceClaim (DRA only)"),
+                            "alloc_memory_gib": st.column_config.NumberColumn("memory granted", format="%.1f GiB"),
                             "alloc_cores": common.pct_col("cores granted"),
                             "hours": st.column_config.NumberColumn("present", format="%.1f h"),
                             "allocated_gpu_h": common.gpu_h_col("allocated"), "used_gpu_h": common.gpu_h_col("used"),

@@ -1,6 +1,8 @@
 -- The slices on one GPU in the month.
 SELECT
     tenant, coalesce(namespace, '(none)') AS namespace, pod, container,
+    coalesce(arg_max(driver, hour), 'device plugin')          AS driver,   -- the DRA driver that granted it
+    arg_max(claim, hour)                                      AS claim,    -- its ResourceClaim (DRA only)
     bool_or(whole_gpu)                                        AS whole_gpu,
     arg_max(alloc_memory_bytes, hour) / 1073741824.0          AS alloc_memory_gib,
     arg_max(alloc_cores_ratio, hour)                          AS alloc_cores,

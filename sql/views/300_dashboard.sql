@@ -3,9 +3,10 @@
 -- metered seconds so "allocated" never exceeds what the fleet had.
 CREATE OR REPLACE TEMP VIEW dash_gpu_hour AS
 SELECT
-    g.hour, g.cluster, g.tenant, g.node, g.gpu_uuid, g.model, g.memory_total_bytes,
+    g.hour, g.cluster, g.tenant, g.node, g.gpu_uuid, g.model, g.memory_total_bytes, g.driver,
     g.metered_s,
     coalesce(g.sm_util_s, 0)                          AS sm_util_s,     -- NVML SM busy, share-seconds
+    g.sm_util_s IS NOT NULL                           AS nvml_read,     -- false: a device no reader measures
     coalesce(g.energy_joules, 0)                      AS energy_joules,
     coalesce(s.slices, 0)                             AS slices,
     least(coalesce(s.alloc_s, 0), g.metered_s)        AS alloc_s,       -- dominant share, capped
