@@ -81,7 +81,8 @@ class XidTally:
         self.tick_last = self.last = code
         if code in CRITICAL_XIDS:
             self.tick_critical = code
-        key = code if code in self.totals or len(self.totals) - (XID_OTHER in self.totals) < MAX_XID_CODES else XID_OTHER
+        kept = len(self.totals) - (XID_OTHER in self.totals)
+        key = code if code in self.totals or kept < MAX_XID_CODES else XID_OTHER
         self.totals[key] = self.totals.get(key, 0) + 1
 
     def take(self) -> tuple[int, int | None, int | None]:
