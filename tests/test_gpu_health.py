@@ -351,3 +351,75 @@ def test_an_xid_storm_leaves_memory_bounded_and_the_tick_on_time():
     assert m["storm"] < 0.1 * interval_s                        # each storm Tick well inside its interval
     assert m["codes"] <= 33                                     # 32 codes and "other" per GPU
     assert m["peak"] < 512 * 1024, m                            # not growing with the events: no list of them
+
+
+# --- scenario faults: the live fake and the simulated history agree ----------------------------
+
+FAULTY = """
+tenants:
+  - {name: acme, display_name: ACME, kamaji: {namespace: t, name: acme}, api_server: "https://acme.example:6443"}
+nodes:
+  - name: n1
+    tenant: acme
+    gpus: [{model: "NVIDIA A100-SXM4-80GB", count: 4}]
+    faults:
+      - {kind: xid, gpu: 0, xid: 79, at: "2026-11-12T14:00", minutes: 60}
+      - {kind: ecc, gpu: 1, at: "2026-11-12T14:00", corrected: 5, uncorrected: 2}
+      - {kind: thermal-throttle, gpu: 2, at: "2026-11-12T14:00", minutes: 30}
+      - {kind: off-bus, gpu: 3, at: "2026-11-12T14:05", minutes: 30}
+    pods:
+      - {name: train, namespace: ml, containers: [{name: c, resources: {nvidia.com/gpu: 1}, workload: steady-training}]}
+"""
+T0 = 1_794_492_000_000          # 2026-11-12T14:00Z
+
+
+def test_faults_reach_the_tick_live_and_in_the_history_alike(tmp_path):
+    from slicemeter.exporter.assemble.tick_builder import TickBuilder
+    from slicemeter.exporter.sources.pods import PodCache
+    from slicemeter.simulator.node import SimulatedNode
+    from slicemeter.simulator.scenario import parse_scenario
+    from slicemeter.simulator.timetravel import generate
+
+    sc = parse_scenario(FAULTY)
+    sim = SimulatedNode(sc, "n1", tmp_path / "hami")
+    sim.nvml.nvmlInit()
+    cache = PodCache(sim.pods)
+    cache.refresh()
+    b = TickBuilder("n1", sim.cluster, NvmlReader(sim.nvml, initialised=True), str(tmp_path / "hami"), cache,
+                    proc_root=None)
+    live = {}
+    for t in range(T0 - 10_000, T0 + 410_000, 10_000):     # Tick by Tick, as the exporter reads
+        sim.advance(t)
+        live[t] = {g.gpu_index: g for g in b.build(t).tick.gpus}
+    history = {}
+    for _, gpus, _ in generate(sc, T0 - 10_000, T0 + 410_000):
+        for row in gpus.to_pylist():
+            history[(row["ts_ms"], row["gpu_index"])] = row
+    cols = ("xid_events", "xid_last_code", "xid_critical_code", "ecc_uncorrected_volatile", "remapped_rows_pending",
+            "clock_event_reasons", "thermal_violation_seconds_total", "temperature_celsius", "gpu_lost")
+    for t, gpus in live.items():
+        for i, g in gpus.items():
+            if t == T0 - 10_000 and i == 0:
+                continue            # the exporter's first read has no Xid events before it to drain
+            assert {c: getattr(g, c) for c in cols} == {c: history[(t, i)][c] for c in cols}, (t, i)
+    at = live[T0 + 180_000]
+    assert (at[0].xid_events, at[0].xid_critical_code) == (1, 79)
+    assert at[1].ecc_uncorrected_volatile == 2 and at[1].remapped_rows_pending
+    assert at[2].clock_event_reasons & 0x60 and at[2].thermal_violation_seconds_total == 180.0
+    assert not at[3].gpu_lost and live[T0 + 400_000][3].gpu_lost and live[T0 + 400_000][3].memory_used_bytes is None
+
+
+@pytest.mark.parametrize("fault,key,words", [
+    ("{kind: xid, gpu: 0, at: '2026-11-12T14:00'}", "xid", "names its code"),
+    ("{kind: ecc, gpu: 0, at: '2026-11-12T14:00'}", "uncorrected", "needs corrected or uncorrected"),
+    ("{kind: off-bus, gpu: 9, at: '2026-11-12T14:00'}", "gpu", "GPU index 9 is not on the node"),
+    ("{kind: melt, gpu: 0, at: '2026-11-12T14:00'}", "kind", "unknown fault kind"),
+    ("{kind: off-bus, gpu: 0, at: 'soon'}", "at", "is not a date-time"),
+])
+def test_a_bad_fault_names_its_key(fault, key, words):
+    from slicemeter.simulator.scenario import ScenarioError, parse_scenario
+    text = FAULTY.split("    faults:")[0] + f"    faults:\n      - {fault}\n"
+    with pytest.raises(ScenarioError) as e:
+        parse_scenario(text)
+    assert f"faults[0].{key}" in str(e.value) or (key == "gpu" and "faults" in str(e.value)), str(e.value)
+    assert words in str(e.value)
