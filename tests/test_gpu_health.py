@@ -17,7 +17,7 @@ from ctypes import CFUNCTYPE, POINTER, c_int, c_int32, c_uint, c_ulonglong, c_vo
 
 import pytest
 
-from slicemeter.exporter.sources.gpu_health import MAX_XID_WAITS_PER_TICK, XID_OTHER, XidTally
+from slicemeter.exporter.sources.gpu_health import CRITICAL_XIDS, MAX_XID_WAITS_PER_TICK, XID_OTHER, XidTally
 from slicemeter.exporter.sources.nvml import NvmlReader
 from slicemeter.simulator.nvml import EventData, HealthNow, pynvml
 from slicemeter.testkit.static_node import StaticNode, gpu
@@ -313,8 +313,30 @@ def test_the_xid_tally_keeps_a_bounded_number_of_codes():
     t = XidTally()
     for code in range(1, 1001):
         t.add(code)
-    assert len(t.totals) == 33 and t.totals[XID_OTHER] == 1000 - 32 and sum(t.totals.values()) == 1000
+    # the first 32 codes, every critical one (they have their own alerts), the rest as other
+    assert set(t.totals) == set(range(1, 33)) | set(CRITICAL_XIDS) | {XID_OTHER}
+    assert t.totals[XID_OTHER] == 1000 - 32 - len(CRITICAL_XIDS) and sum(t.totals.values()) == 1000
     assert t.take() == (1000, 1000, 120) and t.take() == (0, None, None)
+
+
+def test_the_critical_class_is_served_from_zero_and_the_alert_selects_exactly_it(tmp_path):
+    import re
+    from pathlib import Path
+    import yaml
+    from slicemeter.exporter.serve.collector import ExporterCollector, ExporterStats
+    from slicemeter.testkit.static_node import builder
+    rules = yaml.safe_load((Path(__file__).parent.parent / "prometheus/rules/slicemeter-health.yml").read_text())
+    expr = next(r["expr"] for g in rules["groups"] for r in g["rules"] if r.get("alert") == "SlicemeterGpuCriticalXid")
+    assert set(map(int, re.search(r'xid=~"([0-9|]+)"', expr).group(1).split("|"))) == set(CRITICAL_XIDS)
+    node = StaticNode(gpus=[gpu(UUIDS[0])])
+    b = builder(node, tmp_path / "hami", [])
+    b.nvml.nvml.queue_xid(0, 13)
+    stats = ExporterStats(tenant="acme")
+    stats.record(b.build(node.ts_ms))
+    served = {re.search(r'xid="(\w+)"', line).group(1): line.rsplit(" ", 1)[1]
+              for line in ExporterCollector(stats).exposition().decode().splitlines()
+              if line.startswith("slicemeter_gpu_xid_errors_total{")}
+    assert served == {**{str(c): "0" for c in CRITICAL_XIDS}, "13": "1"}
 
 
 STORM = r"""
@@ -349,7 +371,7 @@ def test_an_xid_storm_leaves_memory_bounded_and_the_tick_on_time():
     interval_s = 10.0                                          # the exporter's default Tick interval
     assert m["events"][0] == MAX_XID_WAITS_PER_TICK and sum(m["events"]) == 10_000 == m["total"]
     assert m["storm"] < 0.1 * interval_s                        # each storm Tick well inside its interval
-    assert m["codes"] <= 33                                     # 32 codes and "other" per GPU
+    assert m["codes"] <= 32 + len(CRITICAL_XIDS) + 1            # per GPU, whatever the number of codes
     assert m["peak"] < 512 * 1024, m                            # not growing with the events: no list of them
 
 

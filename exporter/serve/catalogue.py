@@ -95,8 +95,8 @@ _ROWS = [
     Family("slicemeter_gpu_violation_seconds", "counter", "NVML time the clocks were held below target by a policy",
            GPU + ("policy",), "gpu_health", "NVML violation time, seconds; `policy` power or thermal"),
     Family("slicemeter_gpu_xid_errors", "counter", "Xid events by code since the exporter started",
-           GPU + ("xid",), "gpu_health", "Xid events by code since the exporter started (at most 32 codes per "
-           "GPU, the rest as `xid=\"other\"`)"),
+           GPU + ("xid",), "gpu_health", "Xid events by code since the exporter started; the critical class "
+           "from 0; at most 32 other codes per GPU, the rest as `xid=\"other\"`"),
     Family("slicemeter_gpu_last_xid", "gauge", "The last Xid code seen on the GPU", GPU, "gpu_health",
            "The last Xid code seen since the exporter started; absent before the first"),
     Family("slicemeter_gpu_lost", "gauge", "1 when NVML answers GPU_IS_LOST", GPU, "gpu_health",

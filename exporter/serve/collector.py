@@ -29,7 +29,7 @@ from slicemeter.exporter.serve.hami_metrics import HAMI_METRICS_MODES, HamiMonit
 from slicemeter.exporter.serve.scrape import (ExporterStats, FamilyCollector, LabelTuples, Scrape, label_value as _s,
                                               reading_rows)
 from slicemeter.exporter.assemble.tick_builder import BuildResult
-from slicemeter.exporter.sources.gpu_health import CLOCK_EVENT_REASONS, XID_OTHER, throttled
+from slicemeter.exporter.sources.gpu_health import CLOCK_EVENT_REASONS, CRITICAL_XIDS, XID_OTHER, throttled
 from slicemeter.tick import SCHEMA_VERSION
 
 __all__ = ["ExporterCollector", "ExporterStats", "GpuCollector", "GpuHealthCollector", "HealthCollector",
@@ -78,8 +78,9 @@ class GpuHealthCollector(FamilyCollector):
             lv = scrape.label_tuples(gpu)
             h = view.last.gpu_health.get(g.gpu_uuid)
             out["slicemeter_gpu_lost"].add(lv, 1 if g.gpu_lost else 0)
-            if h is not None:
-                for code, n in sorted((h.xid_totals or {}).items()):
+            if h is not None and h.xid_totals is not None:
+                # the critical codes from 0, so that increase() sees a GPU's first one
+                for code, n in sorted({**dict.fromkeys(CRITICAL_XIDS, 0), **h.xid_totals}.items()):
                     xid = "other" if code == XID_OTHER else str(code)
                     out["slicemeter_gpu_xid_errors"].add(scrape.label_tuples(gpu + (xid,)), n)
                 if h.xid_last_ever is not None:

@@ -73,7 +73,7 @@ class XidTally:
     tick_events: int = 0
     tick_last: int | None = None
     tick_critical: int | None = None
-    totals: dict[int, int] = field(default_factory=dict)   # code -> events, at most MAX_XID_CODES (+ XID_OTHER)
+    totals: dict[int, int] = field(default_factory=dict)   # code -> events: MAX_XID_CODES, critical ones, XID_OTHER
     last: int | None = None
 
     def add(self, code: int) -> None:
@@ -82,7 +82,8 @@ class XidTally:
         if code in CRITICAL_XIDS:
             self.tick_critical = code
         kept = len(self.totals) - (XID_OTHER in self.totals)
-        key = code if code in self.totals or kept < MAX_XID_CODES else XID_OTHER
+        # a critical code always keeps its own count (the class is small): alerts select it by code
+        key = code if code in self.totals or kept < MAX_XID_CODES or code in CRITICAL_XIDS else XID_OTHER
         self.totals[key] = self.totals.get(key, 0) + 1
 
     def take(self) -> tuple[int, int | None, int | None]:
