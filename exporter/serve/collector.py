@@ -77,7 +77,8 @@ class GpuHealthCollector(FamilyCollector):
             gpu = view.base + (g.gpu_uuid, str(g.gpu_index), _s(g.model))
             lv = scrape.label_tuples(gpu)
             h = view.last.gpu_health.get(g.gpu_uuid)
-            out["slicemeter_gpu_lost"].add(lv, 1 if g.gpu_lost else 0)
+            if g.gpu_lost is not None:     # None: no NVML reads the device (metered by allocation)
+                out["slicemeter_gpu_lost"].add(lv, 1 if g.gpu_lost else 0)
             if h is not None and h.xid_totals is not None:
                 # the critical codes from 0, so that increase() sees a GPU's first one
                 for code, n in sorted({**dict.fromkeys(CRITICAL_XIDS, 0), **h.xid_totals}.items()):
