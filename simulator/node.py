@@ -21,7 +21,8 @@ import numpy as np
 from slicemeter.simulator import dra_objects
 from slicemeter.simulator import workload as wl
 from slicemeter.simulator.hami_region import LAYOUTS, ProcSlot, RegionState, RegionWriter
-from slicemeter.simulator.nvml import FakeNvml, GpuNow, ProcNow
+from slicemeter.simulator import faults as health_model
+from slicemeter.simulator.nvml import FakeNvml, GpuNow, HealthNow, ProcNow
 from slicemeter.common import HAMI_ALLOCATED_ANNOTATION, HAMI_NODE_ANNOTATION, MiB
 from slicemeter.simulator.scenario import RES_GPU, Container, Pod, Scenario, stable_hash, stable_uuid
 from slicemeter import clock
@@ -83,6 +84,10 @@ class SimulatedNode:
     # ---------------------------------------------------------------- time
     def advance(self, ts_ms: int) -> None:
         """Move every workload to `ts_ms` and bring the region files up to date."""
+        if self.spec.faults and 0 < self.ts_ms < ts_ms:   # the driver reports the Xids since the last instant
+            for g in self.gpus:
+                for code in health_model.xid_reports(self._faults_of(g.index), self.ts_ms, int(ts_ms)):
+                    self.nvml.queue_xid(g.index, code)
         self.ts_ms = int(ts_ms)
         self.state = self.model.state(np.array([self.ts_ms], dtype=np.int64))
         wanted = {}
@@ -204,6 +209,21 @@ class SimulatedNode:
             mem_util_pct=int(st.gpu_mem_util_pct[0, index]), power_mw=int(st.gpu_power_mw[0, index]),
             energy_mj=int(st.gpu_energy_mj[0, index]),
         )
+
+    def _faults_of(self, index: int) -> tuple[health_model.Fault, ...]:
+        return tuple(f for f in self.spec.faults if f.gpu == index)
+
+    def health_now(self, index: int) -> HealthNow:
+        g, st = self.gpus[index], self.state
+        h = health_model.health(self._faults_of(index), g.tdp_watts, np.array([self.ts_ms]),
+                                st.gpu_power_mw[0:1, index], st.gpu_sm_pct[0:1, index], 0)
+        ecc = (int(h.ecc_corrected[0]), int(h.ecc_uncorrected[0]))
+        return HealthNow(
+            temperature_c=int(h.temperature_c[0]), memory_temperature_c=int(h.memory_temperature_c[0]),
+            fan_pct=int(h.fan_pct[0]), ecc=ecc + ecc, retired_pages_pending=bool(h.retired_pages_pending[0]),
+            remapped_rows=(0, int(h.remapped_uncorrectable[0]), int(h.remapped_pending[0]), 0),
+            clock_event_reasons=int(h.clock_event_reasons[0]), thermal_violation_ns=int(h.thermal_violation_ns[0]),
+            lost=bool(h.lost[0]))
 
     def procs_now(self, index: int) -> list[ProcNow]:
         out = []

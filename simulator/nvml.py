@@ -13,9 +13,16 @@ mode, as NVML shows it: nvmlDeviceGetMigMode answers [1, 1], the GPU's MIG devic
 reached by index (NOT_FOUND where a slot holds no instance), each with its own UUID,
 memory, processes and attributes, and the parent's utilization counters answer
 NOT_SUPPORTED. GPUs without MIG answer [0, 0].
+
+Health: a source that has `health_now(index)` returning a HealthNow answers the health calls
+from it (temperatures, fan, ECC, retired pages, remapped rows, PCIe replays, clock-event
+reasons, violation time); without one a GPU is cool and error-free. A lost GPU answers
+GPU_IS_LOST to every call on it. Xid events (`queue_xid`) wait in the fake driver's queue
+until an event set with the GPU registered drains them, as NVML's do.
 """
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 import warnings
 from typing import Callable, Protocol
@@ -80,6 +87,39 @@ class MigNow:
     procs: tuple[ProcNow, ...] = ()
 
 
+@dataclass(frozen=True)
+class HealthNow:
+    """One GPU's health at the current instant, in NVML's units."""
+
+    temperature_c: int = 40
+    memory_temperature_c: int | None = 46      # None: the board has no memory sensor (field NOT_SUPPORTED)
+    fan_pct: int = 30
+    ecc: tuple[int, int, int, int] = (0, 0, 0, 0)   # corrected, uncorrected volatile; corrected, uncorrected aggregate
+    retired_pages_pending: bool = False
+    remapped_rows: tuple[int, int, int, int] = (0, 0, 0, 0)   # corr, unc, pending, failure
+    pcie_replays: int = 0
+    clock_event_reasons: int = 0
+    power_violation_ns: int = 0
+    thermal_violation_ns: int = 0
+    lost: bool = False
+
+
+@dataclass(frozen=True)
+class EventSet:
+    id: int
+
+
+@dataclass(frozen=True)
+class EventData:
+    """The fields of pynvml's c_nvmlEventData_t, with the fake's device handle."""
+
+    device: DeviceHandle
+    eventType: int
+    eventData: int
+    gpuInstanceId: int = 0xFFFFFFFF
+    computeInstanceId: int = 0xFFFFFFFF
+
+
 class NodeSource(Protocol):
     ts_ms: int
 
@@ -98,6 +138,8 @@ class FakeNvml:
         self._unsupported = unsupported
         self._faults: dict[tuple[str, int | None], int] = {}
         self._init = 0
+        self._xid_queue: deque[tuple[int, int]] = deque()     # (GPU index, Xid code), the driver's queue
+        self._registered: dict[int, dict[int, int]] = {}     # event set id -> GPU index -> event types
         # pynvml's exception classes and error codes, so `except nvml.NVMLError` works
         for name in dir(pynvml):
             if name.startswith(("NVMLError", "NVML_ERROR_")):
@@ -126,7 +168,13 @@ class FakeNvml:
             self._check(fn)
             self._raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         self._check(fn, index)
+        if self._health(index).lost:
+            self._raise(pynvml.NVML_ERROR_GPU_IS_LOST)
         return index
+
+    def _health(self, index: int) -> HealthNow:
+        health_now = getattr(self._src, "health_now", None)
+        return health_now(index) if health_now is not None else HealthNow()
 
     def _gpu(self, fn: str, handle: DeviceHandle) -> GpuNow:
         if isinstance(handle, MigHandle):
@@ -293,6 +341,113 @@ class FakeNvml:
             s.pid, s.timeStamp, s.smUtil, s.memUtil, s.encUtil, s.decUtil = p.pid, ts_us, p.sm_pct, p.mem_util_pct, 0, 0
             out.append(s)
         return out
+
+    # -- health
+    def nvmlDeviceGetTemperatureV(self, handle: DeviceHandle, sensor: int, version: int = pynvml.nvmlTemperature_v1) -> int:
+        self._gpu("nvmlDeviceGetTemperatureV", handle)
+        if version != pynvml.nvmlTemperature_v1:
+            self._raise(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        return self._temperature(handle, sensor)
+
+    def nvmlDeviceGetTemperature(self, handle: DeviceHandle, sensor: int) -> int:
+        self._gpu("nvmlDeviceGetTemperature", handle)
+        return self._temperature(handle, sensor)
+
+    def _temperature(self, handle: DeviceHandle, sensor: int) -> int:
+        if sensor != pynvml.NVML_TEMPERATURE_GPU:
+            self._raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return self._health(handle.index).temperature_c
+
+    def nvmlDeviceGetFieldValues(self, handle: DeviceHandle, fieldIds: list):
+        self._gpu("nvmlDeviceGetFieldValues", handle)
+        h = self._health(handle.index)
+        values = (pynvml.c_nvmlFieldValue_t * len(fieldIds))()
+        for v, field_id in zip(values, fieldIds):
+            v.fieldId = field_id
+            if field_id == pynvml.NVML_FI_DEV_MEMORY_TEMP and h.memory_temperature_c is not None:
+                v.valueType, v.nvmlReturn = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, pynvml.NVML_SUCCESS
+                v.value.uiVal = h.memory_temperature_c
+            else:   # NVML answers each field on its own: unknown or absent here
+                v.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+        return values
+
+    def nvmlDeviceGetFanSpeed(self, handle: DeviceHandle) -> int:
+        self._gpu("nvmlDeviceGetFanSpeed", handle)
+        return self._health(handle.index).fan_pct
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: DeviceHandle, errorType: int, counterType: int) -> int:
+        self._gpu("nvmlDeviceGetTotalEccErrors", handle)
+        if errorType not in (0, 1) or counterType not in (0, 1):
+            self._raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return self._health(handle.index).ecc[2 * counterType + errorType]
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, device: DeviceHandle) -> int:
+        self._gpu("nvmlDeviceGetRetiredPagesPendingStatus", device)
+        return int(self._health(device.index).retired_pages_pending)
+
+    def nvmlDeviceGetRemappedRows(self, device: DeviceHandle) -> tuple[int, int, int, int]:
+        self._gpu("nvmlDeviceGetRemappedRows", device)
+        return self._health(device.index).remapped_rows
+
+    def nvmlDeviceGetPcieReplayCounter(self, handle: DeviceHandle) -> int:
+        self._gpu("nvmlDeviceGetPcieReplayCounter", handle)
+        return self._health(handle.index).pcie_replays
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: DeviceHandle) -> int:
+        self._gpu("nvmlDeviceGetCurrentClocksEventReasons", handle)
+        return self._health(handle.index).clock_event_reasons
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: DeviceHandle) -> int:
+        self._gpu("nvmlDeviceGetCurrentClocksThrottleReasons", handle)
+        return self._health(handle.index).clock_event_reasons
+
+    def nvmlDeviceGetViolationStatus(self, device: DeviceHandle, perfPolicyType: int):
+        self._gpu("nvmlDeviceGetViolationStatus", device)
+        h = self._health(device.index)
+        ns = {pynvml.NVML_PERF_POLICY_POWER: h.power_violation_ns, pynvml.NVML_PERF_POLICY_THERMAL: h.thermal_violation_ns}
+        if perfPolicyType not in ns:
+            self._raise(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        v = pynvml.c_nvmlViolationTime_t()
+        v.referenceTime, v.violationTime = self._src.ts_ms * 1000, ns[perfPolicyType]
+        return v
+
+    # -- events
+    def queue_xid(self, index: int, code: int) -> None:
+        """The driver reports Xid `code` on GPU `index` (delivered to event sets it is registered in)."""
+        self._xid_queue.append((index, code))
+
+    def nvmlEventSetCreate(self) -> EventSet:
+        self._check("nvmlEventSetCreate")
+        es = EventSet(len(self._registered) + 1)
+        self._registered[es.id] = {}
+        return es
+
+    def nvmlDeviceRegisterEvents(self, handle: DeviceHandle, eventTypes: int, eventSet: EventSet) -> None:
+        self._gpu("nvmlDeviceRegisterEvents", handle)
+        if not isinstance(eventSet, EventSet) or eventSet.id not in self._registered:
+            self._raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if eventTypes & ~pynvml.nvmlEventTypeXidCriticalError:
+            self._raise(pynvml.NVML_ERROR_NOT_SUPPORTED)    # the fake driver reports Xids only
+        self._registered[eventSet.id][handle.index] = eventTypes
+
+    def nvmlEventSetWait_v2(self, eventSet: EventSet, timeoutms: int) -> EventData:
+        self._check("nvmlEventSetWait_v2")
+        if not isinstance(eventSet, EventSet) or eventSet.id not in self._registered:
+            self._raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        wanted = self._registered[eventSet.id]
+        while self._xid_queue:
+            index, code = self._xid_queue.popleft()
+            if index in wanted:
+                return EventData(DeviceHandle(index), pynvml.nvmlEventTypeXidCriticalError, code)
+        self._raise(pynvml.NVML_ERROR_TIMEOUT)    # nothing within the timeout (the fake never blocks)
+
+    def nvmlEventSetWait(self, eventSet: EventSet, timeoutms: int) -> EventData:
+        return self.nvmlEventSetWait_v2(eventSet, timeoutms)
+
+    def nvmlEventSetFree(self, eventSet: EventSet) -> None:
+        self._check("nvmlEventSetFree")
+        if self._registered.pop(getattr(eventSet, "id", None), None) is None:
+            self._raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
 
     def __getattr__(self, name: str) -> Callable:
         # any other NVML entry point: real pynvml would need a GPU; say "not supported"

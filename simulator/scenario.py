@@ -26,6 +26,7 @@ from slicemeter.common import ConfigError, MiB, read_config_text
 from slicemeter.config_schema import (DNS_LABEL, DNS_SUBDOMAIN, ConfigFileError, DnsName, Loc, Schema, Share,
                                       YamlLines, invalid, load, matching, one_of)
 from slicemeter.tenant_model import ScenarioTenant, ScenarioTenantList
+from slicemeter.simulator.faults import Fault, FaultSpec
 
 
 # NVML name -> (memory MiB as NVML reports it, idle watts, TDP watts)
@@ -200,6 +201,7 @@ class Node:
     hami_version: str = "2.10"      # HAMi scheduler version writing the annotations (HAMI_VERSIONS)
     watcher_zeroed: float = 0.0     # share of reads that catch HAMi-core's watcher between zeroing and setting sm_util
     joins_ms: int | None = None     # the node (a tenant onboarding) sends nothing before this instant
+    faults: tuple[Fault, ...] = ()  # GPU faults (simulator/faults.py)
 
 
 @dataclass
@@ -389,6 +391,7 @@ class NodeSpec(Schema):
     pods: list[PodSpec] = []
     nvml_unsupported: list[matching(re.compile(r"^nvml[A-Za-z_]+$"), "an NVML function name")] = []
     joins: Annotated[dt.datetime | int, PlainValidator(_joins)] | None = None
+    faults: list[FaultSpec] = []
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -396,6 +399,9 @@ class NodeSpec(Schema):
             raise invalid("give hami_core or the older hami_layout, not both", "hami_core")
         if (n := sum(g.count for g in self.gpus)) > 16:
             raise invalid(f"{n} GPUs: HAMi's region holds at most 16 devices", "gpus")
+        for i, f in enumerate(self.faults):
+            if f.gpu >= n:
+                raise invalid(f"GPU index {f.gpu} is not on the node (0..{n - 1})", "faults", i, "gpu")
         return self
 
 
@@ -459,7 +465,8 @@ def _load_node(doc: YamlLines, raw: NodeSpec, at: Loc, cluster: str) -> list[Nod
         )
         pods = _load_pods(doc, raw.pods, at, name, suffix, cluster, gpus)
         nodes.append(Node(name, raw.tenant, cluster, layout, gpus, pods, frozenset(raw.nvml_unsupported), core,
-                          raw.hami_version, raw.hami_watcher_zeroed, _joins_ms(raw.joins)))
+                          raw.hami_version, raw.hami_watcher_zeroed, _joins_ms(raw.joins),
+                          tuple(f.resolved() for f in raw.faults)))
     return nodes
 
 

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from slicemeter.simulator import dra_objects
 from slicemeter.simulator import workload as wl
+from slicemeter.simulator.faults import health
 from slicemeter.common import MiB
 from slicemeter.simulator.scenario import Node, Scenario
 from slicemeter.tick import GPU_SCHEMA, SLICE_SCHEMA, table_with_nulls
@@ -199,7 +200,53 @@ def _gpu_table(nc: _NodeCols, st: wl.FleetState, interval_ms: int) -> pa.Table:
     }
     if nc.drivers:
         arrays["driver"] = _dict_or_null(np.tile(nc.gpu_driver_codes, T), nc.d_driver)
-    return table_with_nulls(GPU_SCHEMA, arrays, n)
+    return table_with_nulls(GPU_SCHEMA, {**arrays, **_health_cols(nc, st, interval_ms, unread)}, n)
+
+
+def _health_cols(nc: _NodeCols, st: wl.FleetState, interval_ms: int, unread: np.ndarray) -> dict[str, pa.Array]:
+    """The health columns of a node's GPUs over the chunk (simulator/faults.py), tick-major as
+    the GPU table; a lost GPU's rows carry only `gpu_lost` and its Xids, its readings null too;
+    a device NVML does not list (`unread`) has no health at all."""
+    per_gpu = [health(tuple(f for f in nc.node.faults if f.gpu == k), g.tdp_watts, st.t_ms,
+                      st.gpu_power_mw[:, nc.g0 + k], st.gpu_sm_pct[:, nc.g0 + k], interval_ms)
+               for k, g in enumerate(nc.node.gpus)]
+
+    def col(name: str) -> np.ndarray:               # (T, G) -> rows, tick-major
+        return np.stack([getattr(h, name) for h in per_gpu], axis=1).ravel()
+
+    lost = col("lost")
+    ecc_c, ecc_u = col("ecc_corrected"), col("ecc_uncorrected")
+    xid_events = col("xid_events")
+
+    def read(values: np.ndarray, kind: pa.DataType) -> pa.Array:
+        return pa.array(values, kind, mask=lost | unread)
+
+    cols = {
+        "temperature_celsius": read(col("temperature_c"), pa.float32()),
+        "memory_temperature_celsius": read(col("memory_temperature_c"), pa.float32()),
+        "fan_speed_ratio": read(col("fan_pct") / 100, pa.float32()),
+        "ecc_corrected_volatile": read(ecc_c, pa.int64()), "ecc_uncorrected_volatile": read(ecc_u, pa.int64()),
+        "ecc_corrected_aggregate": read(ecc_c, pa.int64()), "ecc_uncorrected_aggregate": read(ecc_u, pa.int64()),
+        "retired_pages_pending": read(col("retired_pages_pending"), pa.bool_()),
+        "remapped_rows_pending": read(col("remapped_pending"), pa.bool_()),
+        "remapped_rows_failed": read(np.zeros(len(lost), bool), pa.bool_()),
+        "pcie_replay_total": read(np.zeros(len(lost), np.int64), pa.int64()),
+        "clock_event_reasons": read(col("clock_event_reasons"), pa.int64()),
+        "power_violation_seconds_total": read(np.zeros(len(lost)), pa.float64()),
+        "thermal_violation_seconds_total": read(col("thermal_violation_ns") / 1e9, pa.float64()),
+        "xid_events": pa.array(xid_events, pa.int32(), mask=unread),
+        "xid_last_code": pa.array(col("xid_last"), pa.int32(), mask=(xid_events == 0) | unread),
+        "xid_critical_code": pa.array(col("xid_critical"), pa.int32(), mask=(col("xid_critical") == 0) | unread),
+        "gpu_lost": pa.array(lost, pa.bool_(), mask=unread),
+    }
+    if lost.any():
+        T, G = len(st.t_ms), nc.g1 - nc.g0
+        for name, arr in (("memory_used_bytes", st.gpu_mem_used_bytes), ("sm_util_ratio", st.gpu_sm_pct / 100),
+                          ("mem_util_ratio", st.gpu_mem_util_pct / 100), ("power_watts", st.gpu_power_mw / 1000),
+                          ("energy_joules", st.gpu_energy_mj / 1000)):
+            kind = GPU_SCHEMA.field(name).type
+            cols[name] = pa.array(arr[:, nc.g0:nc.g1].reshape(T * G).astype(kind.to_pandas_dtype()), kind, mask=lost | unread)
+    return cols
 
 
 def _slice_table(nc: _NodeCols, model: wl.FleetModel, st: wl.FleetState, interval_ms: int) -> pa.Table:

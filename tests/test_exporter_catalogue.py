@@ -20,9 +20,9 @@ from slicemeter.simulator.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parent.parent
 T0 = 1_795_000_000_000
-MODE_GROUPS = {"monitor": {"gpu", "slice", "hami_monitor", "health"},
-               "full": {"gpu", "slice", "hami_monitor", "hami_scheduler", "health"},
-               "off": {"gpu", "slice", "health"}}
+MODE_GROUPS = {"monitor": {"gpu", "gpu_health", "slice", "hami_monitor", "health"},
+               "full": {"gpu", "gpu_health", "slice", "hami_monitor", "hami_scheduler", "health"},
+               "off": {"gpu", "gpu_health", "slice", "health"}}
 
 
 @pytest.fixture(scope="module")

@@ -92,8 +92,10 @@ def test_a_lost_gpu_costs_that_gpu_only():
     nv = node.fake_nvml()
     nv.fail("nvmlDeviceGetName", pynvml.NVML_ERROR_GPU_IS_LOST, gpu=1)
     snap = NvmlReader(nv, initialised=True).read()
-    assert [g.uuid for g in snap.gpus] == UUIDS[:1] and snap.errors == 1
+    assert [(g.uuid, g.lost) for g in snap.gpus] == [(UUIDS[0], False), (UUIDS[1], True)] and snap.errors == 1
     assert snap.gpus[0].util_gpu_pct == 37 and snap.gpus[0].processes == {101: GiB}
+    lost = snap.gpus[1]
+    assert lost.name is None and lost.memory_total is None and lost.health.temperature_c is None
 
 
 def test_a_gpu_without_mig_is_no_error():

@@ -54,14 +54,18 @@ def test_promtool_check_config_of_compose_prometheus():
     assert f"SUCCESS: {len(RULE_FILES)} rule files found" in result.stdout + result.stderr
 
 
-def test_promtool_unit_tests_of_the_alerts():
-    result = promtool("test", "rules", str(PROM / "tests" / "alerts_test.yml"))
+RULE_TESTS = sorted((PROM / "tests").glob("*_test.yml"))
+
+
+@pytest.mark.parametrize("path", RULE_TESTS, ids=lambda p: p.name)
+def test_promtool_unit_tests_of_the_alerts(path):
+    result = promtool("test", "rules", str(path))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout + result.stderr
 
 
 def test_every_alert_has_a_unit_test_or_a_live_check():
-    tested = set(re.findall(r"alertname: (\w+)", (PROM / "tests" / "alerts_test.yml").read_text()))
+    tested = {a for p in RULE_TESTS for a in re.findall(r"alertname: (\w+)", p.read_text())}
     live = set(re.findall(r'"(Slicemeter\w+)"', (REPO / "tests" / "test_prometheus_live.py").read_text()))
     alerts = {r["alert"] for r in rules() if "alert" in r}
     assert alerts - (tested | live) == {"SlicemeterSourceErrors", "SlicemeterIngestDeadLetters"}

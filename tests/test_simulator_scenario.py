@@ -119,7 +119,7 @@ POD = "    gpus: [{model: NVIDIA L4}]\n    pods:\n      - name: a\n        conta
     ("    gpus: [{model: NVIDIA L4}]\n    pods:\n      - name: a\n        namespace: " + "n" * 64 + "\n"
      "        containers: [{name: c}]\n", "nodes[0].pods[0].namespace", 11, "is not a valid Kubernetes namespace"),
     ("    gpus: [{model: NVIDIA L4}]\n    hami_layout: v7\n", "nodes[0].hami_layout", 9, "unknown HAMi layout 'v7'"),
-    ("    gpus: [{model: NVIDIA L4}]\n    colour: red\n", "nodes[0].colour", 9, "unknown key (allowed: count, gpus,"),
+    ("    gpus: [{model: NVIDIA L4}]\n    colour: red\n", "nodes[0].colour", 9, "unknown key (allowed: count, faults, gpus,"),
     ("    gpus: [{model: NVIDIA L4, count: 17}]\n", "nodes[0].gpus", 8, "17 GPUs: HAMi's region holds at most 16"),
     ("    gpus: [{model: NVIDIA L4}]\n    nvml_unsupported: [nvmlInit, power]\n", "nodes[0].nvml_unsupported[1]", 9,
      "'power' is not an NVML function name"),

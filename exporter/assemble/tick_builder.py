@@ -30,6 +30,7 @@ from slicemeter.exporter.sources.dra import HAMI_DRIVER, ResourceSlice, SplitPol
 from slicemeter.exporter.sources.dra_source import DraCache
 from slicemeter.exporter.sources.hami import (ClaimRegionFile, RegionError, RegionSource, discover_claims, parse_dir_name,
                                               read_claim_regions)
+from slicemeter.exporter.sources.gpu_health import GpuHealth
 from slicemeter.exporter.sources.nvml import GpuSample, MigSample, NvmlReader
 from slicemeter.exporter.sources.pods import PodCache, PodIndex, PodInfo, pid_to_pod
 from slicemeter.common import MiB
@@ -55,6 +56,8 @@ class BuildResult:
     pods: PodIndex | None = None   # the pod list the Tick was attributed with (HAMi's grants)
     nvml_unsupported: frozenset[tuple[int | None, str]] = frozenset()   # (GPU index, call) NVML does not offer
     dra_errors: int = 0   # DRA refreshes failed and claims or devices refused since the last Tick
+    # GPU uuid -> what NVML's health calls read, beyond the Tick's columns (Xid per code, remapped rows)
+    gpu_health: dict[str, GpuHealth] = field(default_factory=dict)
 
 
 class _AskedEachTick:
@@ -200,6 +203,7 @@ class TickBuilder:
             reading = _gpu_reading(g, counts.get(g.uuid, 0))
             reading.driver = published[g.uuid].driver if g.uuid in published else None
             res.tick.gpus.append(reading)
+            res.gpu_health[g.uuid] = g.health
         for uuid, row in published.items():
             if uuid not in src.gpus:
                 row.slice_count = counts.get(uuid, 0)
@@ -324,6 +328,7 @@ def _gpu_reading(g: GpuSample, slice_count: int) -> GpuReading:
         power_watts=g.power_w if g.power_w is not None and 0 <= g.power_w < 5000 else None,
         energy_joules=g.energy_j if g.energy_j is not None and g.energy_j >= 0 else None,
         slice_count=slice_count,
+        **_health_columns(g.health, g.lost),
     )
 
 
@@ -356,3 +361,20 @@ def _counter_set(slices, owner: ResourceSlice, name: str) -> dict | None:
     return next((s.shared_counters[name] for s in slices
                  if (s.driver, s.pool) == (owner.driver, owner.pool) and name in s.shared_counters), None)
 
+
+def _health_columns(h: GpuHealth, lost: bool) -> dict:
+    """The Tick's health columns of one GPU (docs/health.md); a lost GPU has only `gpu_lost`
+    and the Xid events that came with it."""
+    xids = {"xid_events": h.xid_events, "xid_last_code": h.xid_last_code, "xid_critical_code": h.xid_critical_code}
+    if lost:
+        return {"gpu_lost": True, **xids}
+    ecc = {f"ecc_{kind}_{counter}": h.ecc.get((kind, counter))
+           for kind in ("corrected", "uncorrected") for counter in ("volatile", "aggregate")}
+    return {
+        "temperature_celsius": h.temperature_c, "memory_temperature_celsius": h.memory_temperature_c,
+        "fan_speed_ratio": h.fan_speed_pct / 100 if h.fan_speed_pct is not None and h.fan_speed_pct >= 0 else None,
+        **ecc, "retired_pages_pending": h.retired_pages_pending, "remapped_rows_pending": h.remapped_rows_pending,
+        "remapped_rows_failed": h.remapped_rows_failed, "pcie_replay_total": h.pcie_replays,
+        "clock_event_reasons": h.clock_event_reasons, "power_violation_seconds_total": h.power_violation_s,
+        "thermal_violation_seconds_total": h.thermal_violation_s, "gpu_lost": False, **xids,
+    }

@@ -51,6 +51,7 @@ SCHED_CTR = ("namespace", "node", "pod", "container_index", "device_uuid", "zone
 # group -> the heading of its table in docs/metrics.md
 GROUPS = {
     "gpu": "per GPU",
+    "gpu_health": "GPU health (docs/health.md)",
     "slice": "per slice",
     "hami_monitor": "HAMi's vGPUmonitor (`--hami-metrics monitor` and `full`)",
     "hami_scheduler": "HAMi's scheduler (`--hami-metrics full`)",
@@ -69,6 +70,37 @@ _ROWS = [
            "Sum of the slices' allocation shares (dominant share, capped at 1)"),
     Family("slicemeter_gpu_used_ratio", "gauge", "Sum of the slices' usage shares (capped at 1)", GPU, "gpu"),
     Family("slicemeter_gpu_energy_joules", "counter", "NVML total energy consumption", GPU, "gpu"),
+
+    Family("slicemeter_gpu_temperature_celsius", "gauge", "NVML GPU (die) temperature", GPU, "gpu_health"),
+    Family("slicemeter_gpu_memory_temperature_celsius", "gauge", "NVML memory (HBM) temperature", GPU, "gpu_health",
+           "NVML memory temperature (field NVML_FI_DEV_MEMORY_TEMP); absent where the board has no sensor"),
+    Family("slicemeter_gpu_fan_speed_ratio", "gauge", "NVML fan speed as a share of its maximum", GPU, "gpu_health",
+           "NVML fan speed / 100 (may pass 1); absent on passively cooled boards"),
+    Family("slicemeter_gpu_ecc_errors", "counter", "NVML ECC error count", GPU + ("error_type", "counter"),
+           "gpu_health", "NVML ECC errors; `error_type` corrected or uncorrected, `counter` volatile (since the "
+           "driver loaded: resets) or aggregate (the board's lifetime)"),
+    Family("slicemeter_gpu_retired_pages_pending", "gauge", "1 when retired pages wait for a reset", GPU, "gpu_health",
+           "1 when pages marked for retirement wait for the next reset (boards before Ampere)"),
+    Family("slicemeter_gpu_remapped_rows", "gauge", "Rows remapped by the cause of the error", GPU + ("cause",),
+           "gpu_health", "Rows remapped; `cause` correctable or uncorrectable (Ampere and later)"),
+    Family("slicemeter_gpu_row_remap_pending", "gauge", "1 when a row remap waits for a reset", GPU, "gpu_health"),
+    Family("slicemeter_gpu_row_remap_failed", "gauge", "1 when a row remap failed", GPU, "gpu_health",
+           "1 when a row remap failed: the GPU needs service"),
+    Family("slicemeter_gpu_pcie_replays", "counter", "NVML PCIe replay counter", GPU, "gpu_health"),
+    Family("slicemeter_gpu_clock_event_reason", "gauge", "1 while the reason holds the GPU's clocks down",
+           GPU + ("reason",), "gpu_health", "1 while NVML's clock-event reason `reason` is active, else 0 (one "
+           "series per reason, docs/health.md)"),
+    Family("slicemeter_gpu_throttled", "gauge", "1 while power or heat hold the clocks down", GPU, "gpu_health",
+           "1 while a throttle reason is active (power cap, HW slowdown, thermal, power brake), else 0"),
+    Family("slicemeter_gpu_violation_seconds", "counter", "NVML time the clocks were held below target by a policy",
+           GPU + ("policy",), "gpu_health", "NVML violation time, seconds; `policy` power or thermal"),
+    Family("slicemeter_gpu_xid_errors", "counter", "Xid events by code since the exporter started",
+           GPU + ("xid",), "gpu_health", "Xid events by code since the exporter started; the critical class "
+           "from 0; at most 32 other codes per GPU, the rest as `xid=\"other\"`"),
+    Family("slicemeter_gpu_last_xid", "gauge", "The last Xid code seen on the GPU", GPU, "gpu_health",
+           "The last Xid code seen since the exporter started; absent before the first"),
+    Family("slicemeter_gpu_lost", "gauge", "1 when NVML answers GPU_IS_LOST", GPU, "gpu_health",
+           "1 when NVML answers GPU_IS_LOST (fallen off the bus): its other figures are absent"),
 
     Family("slicemeter_slice_allocation_ratio", "gauge", "Dominant allocation share of the GPU (whole GPU = 1)", SLICE, "slice"),
     Family("slicemeter_slice_usage_ratio", "gauge", "Usage share: max(memory used / GPU memory, SM utilization)", SLICE,
@@ -188,10 +220,17 @@ _BLOCK = re.compile(r"(<!-- catalogue:(?P<group>[a-z_]+) -->\n).*?(<!-- /catalog
 def markdown_table(group_name: str) -> str:
     lines = ["| name | type | labels | meaning |", "| --- | --- | --- | --- |"]
     for f in group(group_name):
-        named = _LABEL_SET_NAMES.get(f.labels)
-        labels = named or ", ".join(f"`{x}`" for x in f.labels) or "none"
+        labels = _label_text(f.labels)
         lines.append(f"| `{f.sample_name}` | {f.type} | {labels} | {f.meaning} |")
     return "\n".join(lines) + "\n"
+
+
+def _label_text(labels: tuple[str, ...]) -> str:
+    """A named label set in words, with any labels past it listed (GPU labels, `policy`)."""
+    for base, name in _LABEL_SET_NAMES.items():
+        if labels[:len(base)] == base:
+            return ", ".join([name, *(f"`{x}`" for x in labels[len(base):])])
+    return ", ".join(f"`{x}`" for x in labels) or "none"
 
 
 def render_docs(text: str) -> str:

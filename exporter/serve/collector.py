@@ -6,6 +6,7 @@ kubelet or Kafka). Each collector emits one group of exporter/serve/catalogue.py
 describes exactly those, so a registry's duplicate check sees every name:
 
 - `GpuCollector`: per GPU, NVML's figures and the sums of its slices' shares;
+- `GpuHealthCollector`: per GPU, NVML's health figures (docs/health.md);
 - `SliceCollector`: per slice, and per container whether its HAMi region was read;
 - `HamiMonitorCollector`, `HamiSchedulerCollector` (exporter/serve/hami_metrics.py): HAMi's own
   families, by `--hami-metrics`: `monitor`, `full` (both) or `off`;
@@ -28,9 +29,11 @@ from slicemeter.exporter.serve.hami_metrics import HAMI_METRICS_MODES, HamiMonit
 from slicemeter.exporter.serve.scrape import (ExporterStats, FamilyCollector, LabelTuples, Scrape, label_value as _s,
                                               reading_rows)
 from slicemeter.exporter.assemble.tick_builder import BuildResult
+from slicemeter.exporter.sources.gpu_health import CLOCK_EVENT_REASONS, CRITICAL_XIDS, XID_OTHER, throttled
 from slicemeter.tick import SCHEMA_VERSION
 
-__all__ = ["ExporterCollector", "ExporterStats", "GpuCollector", "HealthCollector", "SliceCollector"]
+__all__ = ["ExporterCollector", "ExporterStats", "GpuCollector", "GpuHealthCollector", "HealthCollector",
+           "SliceCollector"]
 
 
 class GpuCollector(FamilyCollector):
@@ -54,6 +57,56 @@ class GpuCollector(FamilyCollector):
                     rows.append((lv, v))
             allocated.append((lv, min(1.0, view.allocated.get(g.gpu_uuid, 0.0))))
             used.append((lv, min(1.0, view.used.get(g.gpu_uuid, 0.0))))
+
+
+class GpuHealthCollector(FamilyCollector):
+    families = group("gpu_health")
+    _FROM_READING = (("slicemeter_gpu_temperature_celsius", "temperature_celsius"),
+                     ("slicemeter_gpu_memory_temperature_celsius", "memory_temperature_celsius"),
+                     ("slicemeter_gpu_fan_speed_ratio", "fan_speed_ratio"),
+                     ("slicemeter_gpu_retired_pages_pending", "retired_pages_pending"),
+                     ("slicemeter_gpu_row_remap_pending", "remapped_rows_pending"),
+                     ("slicemeter_gpu_row_remap_failed", "remapped_rows_failed"),
+                     ("slicemeter_gpu_pcie_replays", "pcie_replay_total"))
+    _ECC = tuple((kind, counter) for kind in ("corrected", "uncorrected") for counter in ("volatile", "aggregate"))
+
+    def fill(self, scrape: Scrape, out: dict[str, Samples]) -> None:
+        view = scrape.view
+        families, values_of = reading_rows(out, self._FROM_READING)
+        for g in view.last.tick.gpus:
+            gpu = view.base + (g.gpu_uuid, str(g.gpu_index), _s(g.model))
+            lv = scrape.label_tuples(gpu)
+            h = view.last.gpu_health.get(g.gpu_uuid)
+            if g.gpu_lost is not None:     # None: no NVML reads the device (metered by allocation)
+                out["slicemeter_gpu_lost"].add(lv, 1 if g.gpu_lost else 0)
+            if h is not None and h.xid_totals is not None:
+                # the critical codes from 0, so that increase() sees a GPU's first one
+                for code, n in sorted({**dict.fromkeys(CRITICAL_XIDS, 0), **h.xid_totals}.items()):
+                    xid = "other" if code == XID_OTHER else str(code)
+                    out["slicemeter_gpu_xid_errors"].add(scrape.label_tuples(gpu + (xid,)), n)
+                if h.xid_last_ever is not None:
+                    out["slicemeter_gpu_last_xid"].add(lv, h.xid_last_ever)
+            if g.gpu_lost:
+                continue
+            for rows, v in zip(families, values_of(g)):
+                if v is not None:
+                    rows.append((lv, float(v)))
+            for kind, counter in self._ECC:
+                n = getattr(g, f"ecc_{kind}_{counter}")
+                if n is not None:
+                    out["slicemeter_gpu_ecc_errors"].add(scrape.label_tuples(gpu + (kind, counter)), n)
+            if h is not None and h.remapped_rows is not None:
+                for cause, n in zip(("correctable", "uncorrectable"), h.remapped_rows):
+                    out["slicemeter_gpu_remapped_rows"].add(scrape.label_tuples(gpu + (cause,)), n)
+            if g.clock_event_reasons is not None:
+                for bit, reason in CLOCK_EVENT_REASONS.items():
+                    out["slicemeter_gpu_clock_event_reason"].add(scrape.label_tuples(gpu + (reason,)),
+                                                                  1 if g.clock_event_reasons & bit else 0)
+                out["slicemeter_gpu_throttled"].add(lv, 1 if throttled(g.clock_event_reasons) else 0)
+            for policy in ("power", "thermal"):
+                seconds = getattr(g, f"{policy}_violation_seconds_total")
+                if seconds is not None:
+                    out["slicemeter_gpu_violation_seconds"].add(scrape.label_tuples(gpu + (policy,)), seconds)
 
 
 class SliceCollector(FamilyCollector):
@@ -134,8 +187,8 @@ class ExporterCollector(Collector):
     def __init__(self, stats: ExporterStats, hami_metrics: str = "monitor"):
         self.stats = stats
         self.hami_metrics = hami_metrics
-        self.tick_collectors: list[FamilyCollector] = [GpuCollector(stats), SliceCollector(stats),
-                                                       *hami_collectors(stats, hami_metrics)]
+        self.tick_collectors: list[FamilyCollector] = [GpuCollector(stats), GpuHealthCollector(stats),
+                                                       SliceCollector(stats), *hami_collectors(stats, hami_metrics)]
         self.health = HealthCollector(stats)
         self._lock = threading.Lock()
         self._labels = LabelText()

@@ -13,20 +13,30 @@ meaning something else entirely.
   process ran a kernel), an empty reading, not an error.
 - NOT_SUPPORTED / FUNCTION_NOT_FOUND (and a module without the function): permanent for
   that GPU and call; counted once, then the call is no longer made for that GPU.
-- GPU_IS_LOST: the GPU fell off the bus; counted, and the GPU is left out of this read
-  (its other calls are not made).
+- GPU_IS_LOST: the GPU fell off the bus; counted, its other calls are not made, and it is
+  reported as lost (`GpuSample.lost`, no figures) when its UUID is known from this read or
+  an earlier one.
 - anything else: counted as an error, the value is unknown.
 
 A GPU in MIG mode is read through its MIG devices (each a GPU instance with its own
 memory and processes); its utilization counters are not available in that mode (NVML
 answers NOT_SUPPORTED), so they are not asked for.
+
+Health (exporter/sources/gpu_health.py, docs/health.md): temperatures, fan, ECC, retired
+pages and remapped rows, PCIe replays, clock-event reasons, violation time, each its own
+figure under the same rules; the NVML 13 entry points first, the deprecated ones when a
+driver lacks them. Xid events come through one event set drained each read, a bounded
+number of waits at a time.
 """
 from __future__ import annotations
 
+import ctypes
 import logging
 import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from slicemeter.exporter.sources import gpu_health as gh
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +104,8 @@ class GpuSample:
     # MIG mode: the GPU's slices (nvmlDeviceGetMaxMigDeviceCount) and its MIG devices; None: not in MIG mode
     mig_slices: int | None = None
     mig: list[MigSample] | None = None
+    health: gh.GpuHealth = field(default_factory=gh.GpuHealth)
+    lost: bool = False              # NVML answered GPU_IS_LOST: no figures this read
 
 
 @dataclass(slots=True)
@@ -130,15 +142,20 @@ class NvmlReader:
         self.nvml = nvml
         self._initialised = initialised
         self._last_seen_us: dict[int, int] = {}
-        # (GPU index or None for node-level calls, function): answered NOT_SUPPORTED / FUNCTION_NOT_FOUND
+        # (GPU index or None for node-level calls, function or figure): answered NOT_SUPPORTED / FUNCTION_NOT_FOUND
         self.unsupported: set[tuple[int | None, str]] = set()
+        self._uuids: dict[int, str] = {}            # GPU index -> UUID, kept to report a GPU once it is lost
+        self._event_set: Any = None                 # the Xid event set; False: NVML offers none
+        self._xid_handles: dict[Any, int] = {}      # registered device handle (its address) -> GPU index
+        self._xids: dict[int, gh.XidTally] = {}
 
     def _call(self, snap: NvmlSnapshot, gpu: int | None, fn: str, *args: Any, not_found: Any = _MISSING,
-              optional: bool = False) -> Any:
+              optional: bool = False, figure: str | None = None) -> Any:
         """fn(*args), or None when it failed; `not_found` is returned for NVML_ERROR_NOT_FOUND when given.
         `optional`: NOT_SUPPORTED is an answer (e.g. no MIG on this GPU), not an error.
+        `figure`: the name a NOT_SUPPORTED answer is remembered by, where one call reads several figures.
         Raises _GpuLost when NVML says the GPU is gone."""
-        key = (gpu, fn)
+        key = (gpu, figure or fn)
         if key in self.unsupported:
             return None
         call = getattr(self.nvml, fn, None)
@@ -179,9 +196,16 @@ class NvmlReader:
             try:
                 g = self._read_gpu(snap, i)
             except _GpuLost:
-                continue
+                g = GpuSample(index=i, uuid=self._uuids[i], lost=True) if i in self._uuids else None
             if g is not None:
                 snap.gpus.append(g)
+        self._drain_xids(snap)
+        for g in snap.gpus:
+            tally = self._xids.get(g.index)
+            if tally is not None:
+                h = g.health
+                h.xid_events, h.xid_last_code, h.xid_critical_code = tally.take()
+                h.xid_totals, h.xid_last_ever = dict(tally.totals), tally.last
         return snap
 
     def _read_gpu(self, snap: NvmlSnapshot, i: int) -> GpuSample | None:
@@ -192,6 +216,7 @@ class NvmlReader:
         if uuid is None:
             return None   # without its identity a GPU's numbers cannot be attributed
         g = GpuSample(index=i, uuid=_text(uuid))
+        self._uuids[i] = g.uuid
         name = self._call(snap, i, "nvmlDeviceGetName", handle)
         g.name = _text(name) if name is not None else None
         g.memory_total, g.memory_used = self._memory(snap, i, handle)
@@ -199,6 +224,8 @@ class NvmlReader:
         g.power_w = power / 1000.0 if power is not None else None
         energy = self._call(snap, i, "nvmlDeviceGetTotalEnergyConsumption", handle)   # mJ
         g.energy_j = energy / 1000.0 if energy is not None else None
+        self._read_health(snap, i, handle, g.health)
+        self._register_xids(snap, i, handle)
         mode = self._call(snap, i, "nvmlDeviceGetMigMode", handle, optional=True)   # [current, pending]
         if mode is not None and int(mode[0]) == NVML_DEVICE_MIG_ENABLE:
             self._read_mig(snap, g, handle)
@@ -209,6 +236,92 @@ class NvmlReader:
         g.processes = self._processes(snap, i, handle)
         g.process_sm_util = self._process_util(snap, handle, i)
         return g
+
+    def _first(self, snap: NvmlSnapshot, i: int, calls: tuple[str, str], *args: Any) -> Any:
+        """The NVML 13 entry point, or the deprecated one where the driver or binding lacks it."""
+        new, old = calls
+        value = self._call(snap, i, new, *args, optional=True)
+        return value if value is not None or (i, new) not in self.unsupported else self._call(snap, i, old, *args)
+
+    def _read_health(self, snap: NvmlSnapshot, i: int, handle: Any, h: gh.GpuHealth) -> None:
+        temp = self._first(snap, i, ("nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature"), handle, gh.TEMPERATURE_GPU)
+        h.temperature_c = float(temp) if temp is not None else None
+        h.memory_temperature_c = self._field(snap, i, handle, gh.FI_DEV_MEMORY_TEMP, "memory_temperature")
+        fan = self._call(snap, i, "nvmlDeviceGetFanSpeed", handle)            # percent of the fan's maximum
+        h.fan_speed_pct = float(fan) if fan is not None else None
+        for etype, ename in ((gh.ECC_CORRECTED, "corrected"), (gh.ECC_UNCORRECTED, "uncorrected")):
+            for ctype, cname in ((gh.ECC_VOLATILE, "volatile"), (gh.ECC_AGGREGATE, "aggregate")):
+                n = self._call(snap, i, "nvmlDeviceGetTotalEccErrors", handle, etype, ctype,
+                               figure=f"nvmlDeviceGetTotalEccErrors/{ename}/{cname}")
+                if n is not None:
+                    h.ecc[(ename, cname)] = int(n)
+        pending = self._call(snap, i, "nvmlDeviceGetRetiredPagesPendingStatus", handle)
+        h.retired_pages_pending = bool(pending) if pending is not None else None
+        rows = self._call(snap, i, "nvmlDeviceGetRemappedRows", handle)      # (corr, unc, pending, failure)
+        if rows is not None:
+            h.remapped_rows = (int(rows[0]), int(rows[1]))
+            h.remapped_rows_pending, h.remapped_rows_failed = bool(rows[2]), bool(rows[3])
+        replays = self._call(snap, i, "nvmlDeviceGetPcieReplayCounter", handle)
+        h.pcie_replays = int(replays) if replays is not None else None
+        reasons = self._first(snap, i, ("nvmlDeviceGetCurrentClocksEventReasons",
+                                        "nvmlDeviceGetCurrentClocksThrottleReasons"), handle)
+        h.clock_event_reasons = int(reasons) if reasons is not None else None
+        for policy, name in ((gh.PERF_POLICY_POWER, "power"), (gh.PERF_POLICY_THERMAL, "thermal")):
+            v = self._call(snap, i, "nvmlDeviceGetViolationStatus", handle, policy,
+                           figure=f"nvmlDeviceGetViolationStatus/{name}")
+            seconds = int(v.violationTime) / 1e9 if v is not None else None     # ns since the driver loaded
+            setattr(h, f"{name}_violation_s", seconds)
+
+    def _field(self, snap: NvmlSnapshot, i: int, handle: Any, field_id: int, figure: str) -> float | None:
+        """One field value; a field the board does not offer is remembered as unsupported, like a call."""
+        key = f"nvmlDeviceGetFieldValues/{figure}"
+        values = self._call(snap, i, "nvmlDeviceGetFieldValues", handle, [field_id], figure=key)
+        if values is None:
+            return None
+        v = values[0]
+        code = int(v.nvmlReturn)
+        if code in _PERMANENT:
+            self.unsupported.add((i, key))
+            snap.errors += 1
+            log.info("NVML field %s on GPU %s is not supported (code %s); not asked again", figure, i, code)
+            return None
+        if code == NVML_ERROR_GPU_IS_LOST:
+            snap.errors += 1
+            raise _GpuLost()
+        value = gh.field_value(v)
+        if value is None:
+            snap.errors += 1
+        return float(value) if value is not None else None
+
+    # -- Xid events: one event set for the node, each GPU registered once
+    def _register_xids(self, snap: NvmlSnapshot, i: int, handle: Any) -> None:
+        if self._event_set is None:
+            created = self._call(snap, None, "nvmlEventSetCreate")
+            self._event_set = created if created is not None else False
+        if self._event_set is False or i in self._xids or (i, "nvmlDeviceRegisterEvents") in self.unsupported:
+            return
+        errors = snap.errors
+        self._call(snap, i, "nvmlDeviceRegisterEvents", handle, gh.EVENT_XID_CRITICAL, self._event_set)
+        if snap.errors == errors and (i, "nvmlDeviceRegisterEvents") not in self.unsupported:
+            self._xid_handles[_handle_key(handle)] = i
+            self._xids[i] = gh.XidTally()
+
+    def _drain_xids(self, snap: NvmlSnapshot) -> None:
+        """Every queued Xid event, at most MAX_XID_WAITS_PER_TICK of them (the rest wait for the next read)."""
+        if not self._xids:
+            return
+        wait = getattr(self.nvml, "nvmlEventSetWait_v2", None) or getattr(self.nvml, "nvmlEventSetWait")
+        for _ in range(gh.MAX_XID_WAITS_PER_TICK):
+            try:
+                data = wait(self._event_set, 0)
+            except Exception as exc:
+                if nvml_code(exc) != gh.NVML_ERROR_TIMEOUT:   # TIMEOUT: the queue is empty
+                    snap.errors += 1
+                    log.debug("NVML nvmlEventSetWait failed (code %s)", nvml_code(exc))
+                return
+            i = self._xid_handles.get(_handle_key(data.device))
+            if i is not None and int(data.eventType) & gh.EVENT_XID_CRITICAL:
+                self._xids[i].add(int(data.eventData))
 
     def _memory(self, snap: NvmlSnapshot, i: int, handle: Any) -> tuple[int | None, int | None]:
         mem = self._call(snap, i, "nvmlDeviceGetMemoryInfo", handle)
@@ -267,9 +380,23 @@ class NvmlReader:
         return {pid: sum(v) / len(v) for pid, v in acc.items()}
 
     def shutdown(self) -> None:
+        if self._event_set:
+            try:
+                self.nvml.nvmlEventSetFree(self._event_set)
+            except Exception:
+                pass
+            self._event_set = None
         if self._initialised:
             try:
                 self.nvml.nvmlShutdown()
             except Exception:
                 pass
             self._initialised = False
+
+
+def _handle_key(handle: Any) -> Any:
+    """A device handle as a dict key: pynvml's are ctypes pointers (new objects each call, the
+    same address), a fake's are values."""
+    if isinstance(handle, ctypes._Pointer):
+        return ctypes.cast(handle, ctypes.c_void_p).value
+    return handle
