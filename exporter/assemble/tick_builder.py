@@ -49,6 +49,7 @@ class BuildResult:
     mig: dict[tuple[str, str, str], MigSample] = field(default_factory=dict)
     pods: PodIndex | None = None   # the pod list the Tick was attributed with (HAMi's grants)
     nvml_unsupported: frozenset[tuple[int | None, str]] = frozenset()   # (GPU index, call) NVML does not offer
+    driver_version: str | None = None   # NVML's, for the families that label a GPU with it
 
 
 class _AskedEachTick:
@@ -166,7 +167,7 @@ class TickBuilder:
         pods = self.pods.get()
         res = BuildResult(tick=Tick(node=self.node, cluster=self.cluster, ts_ms=ts_ms, interval_ms=interval_ms),
                           duration_s=0.0, nvml_errors=snap.errors, pods=pods,
-                          nvml_unsupported=frozenset(self.nvml.unsupported))
+                          nvml_unsupported=frozenset(self.nvml.unsupported), driver_version=snap.driver)
         pod_err_total = self.pods.errors_total
         res.pod_errors, self._pod_errors_seen = pod_err_total - self._pod_errors_seen, pod_err_total
 
