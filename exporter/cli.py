@@ -1,7 +1,7 @@
 """`slicemeter exporter`: the node agent (NVML + HAMi + pods -> /metrics and Kafka).
 
     slicemeter exporter --hami-dir DIR [--kafka HOST:PORT] --port 9400 [--hami-metrics monitor|full|off]
-        [--simulate FILE --node NAME] [--pods-url URL | --pods-file F] [--cluster ID | --kubeconfig F]
+        [--dcgm-metrics] [--simulate FILE --node NAME] [--pods-url URL | --pods-file F] [--cluster ID | --kubeconfig F]
         [--token-file F] [--kubelet-ca FILE | --kubelet-insecure-skip-verify]
         [--tenant NAME] [--interval 10] [--topic slicemeter.ticks] [--spool-dir DIR] [--once]
         [--kafka-security-protocol SASL_SSL --kafka-username U --kafka-password-file F]
@@ -55,6 +55,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hami-metrics", choices=HAMI_METRICS_MODES, default="monitor",
                    help="HAMi's families on /metrics: monitor (HAMi vGPUmonitor's, a drop-in), full (also the "
                         "scheduler's per-device families, from this node's grants), off (default: monitor)")
+    p.add_argument("--dcgm-metrics", action="store_true",
+                   help="also serve dcgm-exporter's DCGM_FI_DEV_* fields HAMi-WebUI reads, for nodes without "
+                        "dcgm-exporter (off by default: beside dcgm-exporter every name would be served twice)")
     p.add_argument("--node", default=os.environ.get("NODE_NAME") or socket.gethostname(), help="node name (default $NODE_NAME)")
     p.add_argument("--simulate", metavar="FILE", help="scenario YAML: use a simulated node as the source (no GPU needed)")
     src = p.add_mutually_exclusive_group()
@@ -265,11 +268,12 @@ def settle_heap() -> None:
     gc.set_threshold(GC_GEN0_THRESHOLD, *gc.get_threshold()[1:])
 
 
-def serve_metrics(stats: ExporterStats, port: int, addr: str = "127.0.0.1", hami_metrics: str = "monitor") -> Any:
+def serve_metrics(stats: ExporterStats, port: int, addr: str = "127.0.0.1", hami_metrics: str = "monitor",
+                  dcgm_metrics: bool = False) -> Any:
     """/metrics over HTTP in a background thread: fresh families from the Collector per scrape."""
     from slicemeter.exporter.serve.exposition import serve
 
-    return serve(ExporterCollector(stats, hami_metrics).exposition, port, addr)
+    return serve(ExporterCollector(stats, hami_metrics, dcgm_metrics).exposition, port, addr)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -286,7 +290,7 @@ def run(args: argparse.Namespace) -> int:
         exporter.pods.start()
         if exporter.dra is not None:
             exporter.dra.start()
-    server = serve_metrics(stats, args.port, args.listen, args.hami_metrics) if args.port else None
+    server = serve_metrics(stats, args.port, args.listen, args.hami_metrics, args.dcgm_metrics) if args.port else None
     if exporter.publisher is not None:
         exporter.publisher.start()
     signal.signal(signal.SIGTERM, lambda *_: exporter.stop())

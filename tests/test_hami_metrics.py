@@ -12,9 +12,15 @@ Fixtures are written from Project-HAMi/HAMi at tag v2.10.0, commit
 - pkg/device-plugin/nvidiadevice/nvinternal/plugin/register.go: the scheduler's device type is
   NVML's name, prefixed "NVIDIA-" only when it does not start with "NVIDIA";
 - pkg/metrics/metrics.go: hami_build_info's help and labels.
+
+The host temperature, power and ECC families are written from HAMi PR #2732's head, commit
+f2d7232ac65c986762616f05d173bd0164d62e03, cmd/vGPUmonitor/metrics.go (descriptors,
+collectGPUTemperatureMetrics, collectGPUPowerMetrics, collectGPUEccErrorMetrics) and the
+numbers of its metrics_test.go (TestHostGPUMetricsCollectionSuccess, TestHostGPUMetricsUnsupported).
 """
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 
 import pytest
@@ -51,6 +57,12 @@ MONITOR_DESCRIPTORS = {
     "hami_vgpu_memory_module_bytes": ("Container device memory module size in bytes", CTR),
     "hami_vgpu_memory_buffer_bytes": ("Container device memory buffer size in bytes", CTR),
 }
+# cmd/vGPUmonitor/metrics.go @ f2d7232a: the host families HAMi PR #2732 adds (same collector, so zone="vGPU")
+HOST_HEALTH_DESCRIPTORS = {
+    "hami_host_gpu_temperature_celsius": ("GPU temperature in degrees Celsius", "gauge", HOST),
+    "hami_host_gpu_power_usage_watts": ("GPU power draw in watts", "gauge", HOST),
+    "hami_host_gpu_ecc_errors_total": ("Lifetime aggregate ECC errors", "counter", HOST + ["error_type"]),
+}
 # pkg/metrics/metrics.go @ 4707fb02 (registered without the zone)
 BUILD_INFO = ("hami_build_info", "hami build metadata exposed as labels with a constant value of 1.",
               ["build_date", "compiler", "go_version", "platform", "revision", "version"])
@@ -72,10 +84,11 @@ SCHEDULER_DESCRIPTORS = {
 }
 
 
-def _node(tmp_path, last_kernel=100, sm_util=42):
+def _node(tmp_path, last_kernel=100, sm_util=42, power_mw=250_000):
     """TestCollectContainerMetrics' container (team-a/trainer-0/worker on testUUID) in a real v1 region,
     a second pod granted on the second GPU that has not touched CUDA yet."""
-    node = StaticNode(gpus=[gpu(UUID, sm=37, mem_util=21), gpu(UUID2, sm=5, mem_util=3)], ts_ms=NOW * 1000,
+    first = dataclasses.replace(gpu(UUID, sm=37, mem_util=21), power_mw=power_mw)
+    node = StaticNode(gpus=[first, gpu(UUID2, sm=5, mem_util=3)], ts_ms=NOW * 1000,
                       procs={0: [ProcNow(pid=4242, used_bytes=1800, sm_pct=sm_util, mem_util_pct=10)]})
     hami = tmp_path / "hami"
     write_region(hami, POD_UID, "worker", devices=[(UUID, 10000, 30)],
@@ -107,7 +120,9 @@ def _samples(text: str, name: str) -> list[tuple[dict, float]]:
 def test_monitor_emits_exactly_vgpumonitors_families(tmp_path):
     text = _text(_node(tmp_path), "monitor")
     fams = {n: f for n, f in _families(text).items() if n.startswith("hami_")}
-    assert set(fams) == set(MONITOR_DESCRIPTORS) | {BUILD_INFO[0]}
+    # the parser names a counter family without its _total
+    assert set(fams) == (set(MONITOR_DESCRIPTORS) | {BUILD_INFO[0]}
+                         | {n.removesuffix("_total") for n in HOST_HEALTH_DESCRIPTORS})
     for name, (doc, labels) in MONITOR_DESCRIPTORS.items():
         assert fams[name].documentation == doc and fams[name].type == "gauge", name
         assert f"# HELP {name} {doc}\n# TYPE {name} gauge\n" in text
@@ -151,6 +166,67 @@ def test_host_families_hold_percent_and_the_monitors_device_type(tmp_path):
     no_node = {k: v for k, v in host.items() if k != "node"}
     assert (no_node, 21) in _samples(text, "hami_host_gpu_memory_controller_utilization_ratio")
     assert {l["gpu_uuid"]: v for l, v in _samples(text, "slicemeter_gpu_sm_utilization_ratio")}[UUID] == pytest.approx(0.37)
+
+
+def _health_node(tmp_path, **reading):
+    """The node with GPU 0 reading as TestHostGPUMetricsCollectionSuccess' mock device answers:
+    power 150,000 mW through the fake NVML; temperature and ECC counts set on the reading."""
+    result = _node(tmp_path, power_mw=150_000)
+    health = ("temperature_celsius", "ecc_corrected_aggregate", "ecc_uncorrected_aggregate",
+              "ecc_corrected_volatile", "ecc_uncorrected_volatile")
+    for g in result.tick.gpus:           # only what the test sets is read; other GPUs lack the sensors
+        for k in health:
+            setattr(g, k, None)
+    g = next(g for g in result.tick.gpus if g.gpu_uuid == UUID)
+    for k, v in reading.items():
+        setattr(g, k, v)
+    return result
+
+
+def _host_series(text: str, name: str) -> dict[str, tuple[dict, float]]:
+    return {l["device_uuid"] + l.get("error_type", ""): (l, v) for l, v in _samples(text, name)}
+
+
+HOST_LABELS = {"node": "gpu-node-1", "device_index": "0", "device_uuid": UUID, "device_type": "NVIDIA-" + A100,
+               "zone": "vGPU"}
+
+
+def _check_descriptor(text: str, name: str) -> None:
+    doc, kind, labels = HOST_HEALTH_DESCRIPTORS[name]
+    assert f"# HELP {name} {doc}\n# TYPE {name} {kind}\n" in text
+    for labels_of, _ in _samples(text, name):
+        assert list(labels_of) == sorted(labels + ["zone"]), (name, labels_of)
+
+
+def test_host_gpu_temperature_celsius_is_what_the_monitor_sends(tmp_path):
+    text = _text(_health_node(tmp_path, temperature_celsius=45.0), "monitor")
+    _check_descriptor(text, "hami_host_gpu_temperature_celsius")
+    # GetTemperature(TEMPERATURE_GPU) = 45 -> 45 degrees; the second GPU's sensor not read: no series
+    assert _host_series(text, "hami_host_gpu_temperature_celsius") == {UUID: (HOST_LABELS, 45)}
+
+
+def test_host_gpu_power_usage_watts_is_nvmls_milliwatts_over_1000(tmp_path):
+    text = _text(_health_node(tmp_path), "monitor")
+    _check_descriptor(text, "hami_host_gpu_power_usage_watts")
+    series = _host_series(text, "hami_host_gpu_power_usage_watts")
+    assert series[UUID] == (HOST_LABELS, 150.0)   # GetPowerUsage 150000 mW -> 150 W
+    assert series[UUID2][1] == 250.0 and len(series) == 2
+    without = _node(tmp_path, power_mw=150_000)
+    for g in without.tick.gpus:
+        g.power_watts = None   # ERROR_NOT_SUPPORTED: skipped, no series
+    assert not _samples(_text(without, "monitor"), "hami_host_gpu_power_usage_watts")
+
+
+def test_host_gpu_ecc_errors_total_counts_aggregate_corrected_and_uncorrected(tmp_path):
+    text = _text(_health_node(tmp_path, ecc_corrected_aggregate=5, ecc_uncorrected_aggregate=2,
+                              ecc_corrected_volatile=1, ecc_uncorrected_volatile=1), "monitor")
+    _check_descriptor(text, "hami_host_gpu_ecc_errors_total")
+    # GetTotalEccErrors(MEMORY_ERROR_TYPE_{CORRECTED,UNCORRECTED}, AGGREGATE_ECC), one series each, a counter
+    assert _host_series(text, "hami_host_gpu_ecc_errors_total") == {
+        UUID + "corrected": (HOST_LABELS | {"error_type": "corrected"}, 5),
+        UUID + "uncorrected": (HOST_LABELS | {"error_type": "uncorrected"}, 2)}
+    one = _text(_health_node(tmp_path, ecc_corrected_aggregate=7), "monitor")   # the other type not supported
+    assert [l["error_type"] for l, _ in _samples(one, "hami_host_gpu_ecc_errors_total")] == ["corrected"]
 
 
 def test_full_adds_the_schedulers_families_from_the_nodes_grants(tmp_path):

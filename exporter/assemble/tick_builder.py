@@ -58,6 +58,7 @@ class BuildResult:
     dra_errors: int = 0   # DRA refreshes failed and claims or devices refused since the last Tick
     # GPU uuid -> what NVML's health calls read, beyond the Tick's columns (Xid per code, remapped rows)
     gpu_health: dict[str, GpuHealth] = field(default_factory=dict)
+    driver_version: str | None = None   # NVML's, for the families that label a GPU with it
 
 
 class _AskedEachTick:
@@ -181,7 +182,7 @@ class TickBuilder:
         pods = self.pods.get()
         res = BuildResult(tick=Tick(node=self.node, cluster=self.cluster, ts_ms=ts_ms, interval_ms=interval_ms),
                           duration_s=0.0, nvml_errors=snap.errors, pods=pods,
-                          nvml_unsupported=frozenset(self.nvml.unsupported))
+                          nvml_unsupported=frozenset(self.nvml.unsupported), driver_version=snap.driver)
         pod_err_total = self.pods.errors_total
         res.pod_errors, self._pod_errors_seen = pod_err_total - self._pod_errors_seen, pod_err_total
         if self.dra is not None:

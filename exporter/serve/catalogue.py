@@ -47,6 +47,9 @@ SCHED = ("node", "device_uuid", "device_index", "device_type", "zone")
 SCHED_CORES = ("node", "device_uuid", "device_index", "device_cores", "device_type", "zone")
 SCHED_OVERVIEW = ("node", "device_uuid", "device_index", "device_cores", "device_memory_limit", "device_type", "zone")
 SCHED_CTR = ("namespace", "node", "pod", "container_index", "device_uuid", "zone")
+HAMI_ECC = HAMI_HOST[:-1] + ("error_type", "zone")
+# dcgm-exporter's GPU labels (UUID, not the older uuid), its label field, then the container holding the GPU
+DCGM = ("gpu", "UUID", "device", "modelName", "hostname", "DCGM_FI_DRIVER_VERSION", "container", "namespace", "pod")
 
 # group -> the heading of its table in docs/metrics.md
 GROUPS = {
@@ -55,6 +58,7 @@ GROUPS = {
     "slice": "per slice",
     "hami_monitor": "HAMi's vGPUmonitor (`--hami-metrics monitor` and `full`)",
     "hami_scheduler": "HAMi's scheduler (`--hami-metrics full`)",
+    "dcgm": "dcgm-exporter's fields (`--dcgm-metrics`)",
     "health": "health",
 }
 
@@ -135,6 +139,12 @@ _ROWS = [
            "NVML utilization.gpu, percent (absent for a GPU in MIG mode, as upstream: NVML keeps none)"),
     Family("hami_host_gpu_memory_controller_utilization_ratio", "gauge", "GPU memory controller utilization ratio (0-100)",
            tuple(x for x in HAMI_HOST if x != "node"), "hami_monitor", "NVML utilization.memory, percent; no `node`, as upstream"),
+    Family("hami_host_gpu_temperature_celsius", "gauge", "GPU temperature in degrees Celsius", HAMI_HOST, "hami_monitor",
+           "NVML GPU temperature, degrees Celsius"),
+    Family("hami_host_gpu_power_usage_watts", "gauge", "GPU power draw in watts", HAMI_HOST, "hami_monitor",
+           "NVML power usage, watts"),
+    Family("hami_host_gpu_ecc_errors", "counter", "Lifetime aggregate ECC errors", HAMI_ECC, "hami_monitor",
+           "NVML aggregate ECC error counts, `error_type` `corrected` or `uncorrected`"),
     Family("hami_vgpu_memory_used_bytes", "gauge", "vGPU device memory usage in bytes", HAMI_CTR, "hami_monitor",
            "Region memory used (context + module + buffer)"),
     Family("hami_vgpu_memory_limit_bytes", "gauge", "vGPU device memory limit in bytes", HAMI_CTR, "hami_monitor",
@@ -178,6 +188,24 @@ _ROWS = [
     Family("hami_vgpu_core_allocated_ratio", "gauge", "vGPU core allocated from a container", SCHED_CTR,
            "hami_scheduler", "Per granted container: cores, percent"),
 
+    # help texts: dcgm-exporter's etc/default-counters.csv (FAN_SPEED is not in it: DCGM's field description)
+    Family("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", DCGM, "dcgm",
+           "NVML memory total - used, whole MiB"),
+    Family("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", DCGM, "dcgm", "NVML memory used, whole MiB"),
+    Family("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", DCGM, "dcgm",
+           "NVML utilization.gpu, whole percent (absent in MIG mode)"),
+    Family("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", DCGM, "dcgm",
+           "NVML utilization.memory, whole percent"),
+    Family("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", DCGM, "dcgm", "NVML GPU temperature, whole degrees C"),
+    Family("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).", DCGM, "dcgm",
+           "NVML memory temperature, whole degrees C, where the board has it"),
+    Family("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", DCGM, "dcgm", "NVML power usage, watts"),
+    Family("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.", DCGM + ("err_code",), "dcgm",
+           "The last Xid code since the exporter started, 0 before one (`err_code` the same; no `err_msg`); "
+           "absent where NVML's Xid events are not read"),
+    Family("DCGM_FI_DEV_FAN_SPEED", "gauge", "Fan speed for the device in percent 0-100", DCGM, "dcgm",
+           "NVML fan speed, whole percent, where the board has a fan"),
+
     Family("slicemeter_scrape_duration_seconds", "gauge", "Time to build the last Tick", (), "health"),
     Family("slicemeter_source_errors", "counter", "Errors by source (nvml, hami, pods, kafka)", ("source",), "health"),
     Family("slicemeter_nvml_unsupported_calls", "gauge",
@@ -213,7 +241,7 @@ def by_sample_name() -> dict[str, Family]:
 
 # label sets docs/metrics.md names in words (its prose lists them)
 _LABEL_SET_NAMES = {GPU: "GPU labels", SLICE: "slice labels", HAMI_CTR: "container labels", HAMI_HOST: "host labels",
-                    SCHED: "device labels", SCHED_CTR: "granted-container labels"}
+                    SCHED: "device labels", SCHED_CTR: "granted-container labels", DCGM: "DCGM labels"}
 _BLOCK = re.compile(r"(<!-- catalogue:(?P<group>[a-z_]+) -->\n).*?(<!-- /catalogue -->)", re.S)
 
 

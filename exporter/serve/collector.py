@@ -10,6 +10,7 @@ describes exactly those, so a registry's duplicate check sees every name:
 - `SliceCollector`: per slice, and per container whether its HAMi region was read;
 - `HamiMonitorCollector`, `HamiSchedulerCollector` (exporter/serve/hami_metrics.py): HAMi's own
   families, by `--hami-metrics`: `monitor`, `full` (both) or `off`;
+- `DcgmCollector` (exporter/serve/dcgm_metrics.py): dcgm-exporter's fields, with `--dcgm-metrics`;
 - `HealthCollector`: the exporter process (errors, spool, build).
 
 `ExporterCollector` is all of them for one node. Its `exposition()` is GET /metrics: the
@@ -24,6 +25,7 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from slicemeter.exporter.serve.catalogue import group
+from slicemeter.exporter.serve.dcgm_metrics import DcgmCollector
 from slicemeter.exporter.serve.exposition import FamilyTexts, LabelText, Samples, render
 from slicemeter.exporter.serve.hami_metrics import HAMI_METRICS_MODES, HamiMonitorCollector, HamiSchedulerCollector
 from slicemeter.exporter.serve.scrape import (ExporterStats, FamilyCollector, LabelTuples, Scrape, label_value as _s,
@@ -184,11 +186,13 @@ def hami_collectors(stats: ExporterStats, mode: str) -> list[FamilyCollector]:
 class ExporterCollector(Collector):
     """Every family of one node's exporter, in the catalogue's order."""
 
-    def __init__(self, stats: ExporterStats, hami_metrics: str = "monitor"):
+    def __init__(self, stats: ExporterStats, hami_metrics: str = "monitor", dcgm_metrics: bool = False):
         self.stats = stats
         self.hami_metrics = hami_metrics
         self.tick_collectors: list[FamilyCollector] = [GpuCollector(stats), GpuHealthCollector(stats),
                                                        SliceCollector(stats), *hami_collectors(stats, hami_metrics)]
+        if dcgm_metrics:
+            self.tick_collectors.append(DcgmCollector(stats))
         self.health = HealthCollector(stats)
         self._lock = threading.Lock()
         self._labels = LabelText()

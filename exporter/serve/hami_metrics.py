@@ -1,6 +1,7 @@
 """HAMi's own metric families, from the same Tick: a drop-in for HAMi's vGPUmonitor.
 
-`monitor` emits exactly the families of HAMi v2.10's vGPUmonitor (cmd/vGPUmonitor/metrics.go):
+`monitor` emits exactly the families of HAMi v2.10's vGPUmonitor (cmd/vGPUmonitor/metrics.go),
+and the host temperature, power and ECC families its monitor added after v2.10 (docs/upstream.md):
 names, help texts, label names, value scales and `zone="vGPU"` on every series but
 `hami_build_info`. So HAMi's Grafana dashboard and HAMi-WebUI read this exporter as they
 read the monitor, and a cluster can switch the monitor off. HAMi's scales are kept as they
@@ -79,6 +80,13 @@ class HamiMonitorCollector(FamilyCollector):
             if g.mem_util_ratio is not None:
                 f["hami_host_gpu_memory_controller_utilization_ratio"].add(tuples((index, g.gpu_uuid, dtype, ZONE)),
                                                                            _pct(g.mem_util_ratio))
+            if g.temperature_celsius is not None:
+                f["hami_host_gpu_temperature_celsius"].add(lv, g.temperature_celsius)
+            if g.power_watts is not None:
+                f["hami_host_gpu_power_usage_watts"].add(lv, g.power_watts)
+            for error_type, count in (("corrected", g.ecc_corrected_aggregate), ("uncorrected", g.ecc_uncorrected_aggregate)):
+                if count is not None:
+                    f["hami_host_gpu_ecc_errors"].add(tuples((t.node, index, g.gpu_uuid, dtype, error_type, ZONE)), count)
         region, region_values = reading_rows(f, self._REGION)
         util, last_kernel = f["hami_container_device_utilization_ratio"].rows, f["hami_container_last_kernel_elapsed_seconds"].rows
         for s in t.slices:
