@@ -16,3 +16,8 @@ INSERT INTO frozen_slice_unverified BY NAME
 SELECT $as_of::DATE AS as_of, hour, gpu_uuid, pod_uid, container, usage_unverified_s
 FROM slice_hour
 WHERE hour >= $m_start::TIMESTAMP AND hour < $m_end::TIMESTAMP AND usage_unverified_s > 0;
+
+INSERT INTO frozen_gpu_health BY NAME
+SELECT $as_of::DATE AS as_of, hour, gpu_uuid, xid_critical_count, ecc_uncorrected_increase, throttled_s, lost_s
+FROM gpu_health($m_start::TIMESTAMP, $m_end::TIMESTAMP)
+WHERE xid_critical_count > 0 OR ecc_uncorrected_increase > 0 OR throttled_s > 0 OR lost_s > 0;
