@@ -261,3 +261,42 @@ def test_the_credit_basis_check_names_a_gpu_whose_sides_differ():
     check_credit_basis([_degraded(degraded_u=5)], [_degraded(degraded_u=5)])
     with pytest.raises(InvariantError, match="G on k / n: slices 5, GPU-hours 7"):
         check_credit_basis([_degraded(degraded_u=5)], [_degraded(degraded_u=7)])
+
+
+# ---------------------------------------------------------------- dashboard
+
+def _frame_with(at, column: str):
+    frames = [d.value for d in at.dataframe if column in d.value.columns]
+    assert frames, f"no table with column {column!r}"
+    return frames[0]
+
+
+def test_the_gpus_page_shows_the_xid_hour_with_the_tenants_on_that_gpu(fault_db, monkeypatch):
+    from slicemeter.testkit.dashboard_app import run_app
+
+    at = run_app(fault_db, monkeypatch, "gpus")
+    events = _frame_with(at, "what")
+    assert [(str(r.hour), r.gpu_uuid, r.what, bool(r.degraded), r.tenants) for r in events.itertuples()] == \
+        [("2026-11-02 10:00:00", "GPU-A", "Xid 79 (critical); 60 Xid events", True, "acme")]
+
+
+@pytest.mark.parametrize("credits", [False, True])
+def test_the_tenants_page_shows_degraded_gpu_hours_and_credits(fault_db, monkeypatch, tmp_path, credits):
+    import slicemeter.chargeback.bill as bill_module
+    import slicemeter.chargeback.prices as prices_module
+    from slicemeter.testkit.dashboard_app import run_app
+
+    catalog = tmp_path / "prices.yaml"
+    catalog.write_text(PRICES + ('credits: {degraded_hour: "1.0"}\n' if credits else ""))
+    monkeypatch.setattr(prices_module, "DEFAULT_PRICES", catalog)
+    monkeypatch.setattr(bill_module, "DEFAULT_PRICES", catalog)
+    import streamlit as st
+    st.cache_data.clear()
+    at = run_app(fault_db, monkeypatch, "tenants")
+    table = _frame_with(at, "degraded_gpu_hours").set_index("tenant")
+    assert table["degraded_gpu_hours"].to_dict() == {"acme": 0.5, "globex": 0.0}
+    assert table["degraded_gpu_hours_touched"].to_dict() == {"acme": 1, "globex": 0}
+    if credits:
+        assert table["credits"].to_dict() == {"acme": "$1.20", "globex": "$0.00"}
+    else:
+        assert "credits" not in table.columns
