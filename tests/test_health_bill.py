@@ -148,7 +148,7 @@ def test_a_closed_month_keeps_its_credits(fault_db, tmp_path):
     closed = slicemeter("close", "--db", str(db), "--month", MONTH, "--prices", str(catalog))
     assert closed.returncode == 0, closed.stderr
     con = store.connect(db)
-    con.execute("DELETE FROM gpu_hour")        # the live rollups can no longer say what happened
+    con.execute("DELETE FROM gpu_hour")        # the live rollups cannot say what happened
     con.close()
     ex = slicemeter("export", "--db", str(db), "--month", MONTH, "--out", str(tmp_path / "o"))
     assert ex.returncode == 0, ex.stderr
@@ -300,3 +300,12 @@ def test_the_tenants_page_shows_degraded_gpu_hours_and_credits(fault_db, monkeyp
         assert table["credits"].to_dict() == {"acme": "$1.20", "globex": "$0.00"}
     else:
         assert "credits" not in table.columns
+
+
+def test_the_report_names_each_tenants_degraded_gpu_hours(fault_db, tmp_path):
+    rep = slicemeter("report", "--db", str(fault_db), "--month", MONTH, "--out", str(tmp_path / "r.md"))
+    assert rep.returncode == 0, rep.stderr
+    line = ("Degraded GPUs (a critical Xid, an uncorrectable ECC error, lost, or throttled past the catalog's "
+            "share of the hour): acme 0.50 GPU-h on 1 degraded GPU-hours.")
+    assert line in rep.stdout
+    assert f"- {line}" in (tmp_path / "r.md").read_text()
