@@ -104,6 +104,35 @@ def _labels(line: dict) -> dict:
     return {c: line.get(c, "") for c in _LABELS}
 
 
+def credit_lines(degraded: list[dict], fraction: Decimal) -> list[dict]:
+    """Credit lines (pure): per slice line billed on degraded GPU-hours (`degraded_u`
+    micro-seconds at `price_micro`), `fraction` of that charge given back, floored to whole
+    raw units, as a negative line of kind credit with no GPU-hours (docs/health.md)."""
+    f = money.price_to_micro(fraction)
+    out = []
+    for d in degraded:
+        raw = d["price_micro"] * d["degraded_u"] * f // money.PRICE_SCALE
+        if raw:
+            out.append({c: d[c] for c in _KEY[1:]} | {
+                "kind": "credit", "price_micro": d["price_micro"], "cost_raw": -raw, "charge_raw": -raw,
+                "waste_raw": 0, "alloc_u": 0, "used_u": 0, "billed_u": 0, "idle_u": 0, "energy_mj": 0,
+                "unverified_u": 0})
+    return out
+
+
+def check_credit_basis(degraded: list[dict], gpu_degraded: list[dict]) -> None:
+    """Per GPU placement: what the slice lines were billed on degraded GPU-hours == what the
+    GPU-hours say their slices were billed then (pure). InvariantError naming them."""
+    lines: dict[tuple, int] = {}
+    for d in degraded:
+        lines[_placement_of(d)] = lines.get(_placement_of(d), 0) + d["degraded_u"]
+    gpus = {_placement_of(g): g["degraded_u"] for g in gpu_degraded}
+    bad = [f"{k[2]} on {k[0]} / {k[1]}: slices {lines.get(k, 0)}, GPU-hours {gpus.get(k, 0)}"
+           for k in sorted(lines.keys() | gpus.keys()) if lines.get(k, 0) != gpus.get(k, 0)]
+    if bad:
+        raise InvariantError("micro-GPU-seconds billed on degraded GPU-hours differ for " + "; ".join(bad))
+
+
 # ---------------------------------------------------------------- database steps
 
 class InvariantError(Exception):
@@ -288,6 +317,8 @@ def month_lines(con, month_start: date, src_asof: date | None, catalog: PriceCat
         check_gpu_hours(con.execute("SELECT * FROM cb_hour_unbilled(?, ?, ?)", args).fetchall())
         raise InvariantError(f"{stored} slice-hours stored, {billed} billed")
     slices = _slice_lines(con)
+    credits = (_credit_lines(con, args, spans, catalog, share, basis)
+               if catalog.credit_degraded_hour is not None else [])
     con.execute("DELETE FROM cb_detail_t")
     con.execute("DELETE FROM cb_hour_charge_t")
     check_gpu_lines(slices, gpus)
@@ -300,7 +331,28 @@ def month_lines(con, month_start: date, src_asof: date | None, catalog: PriceCat
     drivers = _gpu_drivers(con, args)
     for g in gpus:
         g["driver"] = drivers.get(_placement_of(g), "")
-    return apply_idle(slices, gpus, idle), gpus
+    for c in credits:          # a credit line names its slice's claim and driver, as its charge does
+        _, _, c["claim"], c["driver"] = notes.get(_slice_key(c), _NO_NOTES)
+        c["unknown_u"] = 0
+    return apply_idle(slices, gpus, idle) + credits, gpus
+
+
+def _credit_lines(con, args: list, spans: list, catalog: PriceCatalog, share: str, basis: str) -> list[dict]:
+    """The month's credit lines under the catalog's credit policy, checked against the
+    GPU-hours (sql/views/110_credits.sql; month_lines' working tables filled)."""
+    m_start, m_end, src = args
+    con.execute("DELETE FROM cb_degraded_t")
+    con.execute("INSERT INTO cb_degraded_t SELECT * FROM cb_degraded_src(?, ?, ?, ?)",
+                [m_start, m_end, src, catalog.throttled_share])
+    sums: dict[tuple, dict] = {}
+    for s_start, s_end in spans:
+        for row in _fetch_dicts(con.execute(sql_text("chargeback/credit_lines.sql"),
+                                            [s_start, s_end, src, share, basis])):
+            cur = sums.setdefault(_slice_key(row) + (row["price_micro"],), dict(row, degraded_u=0))
+            cur["degraded_u"] += int(row["degraded_u"])
+    degraded = sorted(sums.values(), key=_slice_key)
+    check_credit_basis(degraded, _ints(_fetch_dicts(con.execute("SELECT * FROM cb_gpu_degraded()")), ("degraded_u",)))
+    return credit_lines(degraded, catalog.credit_degraded_hour)
 
 
 _SLICE_KEY = _KEY[1:]   # a slice line's identity without its kind
@@ -367,7 +419,7 @@ class Bill:
     invoice: pd.DataFrame
     unmetered: pd.DataFrame
     gpu_cost: Decimal            # Σ price x metered hours of the month's own GPU-hours
-    total: Decimal               # Σ detail = Σ invoice (gpu_cost + corrections)
+    total: Decimal               # Σ detail = Σ invoice (gpu_cost - credits + corrections)
     closed: bool
     catalog: PriceCatalog = field(repr=False, default=None)
     # per GPU-hour not fully metered, as DuckDB returned it: a month of a large fleet has
@@ -377,6 +429,7 @@ class Bill:
     # these, not by iterating the frame, which costs seconds at fleet scale
     detail_records: list[dict] = field(repr=False, default=None)
     _unmetered_frame: pd.DataFrame = field(repr=False, default=None, init=False, compare=False)
+    credits: Decimal = Decimal("0.00")   # the month's own credit lines, as a positive amount
 
     @property
     def unmetered_hours(self) -> pd.DataFrame:
@@ -410,15 +463,15 @@ def round_lines(lines: list[dict]) -> list[dict]:
     lines the same way; waste likewise. A line's idle_share is its shared idle rounded
     and kept within [0, cost] (sign of cost on corrections); charge = cost - idle_share."""
     lines = sorted(lines, key=itemgetter(*_DETAIL_ORDER))
-    paths = [(ln["charge_class"], ln["charge_period"], ln["tenant"]) for ln in lines]
+    paths = [(ln["charge_class"], ln["charge_period"], ln["kind"] == "credit", ln["tenant"]) for ln in lines]
     # top level: each charge class and period rounded on its own, so the Regular lines
-    # add up to the month's rounded GPU cost
+    # add up to the month's rounded GPU cost; credits apart from them, likewise
     pools: dict[tuple, list[int]] = {}
     for i, p in enumerate(paths):
-        pools.setdefault(p[:2], []).append(i)
+        pools.setdefault(p[:3], []).append(i)
     cost, waste = [0] * len(lines), [0] * len(lines)
     for idx in pools.values():
-        sub = [paths[i][2:] for i in idx]
+        sub = [paths[i][3:] for i in idx]
         for col, out in (("cost_raw", cost), ("waste_raw", waste)):
             for i, v in zip(idx, money.nested_largest_remainder([lines[i][col] for i in idx], sub,
                                                                  money.RAW_PER_CENT)):
@@ -483,7 +536,7 @@ def check_rounded(rounded: list[dict], gpu_cost_raw: int) -> None:
     """After rounding (pure): the Regular lines add up to the rounded GPU cost (and their raw
     amounts to the exact cost); every line has cost = charge + idle_share with neither of
     the opposite sign to cost. InvariantError naming the lines otherwise."""
-    regular = [ln for ln in rounded if ln["charge_class"] == "Regular"]
+    regular = [ln for ln in rounded if ln["charge_class"] == "Regular" and ln["kind"] != "credit"]
     raw = sum(ln["cost_raw"] for ln in regular)
     if raw != gpu_cost_raw:
         raise InvariantError(f"the month's lines hold {raw} raw units, its GPU-hours cost {gpu_cost_raw}")
@@ -491,6 +544,11 @@ def check_rounded(rounded: list[dict], gpu_cost_raw: int) -> None:
     want = Decimal(money.round_half_up_div(gpu_cost_raw, money.RAW_PER_CENT)) * money.CENT
     if cents != want:
         raise InvariantError(f"the month's rounded lines add up to {cents}, its rounded GPU cost is {want}")
+    credits = [ln for ln in rounded if ln["charge_class"] == "Regular" and ln["kind"] == "credit"]
+    credit_cents = sum((ln["cost"] for ln in credits), Decimal("0.00"))
+    credit_want = Decimal(money.round_half_up_div(sum(ln["cost_raw"] for ln in credits), money.RAW_PER_CENT)) * money.CENT
+    if credit_cents != credit_want or any(ln["cost"] > 0 or ln["idle_share"] for ln in credits):
+        raise InvariantError(f"the month's rounded credits add up to {credit_cents}, its credits are {credit_want}")
     bad = [ln for ln in rounded
            if ln["charge"] + ln["idle_share"] != ln["cost"]
            or (ln["cost"] >= 0 and (ln["charge"] < 0 or ln["idle_share"] < 0))
@@ -559,6 +617,8 @@ def compute_bill(con, month: str, basis: str = "allocation", idle: str = "platfo
         check_rounded(rounded, gpu_cost_raw)
         invoice_rows = _invoice_rows(rounded)
         total = sum((ln["cost"] for ln in rounded), Decimal("0.00"))
+        credits = -sum((ln["cost"] for ln in rounded if ln["kind"] == "credit" and ln["charge_class"] == "Regular"),
+                       Decimal("0.00"))
         if tenant is not None:
             rounded = [ln for ln in rounded if ln["tenant"] == tenant]
             invoice_rows = [ln for ln in invoice_rows if ln["tenant"] == tenant]
@@ -568,7 +628,7 @@ def compute_bill(con, month: str, basis: str = "allocation", idle: str = "platfo
         unmet, unmet_hours = unmetered.result()
     return Bill(month, catalog.currency, basis, idle, share, detail_frame, invoice_frame,
                 unmet, Decimal(money.round_half_up_div(gpu_cost_raw, money.RAW_PER_CENT)) * money.CENT,
-                total, m_start in closed, catalog, unmet_hours, detail)
+                total, m_start in closed, catalog, unmet_hours, detail, credits=credits)
 
 
 def chargeback(con, month: str, basis: str = "allocation", idle: str = "platform",

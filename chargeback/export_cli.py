@@ -80,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         con.close()
     state = "closed" if bill.closed else "open"
-    print(f"{args.month} ({state}): total {bill.total} {bill.currency}, GPU cost {bill.gpu_cost}", file=sys.stderr)
+    credits = f", credits {bill.credits}" if bill.credits else ""
+    print(f"{args.month} ({state}): total {bill.total} {bill.currency}, GPU cost {bill.gpu_cost}{credits}", file=sys.stderr)
     for p in paths:
         print(p)
     return 0

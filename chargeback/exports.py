@@ -225,15 +225,17 @@ def focus_rows(bill: Bill, names: dict[str, str]) -> list[dict]:
         period = periods.get(r["charge_period"])
         if period is None:
             period = periods[r["charge_period"]] = tuple(_iso(d) for d in parse_month(r["charge_period"]))
-        idle = r["kind"] == "idle"
+        idle, credit = r["kind"] == "idle", r["kind"] == "credit"
         if idle:
             qty = r["gpu_hours_idle"]
             desc = f"Idle (unallocated) capacity of GPU {r['gpu_uuid']} ({r['model']})"
             res_id = f"{r['cluster']}/{r['node']}/{r['gpu_uuid']}"
             res_name, res_type = r["gpu_uuid"], "GPU"
         else:
-            qty = r["gpu_hours_billed"]
-            desc = f"Fractional GPU ({bill.basis} basis) of {r['model']} for {r['namespace']}/{r['pod']}/{r['container']}"
+            qty = None if credit else r["gpu_hours_billed"]
+            desc = (f"Credit for degraded hours of GPU {r['gpu_uuid']} ({r['model']})" if credit else
+                    f"Fractional GPU ({bill.basis} basis) of {r['model']}") + \
+                f" for {r['namespace']}/{r['pod']}/{r['container']}"
             res_id = f"{r['cluster']}/{r['namespace']}/{r['pod_uid']}/{r['container']}/{r['gpu_uuid']}"
             res_name, res_type = f"{r['namespace']}/{r['pod']}/{r['container']}", "GPU slice"
         tags = {
@@ -259,10 +261,10 @@ def focus_rows(bill: Bill, names: dict[str, str]) -> list[dict]:
             "BillingCurrency": bill.currency,
             "BillingPeriodStart": b_start, "BillingPeriodEnd": b_end,
             "ChargePeriodStart": period[0], "ChargePeriodEnd": period[1],
-            "ChargeCategory": "Usage",
+            "ChargeCategory": "Credit" if credit else "Usage",
             "ChargeClass": "Correction" if r["charge_class"] == "Correction" else None,
             "ChargeDescription": desc, "ChargeFrequency": "Usage-Based",
-            "ConsumedQuantity": qty, "ConsumedUnit": "GPU-Hours",
+            "ConsumedQuantity": qty, "ConsumedUnit": None if credit else "GPU-Hours",
             "PricingQuantity": pricing_quantity(r["cost"], unit_price, qty), "PricingUnit": "GPU-Hours",
             "ListUnitPrice": unit_price, "ContractedUnitPrice": unit_price,
             "InvoiceId": f"{r['tenant']}-{bill.month}", "InvoiceIssuerName": PROVIDER,

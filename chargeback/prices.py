@@ -7,6 +7,8 @@ Format (examples/prices.yaml):
     overrides: [{node: gpu-node-7, model: "NVIDIA L4", gpu_hour: "0.60"},
                 {pool: https://acme.tenants.example:6443, gpu_hour: "2.00"}]
     electricity: {price_per_kwh: "0.14", carbon_g_per_kwh: 320}
+    degraded: {throttled_share: "0.25"}     # optional: when a throttled GPU-hour is degraded
+    credits: {degraded_hour: "1.0"}         # optional: credit that fraction of degraded hours
 
 Prices are parsed as Decimal (quote them in YAML so they never pass through a float).
 The format is a schema (slicemeter.config_schema); a bad value raises ConfigError naming
@@ -29,6 +31,7 @@ from slicemeter.common import ConfigError, cluster_key, read_config_text
 from slicemeter.config_schema import NonEmpty, Schema, key_path, invalid, load, validate
 
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
+DEFAULT_THROTTLED_SHARE = Decimal("0.25")
 
 
 def _currency(code: Any) -> str:
@@ -66,6 +69,10 @@ class PriceCatalog:
     price_per_kwh: Decimal = Decimal("0")
     carbon_g_per_kwh: Decimal = Decimal("0")
     source_text: str = field(default="", compare=False)
+    # a GPU-hour throttled for more than this share of the hour is degraded (docs/health.md)
+    throttled_share: Decimal = DEFAULT_THROTTLED_SHARE
+    # the fraction of a degraded hour's charge credited; None: no credit policy
+    credit_degraded_hour: Decimal | None = None
 
     def price(self, model: str | None, node: str, cluster: str) -> Decimal:
         """Hourly price of one GPU; ConfigError naming the missing key if none applies."""
@@ -122,17 +129,38 @@ class _Electricity(Schema):
     carbon_g_per_kwh: Intensity = Decimal("0")
 
 
+def _fraction(value: Any) -> Decimal:
+    d = _decimal(value)
+    if d > 1:
+        raise invalid(f"a fraction between 0 and 1, got {value!r}")
+    return d
+
+
+Fraction = Annotated[Decimal, PlainValidator(_fraction)]
+
+
+class _Degraded(Schema):
+    throttled_share: Fraction = DEFAULT_THROTTLED_SHARE
+
+
+class _Credits(Schema):
+    degraded_hour: Fraction
+
+
 class _PriceFile(Schema):
     currency: Annotated[str, PlainValidator(_currency)]
     gpu_hour: Annotated[dict[NonEmpty, Price], Field(min_length=1)]
     overrides: list[_OverrideSpec] = []
     electricity: _Electricity = _Electricity()
+    degraded: _Degraded = _Degraded()
+    credits: _Credits | None = None
 
 
 def _catalog(spec: _PriceFile, source_text: str) -> PriceCatalog:
     overrides = tuple(Override(o.gpu_hour, node=o.node, pool=o.pool, model=o.model) for o in spec.overrides)
     return PriceCatalog(spec.currency, dict(spec.gpu_hour), overrides, spec.electricity.price_per_kwh,
-                        spec.electricity.carbon_g_per_kwh, source_text)
+                        spec.electricity.carbon_g_per_kwh, source_text, spec.degraded.throttled_share,
+                        spec.credits.degraded_hour if spec.credits else None)
 
 
 def parse_prices(doc: Any, source_text: str = "") -> PriceCatalog:

@@ -57,7 +57,15 @@ def rows(report: Report) -> list[list[str]]:
     return [[fn(f, report) for _, fn in COLUMNS] for f in scopes]
 
 
-def notes(report: Report) -> list[str]:
+def degraded_note(degraded: list[tuple[str, float, int]]) -> str:
+    """Each tenant's (tenant, allocated GPU-hours on degraded GPU-hours, degraded GPU-hours
+    touched) as one sentence (docs/health.md)."""
+    listed = ", ".join(f"{t} {h:,.2f} GPU-h on {n} degraded GPU-hours" for t, h, n in degraded if n)
+    return ("Degraded GPUs (a critical Xid, an uncorrectable ECC error, lost, or throttled past the catalog's "
+            f"share of the hour): {listed or 'no tenant sat on one'}.")
+
+
+def notes(report: Report, degraded: list[tuple[str, float, int]] | None = None) -> list[str]:
     out = [f"Period: {report.month}, {report.fleet.hours} of {report.month_hours} hours metered; "
            "monthly figures are this period's rate over the whole month.",
            f"Carbon intensity: {report.carbon_g_per_kwh:g} gCO2e/kWh (the price catalog's "
@@ -66,33 +74,35 @@ def notes(report: Report) -> list[str]:
            + (", ".join(f"{m} {w:.0f} W" for m, w in sorted(report.idle_watts.items())) or "none measured") + "."]
     if report.unpriced_models:
         out.append(f"No catalog price for: {', '.join(report.unpriced_models)} (left out of the money).")
+    if degraded is not None:
+        out.append(degraded_note(degraded))
     return out
 
 
-def render_text(report: Report) -> str:
+def render_text(report: Report, degraded: list[tuple[str, float, int]] | None = None) -> str:
     table = [[h for h, _ in COLUMNS], *rows(report)]
     widths = [max(len(r[i]) for r in table) for i in range(len(COLUMNS))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
              for r in table]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join([headline(report), "", *lines, "", *notes(report)]) + "\n"
+    return "\n".join([headline(report), "", *lines, "", *notes(report, degraded)]) + "\n"
 
 
-def render_markdown(report: Report) -> str:
+def render_markdown(report: Report, degraded: list[tuple[str, float, int]] | None = None) -> str:
     head = [h for h, _ in COLUMNS]
     out = [f"# Sharing dividend, {report.month}", "", headline(report), "",
            "| " + " | ".join(head) + " |", "|" + "|".join([" --- "] + [" ---: "] * (len(head) - 1)) + "|"]
     out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows(report)]
-    out += ["", *(f"- {n}" for n in notes(report)), "",
+    out += ["", *(f"- {n}" for n in notes(report, degraded)), "",
             "Definitions: docs/dividend.md in the slicemeter repository."]
     return "\n".join(out) + "\n"
 
 
-def render_html(report: Report) -> str:
+def render_html(report: Report, degraded: list[tuple[str, float, int]] | None = None) -> str:
     e = html.escape
     head = "".join(f"<th>{e(h)}</th>" for h, _ in COLUMNS)
     body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows(report))
-    items = "".join(f"<li>{e(n)}</li>" for n in notes(report))
+    items = "".join(f"<li>{e(n)}</li>" for n in notes(report, degraded))
     return (f"<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>Sharing dividend, {e(report.month)}</title>"
             "<style>body{font-family:sans-serif}td,th{padding:2px 8px;text-align:right}"
             "td:first-child,th:first-child{text-align:left}table{border-collapse:collapse}"

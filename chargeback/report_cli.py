@@ -24,7 +24,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from slicemeter.chargeback import report
     from slicemeter.chargeback.dividend import dividend
-    from slicemeter.store import connect
+    from slicemeter.store import connect, sql_text
 
     with named("--month"):
         month_window(args.month)
@@ -36,11 +36,14 @@ def run(args: argparse.Namespace) -> int:
     con = connect(args.db, read_only=True)
     try:
         rep = dividend(con, args.month, catalog)
+        start, end, _ = month_window(args.month)
+        degraded = con.execute(sql_text("chargeback/tenant_degraded.sql"),
+                               {"start": start, "end": end, "throttled_share": catalog.throttled_share}).fetchall()
     finally:
         con.close()
-    sys.stdout.write(report.render_text(rep))
+    sys.stdout.write(report.render_text(rep, degraded))
     for out in args.out:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(getattr(report, FORMATS[out.suffix.lower()])(rep))
+        out.write_text(getattr(report, FORMATS[out.suffix.lower()])(rep, degraded))
         print(f"wrote {out}", file=sys.stderr)
     return 0

@@ -320,6 +320,15 @@ def price_catalog():
         return None
 
 
+def throttled_share() -> float:
+    """The share of an hour a GPU may be throttled before the hour is degraded: the price
+    catalog's `degraded: {throttled_share}` (docs/health.md), else its default."""
+    from slicemeter.chargeback.prices import DEFAULT_THROTTLED_SHARE
+
+    catalog = price_catalog()
+    return float(catalog.throttled_share if catalog is not None else DEFAULT_THROTTLED_SHARE)
+
+
 def carbon_intensity(default: float = 320.0) -> float:
     """gCO2e per kWh from the price catalog's electricity section, else `default`."""
     catalog = price_catalog()

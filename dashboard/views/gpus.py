@@ -51,6 +51,14 @@ st.dataframe(common.as_pct(gpus.drop(columns=["gpu_uuid"]), "allocation", "utili
                             "allocation": common.pct_col("allocated"), "utilization": common.pct_col("SM utilization"),
                             "max_slices": "max slices"})
 
+events = data.query("gpu_events", throttled_share=data.throttled_share(), **b)
+if not events.empty:
+    st.subheader("Health events")
+    st.caption("Hours with an Xid, an uncorrectable ECC error, throttling or the GPU lost, and the tenants "
+               "whose slices were on it then; a degraded hour may be credited (docs/health.md).")
+    st.dataframe(events, hide_index=True, width="stretch", key="health_events",
+                 column_config={"gpu_uuid": "GPU", "what": "what happened", "tenants": "tenants on it"})
+
 st.subheader("Slices on a GPU")
 label = st.selectbox("GPU", labels, key="gpu_pick")
 row = gpus[gpus["gpu"] == label].iloc[0]
@@ -62,6 +70,10 @@ m3.metric("Slices at most", int(row.max_slices))
 if row.utilization != row.utilization:   # NULL: nothing measured its usage
     st.info(f"No usage reader for this device ({row.driver}): it is metered and billed by allocation, "
             "from its claims; usage is left empty.")
+own_events = events[events["gpu_uuid"] == row.gpu_uuid]
+if not own_events.empty:
+    st.dataframe(own_events.drop(columns=["gpu_uuid", "node"]), hide_index=True, width="stretch", key="gpu_health",
+                 column_config={"what": "what happened", "tenants": "tenants on it"})
 slices = data.query("gpu_slices", gpu=row.gpu_uuid, **b)
 st.dataframe(common.as_pct(slices, "alloc_cores", "used_of_allocated", "sm_util_max"), hide_index=True, width="stretch",
              column_config={"driver": st.column_config.TextColumn("granted by", help="the DRA driver of the slice's "

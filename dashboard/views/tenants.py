@@ -77,9 +77,21 @@ if bill is not None:
         st.dataframe(detail, hide_index=True, width="stretch")
 
 st.subheader("GPU-hours by tenant")
+degraded = data.query("tenant_degraded", throttled_share=data.throttled_share(), **b)
+per_tenant = per_tenant.merge(degraded, on="tenant", how="left").fillna({"degraded_gpu_hours": 0.0,
+                                                                         "degraded_gpu_hours_touched": 0})
+if bill is not None and (bill["kind"] == "credit").any():
+    credited = money.totals_by(bill[bill["kind"] == "credit"], "tenant", COST)
+    per_tenant["credits"] = per_tenant["tenant"].map(
+        {t: fmt.money(-c, cur) for t, c in zip(credited["tenant"], credited[COST])}).fillna(fmt.money(Decimal(0), cur))
 st.dataframe(per_tenant, hide_index=True, width="stretch",
              column_config={"display_name": "tenant name", "allocated_gpu_h": common.gpu_h_col("allocated"),
-                            "used_gpu_h": common.gpu_h_col("used")})
+                            "used_gpu_h": common.gpu_h_col("used"),
+                            "degraded_gpu_hours": common.gpu_h_col(
+                                "on degraded GPUs", "allocated GPU-hours on GPU-hours with a critical Xid, an "
+                                "uncorrectable ECC error, lost, or throttled (docs/health.md)"),
+                            "degraded_gpu_hours_touched": "degraded GPU-hours",
+                            "credits": st.column_config.TextColumn("credited")})
 
 st.subheader("Trend")
 daily = data.query("tenant_daily", **b)

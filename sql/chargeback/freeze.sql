@@ -27,3 +27,8 @@ INSERT INTO frozen_gpu_driver BY NAME
 SELECT $as_of::DATE AS as_of, hour, gpu_uuid, driver
 FROM gpu_hour
 WHERE hour >= $m_start::TIMESTAMP AND hour < $m_end::TIMESTAMP AND driver IS NOT NULL;
+
+INSERT INTO frozen_gpu_health BY NAME
+SELECT $as_of::DATE AS as_of, hour, gpu_uuid, xid_critical_count, ecc_uncorrected_increase, throttled_s, lost_s
+FROM gpu_health($m_start::TIMESTAMP, $m_end::TIMESTAMP)
+WHERE xid_critical_count > 0 OR ecc_uncorrected_increase > 0 OR throttled_s > 0 OR lost_s > 0;

@@ -11,10 +11,16 @@ SELECT * FROM gpu_inventory_latest WHERE gpu_uuid_id IN (SELECT gpu_uuid_id FROM
 
 INSERT INTO gpu_hour (hour, cluster, node, gpu_uuid, model, memory_total_bytes, metered_s, sample_count,
                       sm_util_s, memory_used_byte_s, energy_joules, power_j, first_ts_ms, first_energy_j,
-                      first_power_j, last_ts_ms, last_energy_j, latest_ts_ms, driver)
+                      first_power_j, last_ts_ms, last_energy_j, latest_ts_ms, driver, xid_events, xid_critical_count,
+                      xid_critical_ts_ms, xid_critical_code, ecc_agg_first_ts_ms, ecc_agg_first, ecc_agg_last_ts_ms,
+                      ecc_agg_last, ecc_agg_max, ecc_vol_first_ts_ms, ecc_vol_first, ecc_vol_last_ts_ms,
+                      ecc_vol_last, ecc_vol_max, throttled_s, lost_s, temperature_max_celsius)
 SELECT bucket, cluster, node, gpu_uuid, model, memory_total_bytes, least(3600, metered_s), sample_count,
        sm_util_s, memory_used_byte_s, NULL, power_j, first_ts_ms, first_energy_j,
-       first_power_j, last_ts_ms, last_energy_j, latest_ts_ms, driver
+       first_power_j, last_ts_ms, last_energy_j, latest_ts_ms, driver, xid_events, xid_critical_count,
+       xid_critical_ts_ms, xid_critical_code, ecc_agg_first_ts_ms, ecc_agg_first, ecc_agg_last_ts_ms,
+       ecc_agg_last, ecc_agg_max, ecc_vol_first_ts_ms, ecc_vol_first, ecc_vol_last_ts_ms,
+       ecc_vol_last, ecc_vol_max, throttled_s, lost_s, temperature_max_celsius
 FROM gpu_partials_named('gpu_hour_pending_partials')
 ON CONFLICT (hour, gpu_uuid) DO UPDATE SET
     cluster = CASE WHEN excluded.latest_ts_ms >= gpu_hour.latest_ts_ms THEN excluded.cluster ELSE gpu_hour.cluster END,
@@ -37,7 +43,30 @@ ON CONFLICT (hour, gpu_uuid) DO UPDATE SET
     last_energy_j = CASE WHEN gpu_hour.last_ts_ms IS NULL OR excluded.last_ts_ms > gpu_hour.last_ts_ms
                          THEN excluded.last_energy_j ELSE gpu_hour.last_energy_j END,
     last_ts_ms = greatest(gpu_hour.last_ts_ms, excluded.last_ts_ms),
-    latest_ts_ms = greatest(gpu_hour.latest_ts_ms, excluded.latest_ts_ms);
+    latest_ts_ms = greatest(gpu_hour.latest_ts_ms, excluded.latest_ts_ms),
+    -- health (sql/schema/050_gpu_health_hour.sql): sums, maxima, values at the earliest / latest reading
+    xid_events = coalesce(gpu_hour.xid_events + excluded.xid_events, gpu_hour.xid_events, excluded.xid_events),
+    xid_critical_count = coalesce(gpu_hour.xid_critical_count, 0) + coalesce(excluded.xid_critical_count, 0),
+    xid_critical_code = CASE WHEN excluded.xid_critical_ts_ms >= coalesce(gpu_hour.xid_critical_ts_ms, excluded.xid_critical_ts_ms)
+                             THEN excluded.xid_critical_code ELSE gpu_hour.xid_critical_code END,
+    xid_critical_ts_ms = greatest(gpu_hour.xid_critical_ts_ms, excluded.xid_critical_ts_ms),
+    ecc_agg_first = CASE WHEN excluded.ecc_agg_first_ts_ms <= coalesce(gpu_hour.ecc_agg_first_ts_ms, excluded.ecc_agg_first_ts_ms)
+                         THEN excluded.ecc_agg_first ELSE gpu_hour.ecc_agg_first END,
+    ecc_agg_first_ts_ms = least(gpu_hour.ecc_agg_first_ts_ms, excluded.ecc_agg_first_ts_ms),
+    ecc_agg_last = CASE WHEN excluded.ecc_agg_last_ts_ms >= coalesce(gpu_hour.ecc_agg_last_ts_ms, excluded.ecc_agg_last_ts_ms)
+                        THEN excluded.ecc_agg_last ELSE gpu_hour.ecc_agg_last END,
+    ecc_agg_last_ts_ms = greatest(gpu_hour.ecc_agg_last_ts_ms, excluded.ecc_agg_last_ts_ms),
+    ecc_agg_max = greatest(gpu_hour.ecc_agg_max, excluded.ecc_agg_max),
+    ecc_vol_first = CASE WHEN excluded.ecc_vol_first_ts_ms <= coalesce(gpu_hour.ecc_vol_first_ts_ms, excluded.ecc_vol_first_ts_ms)
+                         THEN excluded.ecc_vol_first ELSE gpu_hour.ecc_vol_first END,
+    ecc_vol_first_ts_ms = least(gpu_hour.ecc_vol_first_ts_ms, excluded.ecc_vol_first_ts_ms),
+    ecc_vol_last = CASE WHEN excluded.ecc_vol_last_ts_ms >= coalesce(gpu_hour.ecc_vol_last_ts_ms, excluded.ecc_vol_last_ts_ms)
+                        THEN excluded.ecc_vol_last ELSE gpu_hour.ecc_vol_last END,
+    ecc_vol_last_ts_ms = greatest(gpu_hour.ecc_vol_last_ts_ms, excluded.ecc_vol_last_ts_ms),
+    ecc_vol_max = greatest(gpu_hour.ecc_vol_max, excluded.ecc_vol_max),
+    throttled_s = coalesce(gpu_hour.throttled_s, 0) + coalesce(excluded.throttled_s, 0),
+    lost_s = coalesce(gpu_hour.lost_s, 0) + coalesce(excluded.lost_s, 0),
+    temperature_max_celsius = greatest(gpu_hour.temperature_max_celsius, excluded.temperature_max_celsius);
 
 UPDATE gpu_hour SET energy_joules = hour_energy(first_energy_j, last_energy_j, first_power_j, power_j)
 FROM (SELECT d.hour AS h, s.value AS g

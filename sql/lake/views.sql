@@ -25,7 +25,10 @@ CREATE OR REPLACE TEMP VIEW gpu_hour AS
 SELECT bucket AS hour, cluster, node, gpu_uuid, model, memory_total_bytes, least(3600, metered_s) AS metered_s,
        sample_count, sm_util_s, memory_used_byte_s,
        hour_energy(first_energy_j, last_energy_j, first_power_j, power_j) AS energy_joules, power_j,
-       first_ts_ms, first_energy_j, first_power_j, last_ts_ms, last_energy_j, latest_ts_ms, driver
+       first_ts_ms, first_energy_j, first_power_j, last_ts_ms, last_energy_j, latest_ts_ms, driver,
+       xid_events, xid_critical_count, xid_critical_ts_ms, xid_critical_code, ecc_agg_first_ts_ms, ecc_agg_first,
+       ecc_agg_last_ts_ms, ecc_agg_last, ecc_agg_max, ecc_vol_first_ts_ms, ecc_vol_first, ecc_vol_last_ts_ms,
+       ecc_vol_last, ecc_vol_max, throttled_s, lost_s, temperature_max_celsius
 FROM gpu_partials_named('gpu_hour_pending_partials');
 
 CREATE OR REPLACE TEMP VIEW slice_hour AS

@@ -95,7 +95,23 @@ SELECT make_timestamp(ts_ms // bucket_ms * bucket_ms * 1000) AS bucket, gpu_uuid
        arg_min(power_watts * interval_ms / 1000.0, ts_ms) FILTER (WHERE energy_joules IS NOT NULL) AS first_power_j,
        max(ts_ms) FILTER (WHERE energy_joules IS NOT NULL) AS last_ts_ms,
        arg_max(energy_joules, ts_ms) AS last_energy_j,
-       max(ts_ms) AS latest_ts_ms, arg_max(driver_id, ts_ms) AS driver_id
+       max(ts_ms) AS latest_ts_ms, arg_max(driver_id, ts_ms) AS driver_id,
+       -- health (sql/schema/050_gpu_health_hour.sql); throttled: HW_SLOWDOWN, SW_THERMAL,
+       -- HW_THERMAL or HW_POWER_BRAKE among the clock-event reasons (0x8 | 0x20 | 0x40 | 0x80)
+       sum(xid_events) AS xid_events, count(xid_critical_code) AS xid_critical_count,
+       max(ts_ms) FILTER (WHERE xid_critical_code IS NOT NULL) AS xid_critical_ts_ms,
+       arg_max(xid_critical_code, ts_ms) AS xid_critical_code,
+       min(ts_ms) FILTER (WHERE ecc_uncorrected_aggregate IS NOT NULL) AS ecc_agg_first_ts_ms,
+       arg_min(ecc_uncorrected_aggregate, ts_ms) AS ecc_agg_first,
+       max(ts_ms) FILTER (WHERE ecc_uncorrected_aggregate IS NOT NULL) AS ecc_agg_last_ts_ms,
+       arg_max(ecc_uncorrected_aggregate, ts_ms) AS ecc_agg_last, max(ecc_uncorrected_aggregate) AS ecc_agg_max,
+       min(ts_ms) FILTER (WHERE ecc_uncorrected_volatile IS NOT NULL) AS ecc_vol_first_ts_ms,
+       arg_min(ecc_uncorrected_volatile, ts_ms) AS ecc_vol_first,
+       max(ts_ms) FILTER (WHERE ecc_uncorrected_volatile IS NOT NULL) AS ecc_vol_last_ts_ms,
+       arg_max(ecc_uncorrected_volatile, ts_ms) AS ecc_vol_last, max(ecc_uncorrected_volatile) AS ecc_vol_max,
+       coalesce(sum(interval_ms) FILTER (WHERE clock_event_reasons & 232 <> 0), 0) / 1000.0 AS throttled_s,
+       coalesce(sum(interval_ms) FILTER (WHERE gpu_lost), 0) / 1000.0 AS lost_s,
+       max(temperature_celsius) AS temperature_max_celsius
 FROM query_table(tbl) WHERE ts_ms < cutoff GROUP BY bucket, gpu_uuid_id;
 
 -- Per-sample shares (semantics: sql/schema/001_contract.sql), summed per slice and bucket.
@@ -158,7 +174,16 @@ SELECT bucket, gpu_uuid_id,
        min(first_ts_ms) AS first_ts_ms, arg_min(first_energy_j, first_ts_ms) AS first_energy_j,
        arg_min(first_power_j, first_ts_ms) AS first_power_j,
        max(last_ts_ms) AS last_ts_ms, arg_max(last_energy_j, last_ts_ms) AS last_energy_j,
-       max(latest_ts_ms) AS latest_ts_ms, arg_max(driver_id, latest_ts_ms) AS driver_id
+       max(latest_ts_ms) AS latest_ts_ms, arg_max(driver_id, latest_ts_ms) AS driver_id,
+       sum(xid_events) AS xid_events, sum(xid_critical_count) AS xid_critical_count,
+       max(xid_critical_ts_ms) AS xid_critical_ts_ms, arg_max(xid_critical_code, xid_critical_ts_ms) AS xid_critical_code,
+       min(ecc_agg_first_ts_ms) AS ecc_agg_first_ts_ms, arg_min(ecc_agg_first, ecc_agg_first_ts_ms) AS ecc_agg_first,
+       max(ecc_agg_last_ts_ms) AS ecc_agg_last_ts_ms, arg_max(ecc_agg_last, ecc_agg_last_ts_ms) AS ecc_agg_last,
+       max(ecc_agg_max) AS ecc_agg_max,
+       min(ecc_vol_first_ts_ms) AS ecc_vol_first_ts_ms, arg_min(ecc_vol_first, ecc_vol_first_ts_ms) AS ecc_vol_first,
+       max(ecc_vol_last_ts_ms) AS ecc_vol_last_ts_ms, arg_max(ecc_vol_last, ecc_vol_last_ts_ms) AS ecc_vol_last,
+       max(ecc_vol_max) AS ecc_vol_max,
+       sum(throttled_s) AS throttled_s, sum(lost_s) AS lost_s, max(temperature_max_celsius) AS temperature_max_celsius
 FROM query_table(tbl) GROUP BY bucket, gpu_uuid_id;
 
 CREATE OR REPLACE TEMP MACRO slice_partials_merged(tbl) AS TABLE

@@ -1,0 +1,9 @@
+-- The month's GPU health events (sql/views/012_health.sql: an hour with an Xid, an
+-- uncorrectable ECC error, throttling or the GPU lost) beside the tenants whose slices were
+-- on the GPU in that hour, the newest first.
+SELECT e.hour, e.gpu_uuid, e.node, e.what, e.degraded,
+       coalesce(string_agg(DISTINCT s.tenant, ', ' ORDER BY s.tenant), '') AS tenants
+FROM gpu_health_events($start, $end, $throttled_share) e
+LEFT JOIN slice_hour_tenant s ON s.hour = e.hour AND s.gpu_uuid = e.gpu_uuid
+GROUP BY e.hour, e.gpu_uuid, e.node, e.what, e.degraded
+ORDER BY e.hour DESC, e.gpu_uuid;
