@@ -93,25 +93,40 @@ def budgets(con: duckdb.DuckDBPyConnection) -> dict[str, Decimal]:
     return {t: Decimal(b) for t, b in con.execute(sql_text("chargeback/tenant_budgets.sql")).fetchall()}
 
 
+def month_forecasts(invoice: pd.DataFrame, month: str, now: datetime,
+                    previous_invoice: pd.DataFrame | None = None) -> dict[str, tuple[MonthMoney, Decimal]]:
+    """Tenant -> (its money of `invoice`, month `month`'s, and its forecast at `now`).
+    previous_invoice: the month before's, needed while less than a day of `month` has
+    elapsed (without it, that day's unseen part counts as nothing); see needs_previous."""
+    elapsed, length = month_seconds(month, now)
+    rates = {}
+    if previous_invoice is not None and elapsed < DAY_S:
+        rates = previous_rates(previous_invoice, month_seconds(previous_month(month), now)[1])
+    money = invoice_money(invoice)
+    return {t: (money.get(t, MonthMoney()), forecast(money.get(t, MonthMoney()), elapsed, length, rates.get(t)))
+            for t in sorted(set(money) | set(rates))}
+
+
+def needs_previous(month: str, now: datetime) -> bool:
+    """Whether month_forecasts at `now` reads the previous month's invoice."""
+    return month_seconds(month, now)[0] < DAY_S
+
+
 def live_bill(con: duckdb.DuckDBPyConnection, now: datetime, bases: tuple[str, ...], idle: str,
               prices: PriceCatalog | None = None, tenants: tuple[str, ...] = ()) -> list[TenantMonth]:
     """Every tenant's month-to-date and forecast on each basis for the month of `now`: the
     tenants the invoice names and `tenants` (a budgeted tenant with no money yet has 0)."""
     month = month_str(now.date())
-    elapsed, length = month_seconds(month, now)
-    previous = previous_month(month) if elapsed < DAY_S else None
     prices = prices or load_prices(DEFAULT_PRICES)
     rows = []
     for basis in bases:
         invoice = chargeback(con, month, basis=basis, idle=idle, prices=prices)
-        rates: dict[str, Fraction] = {}
-        if previous is not None:
-            _, previous_length = month_seconds(previous, now)
-            rates = previous_rates(chargeback(con, previous, basis=basis, idle=idle, prices=prices), previous_length)
-        money = invoice_money(invoice)
-        for tenant in sorted(set(money) | set(tenants) | set(rates)):
-            m = money.get(tenant, MonthMoney())
-            rows.append(TenantMonth(tenant, basis, prices.currency, m.total, forecast(m, elapsed, length, rates.get(tenant))))
+        previous = (chargeback(con, previous_month(month), basis=basis, idle=idle, prices=prices)
+                    if needs_previous(month, now) else None)
+        found = month_forecasts(invoice, month, now, previous)
+        for tenant in sorted(set(found) | set(tenants)):
+            money, expected = found.get(tenant, (MonthMoney(), MonthMoney().total))
+            rows.append(TenantMonth(tenant, basis, prices.currency, money.total, expected))
     return rows
 
 
