@@ -20,15 +20,14 @@ import hashlib
 import os
 import re
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field, PlainValidator, model_validator
 
-from slicemeter.chargeback.money import price_to_micro
 from slicemeter.common import ConfigError, cluster_key, read_config_text
-from slicemeter.config_schema import NonEmpty, Schema, key_path, invalid, load, validate
+from slicemeter.config_schema import NonEmpty, Schema, exact_decimal, key_path, invalid, load, validate
 
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
 DEFAULT_THROTTLED_SHARE = Decimal("0.25")
@@ -88,21 +87,7 @@ class PriceCatalog:
 
 
 def _decimal(value: Any) -> Decimal:
-    if isinstance(value, float):
-        raise invalid(f"write the price as a quoted string (got float {value!r}, which is inexact)")
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise invalid(f"expected a decimal string, got {type(value).__name__} {value!r}")
-    try:
-        d = Decimal(str(value).strip())
-    except InvalidOperation:
-        raise invalid(f"not a decimal number: {value!r}") from None
-    if not d.is_finite() or d < 0:
-        raise invalid(f"must be a finite number >= 0, got {value!r}")
-    try:
-        price_to_micro(d)
-    except ValueError:
-        raise invalid(f"at most 6 decimals, got {value!r}") from None
-    return d
+    return exact_decimal(value, "price")
 
 
 # parsed from the YAML scalar's own text, never through a float

@@ -57,6 +57,13 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="serve the current month's right-sizing and sharing-dividend figures "
                         "(slicemeter_recommend_*, slicemeter_dividend_*), "
                         "replanned from the snapshot every S seconds; 0 = off (default)")
+    p.add_argument("--bill-interval", type=float, default=0.0, metavar="S",
+                   help="serve each tenant's month-to-date money, forecast and budget (slicemeter_tenant_month_*), "
+                        "recomputed from the snapshot every S seconds; 0 = off (default; docs/live-bill.md)")
+    p.add_argument("--bill-basis", action="append", choices=("allocation", "usage", "max"), metavar="BASIS",
+                   help="a cost basis the live bill serves (repeat for more; default allocation, as the export)")
+    p.add_argument("--bill-idle", choices=("platform", "shared"), default="platform",
+                   help="the live bill's idle policy (default platform, as the export)")
     p.add_argument("--publishers", type=Path, metavar="FILE",
                    help="signing keys and the clusters each may speak for; with it, unsigned or foreign "
                         "Ticks are dead letters (docs/security.md)")
@@ -69,7 +76,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "a Tick repeating one is a duplicate")
     kafka_security.add_options(p)
     p.add_argument("--prices", type=Path, metavar="FILE",
-                   help="price catalog for --recommend-interval (default examples/prices.yaml when present)")
+                   help="price catalog for --recommend-interval and --bill-interval "
+                        "(default examples/prices.yaml when present)")
 
 
 def _store_target(value: str) -> Path | str:
@@ -79,8 +87,8 @@ def _store_target(value: str) -> Path | str:
 
 def _check(args: argparse.Namespace) -> None:
     if is_lake(args.db):
-        if args.snapshot or args.recommend_interval:
-            raise ConfigError("--snapshot and --recommend-interval read a reader file of a DuckDB file; "
+        if args.snapshot or args.recommend_interval or args.bill_interval:
+            raise ConfigError("--snapshot, --recommend-interval and --bill-interval read a reader file of a DuckDB file; "
                               "readers of a lake attach the lake itself (--db ducklake:...)")
     elif args.lake_data:
         raise ConfigError("--lake-data goes with --db ducklake:postgres:CONNINFO")
@@ -109,6 +117,11 @@ def _check(args: argparse.Namespace) -> None:
         raise ConfigError("--recommend-interval needs --snapshot: the plan reads the snapshot, not the live file")
     if args.recommend_interval and not args.metrics_port:
         raise ConfigError("--recommend-interval needs --metrics-port: the figures are served there")
+    if args.bill_interval < 0:
+        raise ConfigError(f"--bill-interval must be >= 0, got {args.bill_interval}")
+    if args.bill_interval and not (args.snapshot and args.metrics_port):
+        raise ConfigError("--bill-interval needs --snapshot (it reads the snapshot) and --metrics-port "
+                          "(the figures are served there)")
 
 
 def catalog_sources(args: argparse.Namespace) -> list:
@@ -152,7 +165,9 @@ def run(args: argparse.Namespace) -> int:
     slack_ms = int(args.clock_slack_seconds * 1000)
     limits = Limits(max_interval_ms=int(args.max_interval_seconds * 1000),
                     max_age_ms=int(args.raw_retention_days * 86_400_000) + slack_ms, future_slack_ms=slack_ms)
-    prices = load_prices_or_default(args.prices) if args.recommend_interval else None
+    prices = load_prices_or_default(args.prices) if args.recommend_interval or args.bill_interval else None
+    if args.bill_interval and prices is None:
+        raise ConfigError("--bill-interval needs a price catalog: --prices FILE")
     sources = catalog_sources(args)
     con = store.connect(args.db, lake_data=args.lake_data)
     catalog_sync = None
@@ -167,6 +182,11 @@ def run(args: argparse.Namespace) -> int:
         from slicemeter.ingest.headlines import HeadlineRefresher
         refresher = HeadlineRefresher(args.snapshot, args.recommend_interval, metrics.recommend, prices,
                                        dividend=metrics.dividend).start()
+    bill = None
+    if args.bill_interval:
+        from slicemeter.ingest.headlines import LiveBillRefresher
+        bill = LiveBillRefresher(args.snapshot, args.bill_interval, metrics.live_bill, prices,
+                                 tuple(dict.fromkeys(args.bill_basis or ["allocation"])), args.bill_idle).start()
     cfg = IngestConfig(
         bootstrap=args.kafka, db=args.db, topic=args.topic, group=args.group or None,
         group_instance_id=args.instance_id or None,
@@ -186,6 +206,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if refresher:
             refresher.stop()
+        if bill:
+            bill.stop()
         if catalog_sync:
             catalog_sync.stop()
     secs = ingestor.active_seconds()

@@ -1,5 +1,6 @@
 """`slicemeter ingest --recommend-interval S`: the right-sizing plan's and the sharing
-dividend's headline figures as ingest metrics (docs/metrics.md, "Ingest").
+dividend's headline figures as ingest metrics (docs/metrics.md, "Ingest"); with
+`--bill-interval S`, the live bill's (docs/live-bill.md) the same way.
 
 A background thread rebuilds the plan and the dividend for the current UTC month every S
 seconds and hands their samples (slicemeter.rightsizing.plan.headline_metrics,
@@ -69,7 +70,7 @@ class HeadlineRefresher:
             try:
                 planned = self.refresh()
             except Exception:  # a bad snapshot costs this round's figures, not ingest
-                log.exception("recommend metrics: planning from %s failed", self.snapshot)
+                log.exception("%s: computing from %s failed", self._thread.name, self.snapshot)
                 planned = True
             self._stop.wait(self.interval_s if planned else min(self.interval_s, RETRY_S))
 
@@ -80,3 +81,30 @@ class HeadlineRefresher:
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
         self._thread.join(timeout)
+
+
+class LiveBillRefresher(HeadlineRefresher):
+    """Every tenant's month-to-date money, forecast and budget for the current UTC month
+    (slicemeter.chargeback.live_bill), from the snapshot every S seconds, as HeadlineRefresher
+    does for the plan: a failed round keeps the previous figures."""
+
+    def __init__(self, snapshot: Path, interval_s: float, served: Headline, prices, bases: tuple[str, ...],
+                 idle: str, now: Callable[[], datetime] = utc_now):
+        super().__init__(snapshot, interval_s, None, prices, now=now)
+        self.served, self.bases, self.idle = served, bases, idle
+        self._thread.name = "live-bill"
+
+    def refresh(self) -> bool:
+        from slicemeter.chargeback.live_bill import budgets, live_bill, live_bill_metrics
+        from slicemeter.store import connect
+
+        if not self.snapshot.is_file():
+            return False
+        con = connect(self.snapshot, read_only=True)
+        try:
+            budget = budgets(con)
+            rows = live_bill(con, self.now(), self.bases, self.idle, self.prices, tuple(budget))
+        finally:
+            con.close()
+        self.served.update(live_bill_metrics(rows, budget, self.prices.currency))
+        return True

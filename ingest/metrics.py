@@ -7,6 +7,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily
 
 from slicemeter.chargeback.dividend import DIVIDEND_METRICS
+from slicemeter.chargeback.live_bill import BUDGET_METRICS, LIVE_BILL_METRICS
 from slicemeter.headline import Family, Samples
 from slicemeter.rightsizing.plan import RECOMMEND_METRICS
 
@@ -55,6 +56,11 @@ class DividendHeadline(Headline):
         super().__init__(DIVIDEND_METRICS)
 
 
+class LiveBillHeadline(Headline):
+    def __init__(self):
+        super().__init__({**LIVE_BILL_METRICS, **BUDGET_METRICS})
+
+
 class IngestMetrics:
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
@@ -74,6 +80,8 @@ class IngestMetrics:
         r.register(self.recommend)
         self.dividend = DividendHeadline()    # filled by slicemeter.ingest.headlines too
         r.register(self.dividend)
+        self.live_bill = LiveBillHeadline()  # filled by slicemeter.ingest.headlines.LiveBillRefresher
+        r.register(self.live_bill)
 
     def serve(self, port: int, addr: str = "127.0.0.1"):
         return start_http_server(port, addr=addr, registry=self.registry)

@@ -13,6 +13,7 @@ import re
 import urllib.request
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from decimal import Decimal
 from pathlib import Path
 
 import duckdb
@@ -42,6 +43,7 @@ class Tenant:
     source: str = "yaml"                 # yaml | kamaji-api | kamaji-metrics
     admin_kubeconfig_secret: str | None = None
     removed_at: str | None = None        # the TenantControlPlane is being deleted / gone (ISO time)
+    monthly_budget: Decimal | None = None  # in the price catalog's currency
 
     @property
     def cluster(self) -> str | None:
@@ -73,7 +75,8 @@ class _CatalogFile(Schema):
 def _catalog(spec: _CatalogFile) -> Catalog:
     tenants = [Tenant(name=t.name, display_name=t.display_name, api_server=t.api_server, cost_center=t.cost_center,
                       tcp_namespace=t.kamaji.namespace if t.kamaji else None,
-                      tcp_name=t.kamaji.name if t.kamaji else None, aliases=tuple(t.aliases))
+                      tcp_name=t.kamaji.name if t.kamaji else None, aliases=tuple(t.aliases),
+                      monthly_budget=t.monthly_budget)
                for t in spec.tenants]
     return Catalog(tenants=tenants, overrides=[Override(cluster=t.cluster or t.aliases[0], namespace=o.namespace, tenant=o.tenant)
                                                for t, raw in zip(tenants, spec.tenants) for o in raw.namespace_overrides])
@@ -159,7 +162,7 @@ def merge(catalog: Catalog, imported: list[Tenant] | None) -> Catalog:
             tenants[i] = replace(k, name=t.name, display_name=t.display_name or k.display_name,
                                  api_server=t.api_server or k.api_server, cost_center=t.cost_center,
                                  kubernetes_version=t.kubernetes_version or k.kubernetes_version,
-                                 aliases=aliases)
+                                 aliases=aliases, monthly_budget=t.monthly_budget)
             continue
         name, n = k.name, 2
         while name in names:  # two TCPs of the same name in different namespaces
@@ -218,7 +221,8 @@ def stored_tenants(con: duckdb.DuckDBPyConnection) -> list[Tenant]:
     rows = con.execute(sql_text("ingest/tenants_stored.sql")).fetchall()
     return [Tenant(name=r[0], display_name=r[1], tcp_namespace=r[2], tcp_name=r[3], api_server=r[4], cost_center=r[5],
                    source=r[6] or "yaml", kubernetes_version=r[7], admin_kubeconfig_secret=r[8],
-                   removed_at=r[9].replace(tzinfo=timezone.utc).isoformat() if r[9] is not None else None, aliases=tuple(r[10] or ()))
+                   removed_at=r[9].replace(tzinfo=timezone.utc).isoformat() if r[9] is not None else None, aliases=tuple(r[10] or ()),
+                   monthly_budget=r[11])
             for r in rows]
 
 
@@ -235,6 +239,9 @@ def store_catalog(con: duckdb.DuckDBPyConnection, catalog: Catalog) -> None:
             con.executemany(sql_text("ingest/tenant_source_insert.sql"),
                             [[t.name, t.source, t.kubernetes_version, t.admin_kubeconfig_secret, _utc_naive(t.removed_at)]
                              for t in catalog.tenants])
+        budgets = [[t.name, t.monthly_budget] for t in catalog.tenants if t.monthly_budget is not None]
+        if budgets:
+            con.executemany(sql_text("ingest/tenant_budget_insert.sql"), budgets)
         aliases = [[t.name, a] for t in catalog.tenants for a in t.aliases]
         if aliases:
             con.executemany(sql_text("ingest/tenant_alias_insert.sql"), aliases)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import re
+from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any, Iterable, TypeVar
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
 from slicemeter.common import DNS_LABEL_RE, ConfigError, YamlRefused, compose_yaml, where_in_file
@@ -98,10 +99,30 @@ def matching(pattern: re.Pattern, what: str):
     return Annotated[str, AfterValidator(check)]
 
 
+def exact_decimal(value: Any, what: str) -> Decimal:
+    """A YAML scalar as an exact, finite Decimal >= 0 with at most 6 decimals (micro-units):
+    money is written as a quoted string, so it never passes through a float."""
+    if isinstance(value, float):
+        raise invalid(f"write the {what} as a quoted string (got float {value!r}, which is inexact)")
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise invalid(f"expected a decimal string, got {type(value).__name__} {value!r}")
+    try:
+        d = Decimal(str(value).strip())
+    except InvalidOperation:
+        raise invalid(f"not a decimal number: {value!r}") from None
+    if not d.is_finite() or d < 0:
+        raise invalid(f"must be a finite number >= 0, got {value!r}")
+    if (d * 10**6) != (d * 10**6).to_integral_value():
+        raise invalid(f"at most 6 decimals, got {value!r}")
+    return d
+
+
 NonEmpty = Annotated[str, Field(min_length=1)]
 DnsLabel = matching(DNS_LABEL, "a lowercase DNS label")
 DnsName = matching(DNS_SUBDOMAIN, "a DNS name")
 Share = Annotated[float, Field(ge=0.0, le=1.0)]
+# an amount of the price catalog's currency, e.g. a tenant's monthly budget
+Amount = Annotated[Decimal, PlainValidator(lambda v: exact_decimal(v, "amount"))]
 
 # pydantic error type -> what the value should have been
 _EXPECTED = {"string_type": "a string", "int_type": "an integer", "float_type": "a number", "bool_type": "true or false",

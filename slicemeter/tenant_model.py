@@ -11,7 +11,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, model_validator
 
-from slicemeter.config_schema import DnsLabel, NonEmpty, Schema, invalid, matching
+from slicemeter.config_schema import Amount, DnsLabel, NonEmpty, Schema, invalid, matching
 
 # an http(s) URL of a host name, IPv4 or [IPv6] address, optional port: a kube-apiserver
 # address as a kubeconfig's `server:` names it
@@ -39,6 +39,7 @@ class TenantSpec(Schema):
     cost_center: str | None = None       # a string: an unquoted 007 would be the integer 7
     aliases: list[NonEmpty] = []         # more identities of the same cluster (kubelets' addresses)
     namespace_overrides: list[NamespaceOverride] = []
+    monthly_budget: Amount | None = None   # in the price catalog's currency (docs/live-bill.md)
 
     @model_validator(mode="after")
     def _matches_something(self):

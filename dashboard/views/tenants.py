@@ -5,6 +5,8 @@ import altair as alt
 import streamlit as st
 
 from slicemeter import clock
+from slicemeter.chargeback import live_bill
+from slicemeter.chargeback.dividend import previous_month
 from slicemeter.chargeback.money import COST
 from slicemeter.dashboard import catalog, common, data, fmt, money
 
@@ -55,6 +57,27 @@ if bill is not None:
     totals["display_name"] = totals["display_name"].fillna(totals["tenant"].map(
         {"platform": "idle capacity (nobody's slice)", "unassigned": "not in the tenant catalog"}))
     totals["cost_text"] = totals[COST].map(lambda d: fmt.money(d, cur))
+    # the live bill's figures (docs/live-bill.md): a month that is over forecasts its own total
+    month, now = common.month(), clock.now()
+    elapsed, length = live_bill.month_seconds(month, now)
+    running, before = elapsed < length, None
+    if live_bill.needs_previous(month, now):
+        try:
+            before = data.chargeback(previous_month(month), basis, idle)
+        except data.Unavailable:
+            pass   # the 1st's forecast then counts only the hours seen
+    forecasts = live_bill.month_forecasts(bill, month, now, before)
+    budgets = {t: Decimal(b) for t, b in data.query("tenant_budgets").itertuples(index=False)}
+    totals["forecast_text"] = totals["tenant"].map(lambda t: fmt.money(forecasts[t][1] if t in forecasts else None, cur))
+    totals["budget_text"] = totals["tenant"].map(lambda t: fmt.money(budgets.get(t), cur))
+    spent = [t for t, b in budgets.items() if t in forecasts and forecasts[t][0].total > b]
+    heading = [t for t, b in budgets.items() if t in forecasts and forecasts[t][1] > b and t not in spent]
+    if spent:
+        st.warning("Over the monthly budget: " + ", ".join(
+            f"{t} ({fmt.money(forecasts[t][0].total, cur)} of {fmt.money(budgets[t], cur)})" for t in spent))
+    if heading:
+        st.warning("Heading over the monthly budget by the month's end: " + ", ".join(
+            f"{t} (forecast {fmt.money(forecasts[t][1], cur)} of {fmt.money(budgets[t], cur)})" for t in heading))
     totals["share"] = [float(d / grand) if grand else 0.0 for d in totals[COST]]
     totals["cost_value"] = totals[COST].map(float)  # chart only; bills stay Decimal
     with m2:
@@ -64,9 +87,16 @@ if bill is not None:
             tooltip=["tenant:N", alt.Tooltip("cost_text:N", title="cost"), alt.Tooltip("share:Q", format=".1%")],
         ).properties(height=max(140, 36 * len(totals))))
     st.subheader("Cost by tenant")
-    st.dataframe(common.as_pct(totals[["tenant", "display_name", "cost_text", "share", "allocated_gpu_h", "used_gpu_h"]], "share"),
+    st.dataframe(common.as_pct(totals[["tenant", "display_name", "cost_text", "forecast_text", "budget_text", "share",
+                                       "allocated_gpu_h", "used_gpu_h"]], "share"),
                  hide_index=True, width="stretch",
-                 column_config={"display_name": "tenant name", "cost_text": st.column_config.TextColumn(f"cost ({cur})"),
+                 column_config={"display_name": "tenant name",
+                                "cost_text": st.column_config.TextColumn(
+                                    f"{'month-to-date' if running else 'cost'} ({cur})"),
+                                "forecast_text": st.column_config.TextColumn(
+                                    f"forecast ({cur})", help="Month-to-date plus the month's mean rate so far "
+                                    "over the days left (docs/live-bill.md)"),
+                                "budget_text": st.column_config.TextColumn(f"monthly budget ({cur})"),
                                 "share": common.pct_col("share of total"),
                                 "allocated_gpu_h": common.gpu_h_col("allocated"),
                                 "used_gpu_h": common.gpu_h_col("used")})

@@ -33,3 +33,6 @@ SELECT * FROM {store}.main.tenants WHERE tenant = (SELECT tenant FROM scope_tena
 
 CREATE OR REPLACE TEMP VIEW tenant_namespace_overrides AS
 SELECT * FROM {store}.main.tenant_namespace_overrides WHERE tenant = (SELECT tenant FROM scope_tenant);
+
+CREATE OR REPLACE TEMP VIEW tenant_budgets AS
+SELECT * FROM {store}.main.tenant_budgets WHERE tenant = (SELECT tenant FROM scope_tenant);

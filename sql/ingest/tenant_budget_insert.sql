@@ -1,0 +1,1 @@
+INSERT INTO tenant_budgets (tenant, monthly_budget) VALUES (?, ?)
