@@ -179,3 +179,28 @@ def test_kept_money_equals_from_scratch(tmp_path_factory, case, export_basis, ex
     files = _export(db, tmp / "kept-out", export_basis, export_idle, export_share, prices)
     assert len(files) == 5
     assert files == _export(scratch_db, tmp / "scratch-out", export_basis, export_idle, export_share, prices)
+
+
+def test_rollups_changed_outside_a_fold_are_billed_from_scratch(tmp_path):
+    """Kept hours that no longer match the rollups are not read: a row written after them
+    (not by a fold) is billed, and keeping the month again makes them current."""
+    from slicemeter.chargeback.kept import keep_hours
+    from slicemeter.testkit.cb_rows import add_gpu, add_slice
+
+    con = store.connect(tmp_path / "s.duckdb")
+    try:
+        add_tenants(con)
+        add_gpu(con)
+        add_slice(con, "a", alloc=0.25)
+        keep_hours(con, *parse_month("2026-11"))
+        assert kept_current(con, *parse_month("2026-11"))
+        before = compute_bill(con, "2026-11", prices=PRICES)
+        add_slice(con, "b", alloc=0.5)
+        assert not kept_current(con, *parse_month("2026-11"))
+        after = compute_bill(con, "2026-11", prices=PRICES)
+        assert set(after.detail["pod"]) == set(before.detail["pod"]) | {"b"}
+        keep_hours(con, *parse_month("2026-11"))
+        assert kept_current(con, *parse_month("2026-11"))
+        _same_bill(compute_bill(con, "2026-11", prices=PRICES), after)
+    finally:
+        con.close()
