@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from bench_export import MONTH, export, reference  # noqa: E402
 
-from slicemeter.chargeback.kept import keep_hours, kept_current  # noqa: E402
+from slicemeter.chargeback.kept import forget_kept, keep_hours, kept_current  # noqa: E402
 from slicemeter.chargeback.bill import parse_month  # noqa: E402
 from slicemeter.store import connect  # noqa: E402
 from slicemeter.testkit.synth_month import synth_month_db  # noqa: E402
@@ -63,8 +63,7 @@ def without_kept(path: Path, dest: Path) -> Path:
     shutil.copyfile(path, dest)
     con = connect(dest)
     try:
-        con.execute("DELETE FROM kept_gpu_hour")
-        con.execute("DELETE FROM kept_slice_hour")
+        forget_kept(con)
         con.execute("CHECKPOINT")
     finally:
         con.close()

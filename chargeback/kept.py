@@ -40,3 +40,10 @@ def keep_hours(con, start: date | datetime, end: date | datetime) -> None:
                         "UNION SELECT hour, gpu_uuid FROM kept_gpu_hour WHERE hour >= $1 AND hour < $2", [t, upto])
             con.execute(sql_text("ingest/keep_money.sql"))
         t = upto
+
+
+def forget_kept(con) -> None:
+    """Empty the kept tables: every bill is then computed from the rollups (benchmarks and
+    tests compare both paths on the same data)."""
+    con.execute("DELETE FROM kept_gpu_hour")
+    con.execute("DELETE FROM kept_slice_hour")

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from slicemeter import store
 from slicemeter.chargeback.bill import BASES, IDLE_POLICIES, SHARES, compute_bill, parse_month
 from slicemeter.chargeback.close import close_month
-from slicemeter.chargeback.kept import kept_current
+from slicemeter.chargeback.kept import forget_kept, kept_current
 from slicemeter.chargeback.prices import parse_prices_text
 from slicemeter.ingest.strings import StringIds
 from slicemeter.ingest.writer import Batch, write_batch
@@ -118,8 +118,7 @@ def _from_scratch(con, month, basis, idle, share):
     """The bill with no kept hours to read: recomputed from the rollups."""
     con.execute("BEGIN TRANSACTION")
     try:
-        con.execute("DELETE FROM kept_gpu_hour")
-        con.execute("DELETE FROM kept_slice_hour")
+        forget_kept(con)
         assert not kept_current(con, *parse_month(month))
         return compute_bill(con, month, basis, idle, share, PRICES)
     finally:
@@ -169,8 +168,7 @@ def test_kept_money_equals_from_scratch(tmp_path_factory, case, export_basis, ex
     shutil.copyfile(db, scratch_db)
     con = store.connect(scratch_db)
     try:
-        con.execute("DELETE FROM kept_gpu_hour")
-        con.execute("DELETE FROM kept_slice_hour")
+        forget_kept(con)
         con.execute("CHECKPOINT")
     finally:
         con.close()
