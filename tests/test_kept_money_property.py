@@ -180,7 +180,7 @@ def test_kept_money_equals_from_scratch(tmp_path_factory, case, export_basis, ex
 
 
 def test_rollups_changed_outside_a_fold_are_billed_from_scratch(tmp_path):
-    """Kept hours that no longer match the rollups are not read: a row written after them
+    """Kept hours that do not match the rollups are not read: a row written after them
     (not by a fold) is billed, and keeping the month again makes them current."""
     from slicemeter.chargeback.kept import keep_hours
     from slicemeter.testkit.cb_rows import add_gpu, add_slice
