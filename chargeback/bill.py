@@ -22,6 +22,7 @@ import pandas as pd
 import pyarrow as pa
 
 from slicemeter.chargeback import money
+from slicemeter.chargeback.kept import kept_current
 from slicemeter.chargeback.prices import DEFAULT_PRICES, PriceCatalog, load_prices, parse_prices_text
 from slicemeter.store import registered, sql_text
 from slicemeter.common import ConfigError, check_choice, month_bounds, named
@@ -260,18 +261,25 @@ DELETE FROM cb_place_t WHERE pid NOT IN (SELECT DISTINCT pid FROM cb_hour_t WHER
 """
 
 
-def fill_hours(con, args: list, share: str = "dominant", basis: str = "allocation") -> list[tuple]:
+def fill_hours(con, args: list, share: str = "dominant", basis: str = "allocation", kept: bool = False) -> list[tuple]:
     """cb_hour_t: the month's GPU-hours (args: month start, end, src_asof), placed and with
     a model, with their slices' share totals; cb_gpu_id_t and cb_place_t: the GPUs and
-    placements they name. The look-ups for hours no GPU row placed run only where there are
-    such hours. Returns the spans of hours the month is computed in (hour_spans)."""
+    placements they name; `kept`: from the money kept per hour (chargeback/kept.py). The
+    look-ups for hours no GPU row placed run only where there are such hours. Returns the
+    spans of hours the month is computed in (hour_spans)."""
     m_start, m_end, src = args
-    for table, fill in (("cb_gpu_id_t", "cb_gpu_ids"), ("cb_place_t", "cb_gpu_places")):
+    fills = (("cb_gpu_id_t", "kept_gpu_ids"), ("cb_place_t", "kept_gpu_places")) if kept else (
+        ("cb_gpu_id_t", "cb_gpu_ids"), ("cb_place_t", "cb_gpu_places"))
+    for table, fill in fills:
         con.execute(f"DELETE FROM {table}")
-        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {fill}(?, ?, ?)", args)
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {fill}(?, ?{'' if kept else ', ?'})",
+                    args[:2] if kept else args)
     con.execute("DELETE FROM cb_hour_t")
     spans = hour_spans(m_start, m_end, con.execute("SELECT count(*) FROM cb_gpu_id_t").fetchone()[0])
-    for s_start, s_end in spans:
+    if kept:
+        con.execute("INSERT INTO cb_hour_t BY NAME SELECT * FROM kept_hours_placed(?, ?, ?, ?)",
+                    [m_start, m_end, share, basis])
+    for s_start, s_end in [] if kept else spans:
         con.execute("INSERT INTO cb_hour_t BY NAME SELECT * FROM cb_hours_placed(?, ?, ?, ?, ?)",
                     [s_start, s_end, src, share, basis])
     if not con.execute("SELECT EXISTS (SELECT 1 FROM cb_hour_t WHERE pid IS NULL) "
@@ -290,17 +298,23 @@ def fill_hours(con, args: list, share: str = "dominant", basis: str = "allocatio
 
 
 def month_lines(con, month_start: date, src_asof: date | None, catalog: PriceCatalog,
-                basis: str, idle: str, share: str) -> tuple[list[dict], list[dict]]:
+                basis: str, idle: str, share: str, use_kept: bool = False) -> tuple[list[dict], list[dict]]:
     """Raw lines of one month's data (live rollups, or a frozen copy when src_asof is set),
     and the per-placement GPU aggregates, checked against each other before returning.
+    `use_kept`: live rollups are read through the money kept per hour where it is current.
     Leaves the month's GPU-hours in cb_hour_t (for the unmetered report)."""
     m_end = parse_month(month_str(month_start))[1]
     args = [month_start, m_end, src_asof]
-    spans = fill_hours(con, args, share, basis)
+    kept = use_kept and src_asof is None and kept_current(con, month_start, m_end)
+    spans = fill_hours(con, args, share, basis, kept)
     _register_prices(con, catalog)
     con.execute("DELETE FROM cb_calc_sum_t")
     con.execute("DELETE FROM cb_hour_charge_t")
-    for s_start, s_end in spans:
+    if kept:
+        for table, sums in (("cb_calc_sum_t", "kept_calc_sums"), ("cb_hour_charge_t", "kept_hour_charge")):
+            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {sums}(?, ?, ?, ?)",
+                        [month_start, m_end, share, basis])
+    for s_start, s_end in [] if kept else spans:
         for table, sums in (("cb_calc_sum_t", "cb_calc_sums"), ("cb_hour_charge_t", "cb_hour_charge")):
             con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {sums}(?, ?, ?, ?, ?)",
                         [s_start, s_end, src_asof, share, basis])
@@ -604,7 +618,7 @@ def compute_bill(con, month: str, basis: str = "allocation", idle: str = "platfo
             ln["charge_class"], ln["charge_period"] = "Correction", month_str(c_month)
             corrections.append(ln)
 
-    lines, gpus = month_lines(con, m_start, src, catalog, basis, idle, share)
+    lines, gpus = month_lines(con, m_start, src, catalog, basis, idle, share, use_kept=True)
     for ln in lines:
         ln["charge_class"], ln["charge_period"] = "Regular", month
     lines += corrections

@@ -353,6 +353,7 @@ def _apply(con: duckdb.DuckDBPyConnection, batch: PreparedBatch, tables: dict) -
         con.execute("INSERT INTO ingest_strings SELECT id, value FROM batch_strings")
     if batch.fold_rollups:
         con.execute(sql_text("ingest/fold_rollups.sql"))
+        con.execute(sql_text("ingest/keep_money.sql"))
     _store_letters_bindings_offsets(con, batch, tables, "ingest")
 
 

@@ -111,9 +111,11 @@ def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
 
 def fold_pending_rollups(con: duckdb.DuckDBPyConnection) -> None:
     """Fold the rollup deltas batches left pending into gpu_hour, slice_hour and
-    gpu_inventory, in a transaction of its own (sql/schema/004_pending_rollups.sql)."""
+    gpu_inventory, in a transaction of its own (sql/schema/004_pending_rollups.sql), and
+    keep the money of the GPU-hours it changed (sql/ingest/keep_money.sql)."""
     with transaction(con):
         con.execute(sql_text("ingest/fold_rollups.sql"))
+        con.execute(sql_text("ingest/keep_money.sql"))
 
 
 _PENDING_TABLES = ("gpu_inventory_pending", "gpu_hour_pending", "slice_hour_pending")

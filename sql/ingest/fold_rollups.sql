@@ -107,6 +107,12 @@ ON CONFLICT (hour, gpu_uuid, pod_uid, container) DO UPDATE SET
                   ELSE coalesce(slice_hour.driver, excluded.driver) END,
     usage_unknown_s = coalesce(slice_hour.usage_unknown_s, 0) + coalesce(excluded.usage_unknown_s, 0);
 
+-- the GPU-hours this fold changed, whose money is kept again next (sql/ingest/keep_money.sql)
+INSERT INTO kept_touched_t
+SELECT DISTINCT d.hour, s.value
+FROM (SELECT hour, gpu_uuid_id FROM gpu_hour_pending UNION SELECT hour, gpu_uuid_id FROM slice_hour_pending) d
+JOIN ingest_strings s ON s.id = d.gpu_uuid_id;
+
 DELETE FROM gpu_inventory_pending;
 DELETE FROM gpu_hour_pending;
 DELETE FROM slice_hour_pending;

@@ -47,6 +47,20 @@ CREATE TEMP TABLE IF NOT EXISTS cb_calc_sum_t (
 CREATE TEMP TABLE IF NOT EXISTS cb_hour_charge_t (hour TIMESTAMP, gid INTEGER, billed_u BIGINT, slice_rows BIGINT,
                                                   pid INTEGER, overpaid BOOLEAN);
 
+-- The integer steps shared by the bill and the money kept per hour
+-- (sql/views/101_kept_money.sql), so both compute the same integers: a share-seconds figure
+-- as micro-GPU-seconds, a GPU-hour's capacity and energy, how busy it was, and a slice's
+-- energy (the busy part by usage share, the idle part by allocation share; integer mJ).
+CREATE OR REPLACE TEMP MACRO cb_micro(share_s) AS round(greatest(share_s, 0) * 1e6)::BIGINT;
+CREATE OR REPLACE TEMP MACRO cb_cap_u(metered_s) AS round(metered_s * 1e6)::BIGINT;
+CREATE OR REPLACE TEMP MACRO cb_energy_mj(joules) AS round(greatest(coalesce(joules, 0), 0) * 1000)::BIGINT;
+CREATE OR REPLACE TEMP MACRO cb_busy(u_tot, cap_u) AS
+    CASE WHEN cap_u > 0 THEN least(1.0, u_tot::DOUBLE / cap_u) ELSE 0 END;
+CREATE OR REPLACE TEMP MACRO cb_slice_energy(energy_mj, u_u, a_u, cap_u, busy) AS
+    CASE WHEN cap_u > 0
+         THEN round(energy_mj * (u_u::DOUBLE / cap_u) + energy_mj * (1 - busy) * (a_u::DOUBLE / cap_u))
+         ELSE 0 END::BIGINT;
+
 -- GPU-hours of the month, live or frozen.
 CREATE OR REPLACE TEMP MACRO cb_gpu_src(m_start, m_end, src_asof) AS TABLE
 SELECT hour, cluster, node, gpu_uuid, model, metered_s, energy_joules
@@ -104,10 +118,10 @@ WITH x AS (
     FROM cb_slice_src(m_start, m_end, src_asof)
 ), s AS (
     SELECT x.hour, i.gid, x.tenant, x.namespace, x.pod, x.pod_uid, x.container, x.metered_s,
-           round(x.alloc_s * 1e6)::BIGINT AS a_i,
-           round((greatest(x.usage_share_s, 0)
-                  + CASE WHEN x.usage_unknown_s > 0 AND x.metered_s > 0
-                         THEN x.alloc_s * least(1.0, x.usage_unknown_s / x.metered_s) ELSE 0 END) * 1e6)::BIGINT AS u_i
+           cb_micro(x.alloc_s) AS a_i,
+           cb_micro(greatest(x.usage_share_s, 0)
+                    + CASE WHEN x.usage_unknown_s > 0 AND x.metered_s > 0
+                           THEN x.alloc_s * least(1.0, x.usage_unknown_s / x.metered_s) ELSE 0 END) AS u_i
     FROM x JOIN cb_gpu_id_t i USING (gpu_uuid)
 )
 SELECT *, CASE basis WHEN 'usage' THEN u_i WHEN 'max' THEN greatest(a_i, u_i) ELSE a_i END AS b_i FROM s;
@@ -193,8 +207,7 @@ WITH priced AS (
 )
 SELECT h.hour, h.gid, h.pid, priced.price_micro,
        (epoch_ms(h.hour) // 3600000) * 4194304 + h.gid AS k,
-       round(h.metered_s * 1e6)::BIGINT AS cap_u,
-       round(greatest(coalesce(h.energy_joules, 0), 0) * 1000)::BIGINT AS energy_mj,
+       cb_cap_u(h.metered_s) AS cap_u, cb_energy_mj(h.energy_joules) AS energy_mj,
        h.a_tot, h.u_tot, h.b_tot
 FROM cb_hour_t h JOIN priced USING (pid);
 
@@ -224,18 +237,14 @@ WITH g AS (
            g.energy_mj, g.b_tot,
            cb_scaled(s.a_i, g.a_tot, g.cap_u) AS a_u, cb_scaled(s.u_i, g.u_tot, g.cap_u) AS u_u,
            cb_scaled(s.b_i, g.b_tot, g.cap_u) AS b_u,
-           CASE WHEN g.cap_u > 0 THEN least(1.0, g.u_tot::DOUBLE / g.cap_u) ELSE 0 END AS busy
+           cb_busy(g.u_tot, g.cap_u) AS busy
     FROM cb_slice_shares(m_start, m_end, src_asof, share_kind, basis) s
     JOIN g ON g.hour = s.hour AND g.gid = s.gid
 )
 SELECT *,
        greatest(a_u - u_u, 0) AS waste_u,
-       -- energy: the busy part of the hour's energy by usage share, the idle part by
-       -- allocation share; what no slice holds stays with the platform. Integer mJ per
-       -- row so that sums are exact.
-       CASE WHEN cap_u > 0
-            THEN round(energy_mj * (u_u::DOUBLE / cap_u) + energy_mj * (1 - busy) * (a_u::DOUBLE / cap_u))
-            ELSE 0 END::BIGINT AS energy_mj_slice
+       -- energy: what no slice holds stays with the platform
+       cb_slice_energy(energy_mj, u_u, a_u, cap_u, busy) AS energy_mj_slice
 FROM scaled;
 
 -- cb_calc's slice-hours summed per slice and placement (partial detail lines of a span of
