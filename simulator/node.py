@@ -16,6 +16,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from typing import Callable
+
 import numpy as np
 
 from slicemeter.simulator import dra_objects
@@ -133,6 +135,14 @@ class SimulatedNode:
         return dra_objects.claim_ref(self.cluster, lc.pod.namespace, lc.pod_name, lc.pod_uid, lc.container, ci)
 
     # ---------------------------------------------------------------- the API server's DRA objects
+    @property
+    def dra(self) -> Callable[[], tuple[dict, dict]] | None:
+        """What the exporter's DRA source fetches, (ResourceClaimList, ResourceSliceList), on a
+        node with devices published through DRA; None on a device-plugin node."""
+        if not any(g.dra for g in self.spec.gpus):
+            return None
+        return lambda: (self.resource_claims_json(), self.resource_slices_json())
+
     def resource_slices_json(self) -> dict:
         """The ResourceSliceList the node's DRA drivers publish (empty without DRA devices)."""
         return dra_objects.resource_slices(self.spec, _iso(self.ts_ms / 1000 - 86400))

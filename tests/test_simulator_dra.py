@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import subprocess
 import sys
 from fractions import Fraction
@@ -339,3 +340,26 @@ def test_simulate_writes_claims_and_slices_beside_the_pod_lists(tmp_path):
     assert len(list((tmp_path / "hami" / "gpu-node-dra" / "claims").iterdir())) == 2
     shared = next(c for c in claims["items"] if c["metadata"]["name"] == "render-timesliced")
     assert len(shared["status"]["reservedFor"]) == 2
+
+
+def test_the_simulated_exporter_meters_the_dra_node_in_one_tick(tmp_path):
+    """`slicemeter exporter --simulate` on the demo's DRA node: its claims and slices reach the
+    exporter's DRA source, each container's shares are the claim's, the NPU is a GPU row of
+    identity only, and a device-plugin node offers no DRA source at all."""
+    res = subprocess.run(
+        [str(Path(sys.executable).parent / "slicemeter"), "exporter", "--simulate", str(REPO / "examples/demo.yaml"),
+         "--node", "gpu-node-dra", "--hami-dir", str(tmp_path / "hami"), "--once", "--port", "0"],
+        capture_output=True, text=True, cwd=REPO, timeout=120, env={**os.environ, "SLICEMETER_NOW": "2026-11-18T10:00Z"})
+    assert res.returncode == 0, res.stderr
+    tick = json.loads(res.stdout)
+    shares = {(s["pod"], s["driver"]): (s["alloc_mem_share_ratio"], s["alloc_cores_share_ratio"])
+              for s in tick["slices"] if s["source"] == "dra"}
+    assert shares[("render-a", NVIDIA)] == shares[("render-b", NVIDIA)] == (0.5, 0.5)   # one time-sliced claim
+    assert {d for _, d in shares} == {HAMI, NVIDIA, ASCEND}
+    assert all(s["claim"] and s["claim_uid"] for s in tick["slices"] if s["source"] == "dra")
+    npu, = [g for g in tick["gpus"] if g["driver"] == ASCEND]
+    assert (npu["gpu_index"], npu["model"], npu["sm_util_ratio"], npu["temperature_celsius"]) == (-1, "910B3", None, None)
+    hami_used = [s["hami_memory_used_bytes"] for s in tick["slices"] if s["driver"] == HAMI]
+    assert hami_used and all(u is not None and u > 0 for u in hami_used)   # read from claims/<uid>/ regions
+    demo = load_scenario(REPO / "examples/demo.yaml")
+    assert SimulatedNode(demo, "gpu-node-1", tmp_path / "plain").dra is None
