@@ -36,7 +36,8 @@ def main() -> int:
                 page.wait_for_selector(marker, timeout=120_000)
             if gpu is not None:
                 page.get_by_label("GPU", exact=True).click()
-                page.get_by_role("option", name=gpu).first.click()
+                page.keyboard.type(gpu)          # the list is long: filter it, take the first match
+                page.keyboard.press("Enter")
                 page.wait_for_selector(f"text=node {gpu} ·", timeout=120_000)   # the picked GPU's caption
             page.screenshot(path=str(args.out / name), full_page=gpu is not None)
             print(args.out / name)
