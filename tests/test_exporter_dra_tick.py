@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
+import datetime as dt
 import json
 import os
+from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from slicemeter.common import GiB
@@ -373,3 +377,48 @@ def test_the_exporter_command_reads_claims_and_slices_from_files_into_its_tick(t
     assert npu == [{**npu[0], "gpu_index": -1, "model": "910B3", "memory_total_bytes": 64 * GiB, "driver": ASCEND,
                     "memory_used_bytes": None, "sm_util_ratio": None, "slice_count": 0}]
     assert any(s["source"] == "hami" and s["claim"] is None for s in tick["slices"])
+
+
+def test_the_exporters_tick_of_the_dra_node_bills_an_hour_by_hand(node, tmp_path):
+    """The same Tick, sent every minute for an hour, through ingest's writer and `slicemeter
+    export`: each container's allocation GPU-hours are its shares above, each tenant's hour is
+    worked by hand at the catalog's prices (A100 2.40, 910B3 1.60), and on every GPU what its
+    slices were charged + its idle = its price, to the cent."""
+    from slicemeter.cli import main
+    from slicemeter.store import connect
+    from slicemeter.testkit.cb_rows import ACME, add_tenants
+    from slicemeter.testkit.ingest_helpers import store_ticks
+
+    claim_region(node.hami, TRAIN_CLAIM_UID, devices=[(HAMI_GPU, 20 * GiB, 30)],
+                 procs=[Proc(pid=1, hostpid=TRAIN_PID, mem=[(GiB, GiB, 4 * GiB)], sm_util=[12])])
+    tick = node.tick().tick
+    hour_ms = tick.ts_ms - tick.ts_ms % 3_600_000
+    ticks = [dataclasses.replace(tick, cluster=ACME, ts_ms=hour_ms + i * 60_000, interval_ms=60_000)
+             for i in range(60)]
+    db = tmp_path / "dra.duckdb"
+    con = connect(db)
+    add_tenants(con)
+    con.execute("INSERT INTO tenant_namespace_overrides VALUES (?, 'team-b', 'globex')", [ACME])
+    store_ticks(con, ticks)
+    con.close()
+    month = dt.datetime.fromtimestamp(hour_ms / 1000, dt.timezone.utc).strftime("%Y-%m")
+    assert main(["export", "--db", str(db), "--month", month, "--out", str(tmp_path / "out")]) == 0
+    detail = pq.read_table(tmp_path / "out" / f"detail-{month}.parquet").to_pylist()
+    usage = {(r["pod"], r["container"]): r for r in detail if r["kind"] == "usage"}
+    assert {k: r["gpu_hours_allocated"] for k, r in usage.items()} == {
+        ("chat", "main"): Decimal("0.25"), ("train", "trainer"): Decimal("0.3"), ("pair", "a"): Decimal("0.1"),
+        ("pair", "b"): Decimal("0.225"), ("notebook", "jupyter"): Decimal("0.125"),
+        ("render-a", "render"): Decimal("0.5"), ("render-b", "render"): Decimal("0.5"),
+        ("infer", "app"): Decimal("1"), ("npu-job", "app"): Decimal("0.4"), ("mig-job", "app"): Decimal("0.1429")}
+    # acme: chat 0.60 + train 0.72 + pair 0.24 + 0.54 + infer 2.40 + mig 2.40 / 7 = 0.34 (rounded)
+    # + npu-job 0.4 x 1.60 = 0.64; globex (team-b): notebook 0.30 + render-a 1.20 + render-b 1.20
+    charges = {t: sum((r["charge"] for r in detail if r["tenant"] == t), Decimal(0)) for t in ("acme", "globex")}
+    assert charges == {"acme": Decimal("5.48"), "globex": Decimal("2.70")}
+    # six A100s and the Ascend for the hour: 6 x 2.40 + 1.60; idle is the rest, 7.82
+    assert sum(r["cost"] for r in detail) == Decimal("16.00")
+    assert sum(r["cost"] for r in detail if r["kind"] == "idle") == Decimal("7.82")
+    prices = {u: Decimal("2.40") for u in (PLUGIN_GPU, HAMI_GPU, NV_SHARE, NV_SLICED, MIG_PARENT, NV_WHOLE)}
+    for uuid, price in prices.items() | {(NPU, Decimal("1.60"))}:
+        mine = [r for r in detail if r["gpu_uuid"] == uuid]
+        assert sum(r["cost"] for r in mine) == price, uuid
+    assert not any(r["pod"] == "gpu-monitor" for r in detail)   # adminAccess: not billed
