@@ -415,6 +415,9 @@ class Ingestor:
         for tp, start in (rejected.first_offsets.items() if rejected else ()):
             starts[tp] = min(start, starts.get(tp, start))
         self.batch = Batch()
+        # the rejected batch may have been the one to fold earlier batches' deltas: the next
+        # flush folds them (a readers' copy refuses a store with deltas pending)
+        self.unfolded_batches = max(self.unfolded_batches, 1)
         self.strings.reload()
         self.inventory = InventoryCache(self.con)
         self.held_slices = held_slice_table(self.con)

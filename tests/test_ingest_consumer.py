@@ -193,3 +193,32 @@ def test_two_consumers_in_one_group_share_partitions(broker, tmp_path):
     assert got[0][0] > 0 and got[1][0] > 0
     want = expected_checksum(chunks)
     assert (got[0][0] + got[1][0], got[0][1] + got[1][1]) == want
+
+
+def test_a_rejected_folding_batch_leaves_no_deltas_for_the_readers_copy(broker, tmp_path, monkeypatch):
+    """Batches leave rollup deltas for a later one to fold; when the store rejects that one
+    (say, out of memory once), its messages are stored one by one and the earlier deltas are
+    still folded before the readers' copy, which refuses a store with deltas pending."""
+    from slicemeter.ingest import writer
+
+    create_topic(broker.bootstrap, partitions=1)
+    produce_raw(broker.bootstrap, [(f"gpu-node-{i}".encode(), _msg(f"gpu-node-{i}")) for i in range(6)])
+    real_write = writer.write_prepared
+    folds = []
+
+    def fail_the_first_fold(con, batch):
+        if batch.fold_rollups and batch.gpu is not None and not folds:
+            folds.append(batch.messages)
+            raise duckdb.OutOfMemoryException("test: the fold ran out of memory")
+        return real_write(con, batch)
+
+    monkeypatch.setattr(writer, "write_prepared", fail_the_first_fold)
+    snapshot = tmp_path / "readers.duckdb"
+    ing = Ingestor(IngestConfig(bootstrap=broker.bootstrap, db=tmp_path / "fold.duckdb", group=None, until_idle_s=5,
+                                batch_samples=9, fold_every_batches=3, snapshot=snapshot, snapshot_interval_s=0.0))
+    ing.run()
+    assert folds, "no folding batch was rejected: the test did not reach its case"
+    assert ing.con.execute("SELECT (SELECT count(*) FROM gpu_hour_pending) + (SELECT count(*) FROM "
+                           "slice_hour_pending)").fetchone() == (0,)
+    assert ing.con.execute("SELECT count(DISTINCT node) FROM raw_gpu").fetchone() == (6,)
+    assert snapshot.exists()
