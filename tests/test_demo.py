@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.request
 from datetime import datetime, timezone
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -228,6 +229,34 @@ def stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
+def credited_month(tmp_path: Path) -> None:
+    """November's faults with the credit policy on: gpu-node-1's Xid 79 hour (and its ECC
+    burst) are credited to acme, the tenant on it, in the invoice and FOCUS, and the totals
+    reconcile: total = GPU cost - credits, FOCUS's Credit rows = - credits."""
+    import csv
+
+    import pyarrow.parquet as pq
+
+    catalog = tmp_path / "prices-credits.yaml"
+    catalog.write_text(Path(demo.REPO / "examples" / "prices.yaml").read_text() + 'credits: {degraded_hour: "1.0"}\n')
+    out = tmp_path / "credited"
+    res = subprocess.run([*demo.SLICEMETER, "export", "--db", str(tmp_path / "var" / "snapshot.duckdb"), "--month",
+                          "2026-11", "--out", str(out), "--prices", str(catalog)], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr
+    total, cost, credits = (Decimal(x) for x in re.search(
+        r"total ([0-9.]+) USD, GPU cost ([0-9.]+), credits ([0-9.]+)", res.stdout + res.stderr).groups())
+    assert credits > 0 and total == cost - credits
+    detail = pq.read_table(out / "detail-2026-11.parquet").to_pylist()
+    credit_lines = [r for r in detail if r["kind"] == "credit"]
+    assert {r["tenant"] for r in credit_lines} == {"acme"}
+    assert {r["node"] for r in credit_lines} == {"gpu-node-1"}
+    assert -sum(r["cost"] for r in credit_lines) == credits
+    focus = list(csv.DictReader((out / "focus-2026-11.csv").open()))
+    assert -sum(Decimal(r["BilledCost"]) for r in focus if r["ChargeCategory"] == "Credit") == credits
+    assert sum(Decimal(r["BilledCost"]) for r in focus) == total
+
+
 def test_demo_on_the_first_of_a_month(tmp_path):
     """On 1 December at 09:00: the history reaches back into November, November's exports
     have rows, and the dashboard opens on November (December is 9 hours old) and says why.
@@ -251,6 +280,7 @@ def test_demo_on_the_first_of_a_month(tmp_path):
         assert len(invoice) > 1                         # rows, not just the header
         for name in ("focus-2026-11.csv", "unmetered-2026-11.csv"):
             assert len((tmp_path / "out" / name).read_text().splitlines()) > 1, name
+        credited_month(tmp_path)
         opened = dashboard_month(f"http://127.0.0.1:{port}/")
         assert opened.startswith("Opened on 2026-11: the latest month with at least 3 days of data"), opened
         assert "2026-12 has 1 day so far" in opened
