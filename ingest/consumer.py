@@ -415,9 +415,10 @@ class Ingestor:
         for tp, start in (rejected.first_offsets.items() if rejected else ()):
             starts[tp] = min(start, starts.get(tp, start))
         self.batch = Batch()
-        # the rejected batch may have been the one to fold earlier batches' deltas: the next
-        # flush folds them (a readers' copy refuses a store with deltas pending)
-        self.unfolded_batches = max(self.unfolded_batches, 1)
+        if rejected is not None and rejected.fold_rollups and self._deltas_pending():
+            # it was to fold earlier batches' deltas: the next flush folds them (a readers'
+            # copy refuses a store with deltas pending)
+            self.unfolded_batches = max(self.unfolded_batches, 1)
         self.strings.reload()
         self.inventory = InventoryCache(self.con)
         self.held_slices = held_slice_table(self.con)
@@ -426,6 +427,12 @@ class Ingestor:
         self._one_by_one = dict(ends)
         self._seeks += 1
         self._seek_back(starts)
+
+    def _deltas_pending(self) -> bool:
+        if self.lake:
+            return False
+        return self.con.execute("SELECT EXISTS (SELECT 1 FROM gpu_hour_pending) OR EXISTS (SELECT 1 FROM "
+                                "slice_hour_pending) OR EXISTS (SELECT 1 FROM gpu_inventory_pending)").fetchone()[0]
 
     def _seek_back(self, starts: dict[tuple[str, int], int] | None = None) -> None:
         """Every assigned partition back to the offset DuckDB holds; one it holds none for

@@ -86,7 +86,7 @@ def file_cells(name: str, blob: bytes) -> list[str]:
 def params_for(name: str, truth) -> dict:
     values = {"bucket": "hour", "gpu": truth["globex_gpu"], "min_idle_s": 0, "limit": 1_000_000, "offset": 0,
               "max_life_s": 10**9, "min_idle_share": 0.0,
-              "carbon_g_per_kwh": 320.0, **BOUNDS}
+              "carbon_g_per_kwh": 320.0, "throttled_share": 0.25, **BOUNDS}
     wanted = set(re.findall(r"\$(\w+)", sql_text(f"dashboard/{name}.sql")))
     return {k: values[k] for k in wanted}
 
