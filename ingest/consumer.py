@@ -34,7 +34,7 @@ from slicemeter.ingest.trust import Bindings, Publisher, RecentInstants, verify
 from slicemeter.ingest.writer import (Batch, BatchWriterThread, InventoryCache, apply_retention, dead_letter,
                            configure_writes, fold_only, held_after, held_slice_table, prepare, record_digest,
                            rejected_message, reset_offset, stored_offsets, stored_positions, write_lake)
-from slicemeter.store import lake
+from slicemeter.store import has_pending_rollups, lake
 from slicemeter import clock
 from slicemeter.tick import (MAX_DECODED_BYTES, Limits, TickBatch, TickDecodeError, decode, implausible,
                              repeated_key)
@@ -415,7 +415,7 @@ class Ingestor:
         for tp, start in (rejected.first_offsets.items() if rejected else ()):
             starts[tp] = min(start, starts.get(tp, start))
         self.batch = Batch()
-        if rejected is not None and rejected.fold_rollups and self._deltas_pending():
+        if rejected is not None and rejected.fold_rollups and not self.lake and has_pending_rollups(self.con):
             # it was to fold earlier batches' deltas: the next flush folds them (a readers'
             # copy refuses a store with deltas pending)
             self.unfolded_batches = max(self.unfolded_batches, 1)
@@ -427,12 +427,6 @@ class Ingestor:
         self._one_by_one = dict(ends)
         self._seeks += 1
         self._seek_back(starts)
-
-    def _deltas_pending(self) -> bool:
-        if self.lake:
-            return False
-        return self.con.execute("SELECT EXISTS (SELECT 1 FROM gpu_hour_pending) OR EXISTS (SELECT 1 FROM "
-                                "slice_hour_pending) OR EXISTS (SELECT 1 FROM gpu_inventory_pending)").fetchone()[0]
 
     def _seek_back(self, starts: dict[tuple[str, int], int] | None = None) -> None:
         """Every assigned partition back to the offset DuckDB holds; one it holds none for

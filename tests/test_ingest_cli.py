@@ -42,7 +42,9 @@ def test_parse_start():
 
 
 @pytest.mark.broker
-def test_backfill_then_ingest_with_catalog(broker, tmp_path):
+def test_backfill_then_ingest_with_catalog(broker, tmp_path, monkeypatch):
+    # a fixed "now", a day after the backfill: ingest refuses Ticks older than its raw retention
+    monkeypatch.setenv("SLICEMETER_NOW", "2026-11-02T00:00:00Z")
     bf = slicemeter("backfill", "--scenario", "examples/demo.yaml", "--start", "2026-11-01", "--days", "0.125",
                     "--kafka", broker.bootstrap, "--interval", "30")
     assert bf.returncode == 0, bf.stderr
@@ -59,7 +61,7 @@ def test_backfill_then_ingest_with_catalog(broker, tmp_path):
     assert rollup_samples(con) == published
     assert con.execute(store.sql_text("testkit/sample_checksum.sql")).fetchone()[0] == 0
     tenants = {r[0] for r in con.execute("SELECT DISTINCT tenant FROM slice_hour_tenant").fetchall()}
-    assert tenants == {"acme", "globex", "initech"}
+    assert tenants == {"acme", "globex", "initech", "hooli"}   # hooli's node joined 16 days before "now"
     assert con.execute("SELECT count(*) FROM gpu_hour WHERE metered_s > 0").fetchone()[0] > 0
 
 
