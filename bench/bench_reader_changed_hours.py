@@ -56,6 +56,38 @@ def one_interval(con, hour: datetime) -> None:
     keep_hours(con, hour, hour + timedelta(hours=1))
 
 
+def case(gpus: int, months: int, repeat: int, tmp: Path) -> str:
+    """One store of `months` held: its table row (the whole copy and an interval's refresh)."""
+    con = store.connect(tmp / "live.duckdb")
+    try:
+        build_s = build(con, gpus, months)
+        gh, sh = con.execute("SELECT (SELECT count(*) FROM gpu_hour), (SELECT count(*) FROM slice_hour)").fetchone()
+        last = con.execute("SELECT max(hour) FROM gpu_hour").fetchone()[0]
+        reader = ReaderFile(con, tmp / "reader.duckdb")
+        reader.refresh()
+        one_interval(con, last)
+        reader.refresh()           # both data files exist: every refresh from here copies changed hours
+        pins, copies = [], []
+        for i in range(repeat):
+            one_interval(con, last - timedelta(hours=i % 2))
+            reader.refresh()
+            assert reader.incremental
+            pins.append(reader.pin_s)
+            copies.append(reader.copy_s)
+        (tmp / "whole").mkdir()
+        whole = ReaderFile(con, tmp / "whole" / "reader.duckdb")
+        whole.refresh()
+        assert not whole.incremental
+    finally:
+        con.close()
+    size = os.path.getsize(os.path.realpath(reader.dest)) / 1e6
+    pin_s, copy_s = statistics.median(pins), statistics.median(copies)
+    load = float(Path("/proc/loadavg").read_text().split()[0])
+    return (f"{gpus:>6} {months:>6} {gh:>10,} {sh:>12,} {size:>10,.1f} {whole.copy_s:>13.2f} "
+            f"{pin_s:>15.4f} {copy_s:>16.3f} {whole.copy_s / (pin_s + copy_s):>15.1f} {load:>5.1f}"
+            f"   (store built in {build_s:.0f} s)")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--gpus", type=int, default=1000)
@@ -67,33 +99,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{'whole copy s':>13} {'interval pin s':>15} {'interval copy s':>16} {'whole/interval':>15} {'load':>5}")
     for months in args.months:
         with tempfile.TemporaryDirectory(dir=args.dir, prefix="bench-reader-hours-") as tmp:
-            tmp = Path(tmp)
-            con = store.connect(tmp / "live.duckdb")
-            build_s = build(con, args.gpus, months)
-            gh, sh = con.execute("SELECT (SELECT count(*) FROM gpu_hour), (SELECT count(*) FROM slice_hour)").fetchone()
-            last = con.execute("SELECT max(hour) FROM gpu_hour").fetchone()[0]
-            reader = ReaderFile(con, tmp / "reader.duckdb")
-            reader.refresh()
-            one_interval(con, last)
-            reader.refresh()           # both data files exist: every refresh from here copies changed hours
-            pins, copies = [], []
-            for i in range(args.repeat):
-                one_interval(con, last - timedelta(hours=i % 2))
-                reader.refresh()
-                assert reader.incremental
-                pins.append(reader.pin_s)
-                copies.append(reader.copy_s)
-            (tmp / "whole").mkdir()
-            whole = ReaderFile(con, tmp / "whole" / "reader.duckdb")
-            whole.refresh()
-            assert not whole.incremental
-            size = os.path.getsize(os.path.realpath(reader.dest)) / 1e6
-            pin_s, copy_s = statistics.median(pins), statistics.median(copies)
-            load = float(Path("/proc/loadavg").read_text().split()[0])
-            print(f"{args.gpus:>6} {months:>6} {gh:>10,} {sh:>12,} {size:>10,.1f} {whole.copy_s:>13.2f} "
-                  f"{pin_s:>15.4f} {copy_s:>16.3f} {whole.copy_s / (pin_s + copy_s):>15.1f} {load:>5.1f}"
-                  f"   (store built in {build_s:.0f} s)", flush=True)
-            con.close()
+            print(case(args.gpus, months, args.repeat, Path(tmp)), flush=True)
     return 0
 
 
