@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from slicemeter.chargeback.bill import IDLE_NAMESPACE, Bill, parse_month
 from slicemeter.csv_cells import FORMULA_LEAD, neutralise_csv_cell
-from slicemeter.common import DNS_LABEL_RE, ConfigError
+from slicemeter.common import DNS_LABEL_RE, ConfigError, fsync_path
 from slicemeter.store import registered, sql_text
 
 PROVIDER = "slicemeter"
@@ -367,14 +367,6 @@ def _temporary(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp")
 
 
-def _sync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_exports(con, bill: Bill, out_dir: str | Path, tenant: str | None = None) -> list[Path]:
     """Write the month's files into out_dir; returns their paths (sorted). Every file is
     written under a temporary name first and all are renamed once all are whole; on a
@@ -396,7 +388,7 @@ def write_exports(con, bill: Bill, out_dir: str | Path, tenant: str | None = Non
     try:
         _write_files(con, bill, {kind: _temporary(path) for kind, path in paths.items()}, tenant)
         for path in paths.values():
-            _sync(_temporary(path))
+            fsync_path(_temporary(path))
         for path in paths.values():   # a reader sees the previous file or the new one, never a part
             os.replace(_temporary(path), path)
             published.append(path)

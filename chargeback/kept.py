@@ -52,3 +52,4 @@ def forget_kept(con) -> None:
     tests compare both paths on the same data)."""
     con.execute("DELETE FROM kept_gpu_hour")
     con.execute("DELETE FROM kept_slice_hour")
+    con.execute("INSERT INTO reader_changes (hour) VALUES (NULL)")   # every hour: the readers' file copies all

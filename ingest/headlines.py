@@ -11,11 +11,12 @@ and is logged; the thread never stops ingest.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from datetime import datetime
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from slicemeter.ingest.metrics import Headline, RecommendHeadline
 from slicemeter import clock
@@ -27,6 +28,22 @@ RETRY_S = 5.0  # how soon to look again while the snapshot is absent or has no r
 
 def utc_now() -> datetime:
     return clock.now()
+
+
+@contextlib.contextmanager
+def open_snapshot(path: Path) -> Iterator:
+    """A read-only connection to the reader file, opened through reading(): the reader file's
+    refreshes run in this process, where DuckDB's file lock does not keep them off the data
+    file this connection reads (store/reader_file.py)."""
+    from slicemeter.store import connect
+    from slicemeter.store.reader_file import reading
+
+    with reading(path) as target:
+        con = connect(target, read_only=True)
+        try:
+            yield con
+        finally:
+            con.close()
 
 
 class HeadlineRefresher:
@@ -45,13 +62,11 @@ class HeadlineRefresher:
     def refresh(self) -> bool:
         """Plan the current month from the snapshot; False if there is no snapshot yet."""
         from slicemeter.rightsizing.plan import build_plan, headline_metrics
-        from slicemeter.store import connect
 
         if not self.snapshot.is_file():
             return False
         month = self.now().strftime("%Y-%m")
-        con = connect(self.snapshot, read_only=True)
-        try:
+        with open_snapshot(self.snapshot) as con:
             self.headline.update(headline_metrics(build_plan(con, month, self.headroom, self.prices)))
             if self.dividend is not None:
                 from slicemeter.chargeback.dividend import dividend, dividend_metrics, previous_month
@@ -61,8 +76,6 @@ class HeadlineRefresher:
                 self.dividend.update(dividend_metrics(reports))
                 if not any(r.fleet.hours for r in reports):
                     return False   # a snapshot from before the first rollups: look again soon
-        finally:
-            con.close()
         return True
 
     def _loop(self) -> None:
@@ -96,15 +109,11 @@ class LiveBillRefresher(HeadlineRefresher):
 
     def refresh(self) -> bool:
         from slicemeter.chargeback.live_bill import budgets, live_bill, live_bill_metrics
-        from slicemeter.store import connect
 
         if not self.snapshot.is_file():
             return False
-        con = connect(self.snapshot, read_only=True)
-        try:
+        with open_snapshot(self.snapshot) as con:
             budget = budgets(con)
             rows = live_bill(con, self.now(), self.bases, self.idle, self.prices, tuple(budget))
-        finally:
-            con.close()
         self.served.update(live_bill_metrics(rows, budget, self.prices.currency))
         return True

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import ipaddress
+import os
 import re
 from datetime import date, datetime
 from pathlib import Path
@@ -31,6 +32,15 @@ GiB = 1 << 30
 # granted, and the node it was bound to.
 HAMI_ALLOCATED_ANNOTATION = "hami.io/vgpu-devices-allocated"
 HAMI_NODE_ANNOTATION = "hami.io/vgpu-node"
+
+
+def fsync_path(path: Path) -> None:
+    """Flush a file, or a folder's entries (a rename in it), to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def month_start(month) -> date:

@@ -32,3 +32,8 @@ INSERT INTO frozen_gpu_health BY NAME
 SELECT $as_of::DATE AS as_of, hour, gpu_uuid, xid_critical_count, ecc_uncorrected_increase, throttled_s, lost_s
 FROM gpu_health($m_start::TIMESTAMP, $m_end::TIMESTAMP)
 WHERE xid_critical_count > 0 OR ecc_uncorrected_increase > 0 OR throttled_s > 0 OR lost_s > 0;
+
+-- the month's hours changed in the frozen tables, for the readers' file (sql/schema/080_reader_changes.sql)
+INSERT INTO reader_changes (hour)
+SELECT h FROM generate_series($m_start::TIMESTAMP, $m_end::TIMESTAMP - INTERVAL 1 HOUR, INTERVAL 1 HOUR) t(h)
+WHERE h NOT IN (SELECT hour FROM reader_changes WHERE refresh IS NULL AND hour IS NOT NULL);

@@ -8,5 +8,10 @@ DELETE FROM kept_slice_hour k USING kept_touched_t t WHERE k.hour = t.hour AND k
 INSERT INTO kept_slice_hour BY NAME SELECT * FROM kept_slices_of_touched();
 DELETE FROM kept_gpu_hour k USING kept_touched_t t WHERE k.hour = t.hour AND k.gpu_uuid = t.gpu_uuid;
 INSERT INTO kept_gpu_hour BY NAME SELECT * FROM kept_gpu_rows_of_touched();
+-- the hours changed, for the readers' file (sql/schema/080_reader_changes.sql): those of
+-- the rollups the fold changed and of the money kept here
+INSERT INTO reader_changes (hour)
+SELECT DISTINCT hour FROM kept_touched_t
+WHERE hour NOT IN (SELECT hour FROM reader_changes WHERE refresh IS NULL AND hour IS NOT NULL);
 DELETE FROM kept_hour_t;
 DELETE FROM kept_touched_t;
