@@ -229,6 +229,22 @@ def stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
+def xid_hours_on_the_gpus_page(snapshot: Path, month: str) -> list[tuple]:
+    """(hour, node, what, tenants) of the month's Xid hours, as the GPUs page's health events
+    (its own query) show them."""
+    from slicemeter.store import connect, sql_text
+
+    start = datetime.fromisoformat(f"{month}-01")
+    end = start.replace(year=start.year + start.month // 12, month=start.month % 12 + 1)
+    con = connect(snapshot, read_only=True)
+    try:
+        rows = con.execute(sql_text("dashboard/gpu_events.sql"),
+                           {"start": start, "end": end, "throttled_share": 0.25}).fetchall()
+    finally:
+        con.close()
+    return [(str(hour), node, what, tenants) for hour, _, node, what, _, tenants in rows if "Xid" in what]
+
+
 def credited_month(tmp_path: Path) -> None:
     """November's faults with the credit policy on: gpu-node-1's Xid 79 hour (and its ECC
     burst) are credited to acme, the tenant on it, in the invoice and FOCUS, and the totals
@@ -280,6 +296,9 @@ def test_demo_on_the_first_of_a_month(tmp_path):
         assert len(invoice) > 1                         # rows, not just the header
         for name in ("focus-2026-11.csv", "unmetered-2026-11.csv"):
             assert len((tmp_path / "out" / name).read_text().splitlines()) > 1, name
+        xid_hours = xid_hours_on_the_gpus_page(tmp_path / "var" / "snapshot.duckdb", "2026-11")
+        assert [(h, n, t) for h, n, _, t in xid_hours] == [("2026-11-12 14:00:00", "gpu-node-1", "acme")], xid_hours
+        assert "Xid 79 (critical)" in xid_hours[0][2]
         credited_month(tmp_path)
         opened = dashboard_month(f"http://127.0.0.1:{port}/")
         assert opened.startswith("Opened on 2026-11: the latest month with at least 3 days of data"), opened
