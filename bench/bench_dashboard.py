@@ -10,6 +10,9 @@ the same run: an empty Streamlit page (the framework's own cost per run).
 2-3 slices per GPU); cached under var/bench/ (generating 8,000 GPUs takes minutes).
 
     python bench/bench_dashboard.py [--copies 1,4] [--gpus 1000,8000] [--fresh]
+
+The pages here read a store file with no money kept; bench_pages_after_refresh.py measures
+what a user meets as ingest runs: the readers' file just refreshed, the money kept.
 """
 from __future__ import annotations
 
