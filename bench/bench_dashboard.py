@@ -10,6 +10,9 @@ the same run: an empty Streamlit page (the framework's own cost per run).
 2-3 slices per GPU); cached under var/bench/ (generating 8,000 GPUs takes minutes).
 
     python bench/bench_dashboard.py [--copies 1,4] [--gpus 1000,8000] [--fresh]
+
+The pages here read a store file with no money kept; bench_pages_after_refresh.py measures
+what a user meets as ingest runs: the readers' file just refreshed, the money kept.
 """
 from __future__ import annotations
 
@@ -45,6 +48,16 @@ def timed_cpu(at: AppTest) -> tuple[float, float]:
     return time.perf_counter() - t, time.process_time() - c
 
 
+def empty_page_s(repeat: int) -> float:
+    """The reference: median s of a run of an empty Streamlit page (the framework's own cost)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        empty = Path(tmp) / "empty.py"
+        empty.write_text("import streamlit as st\nst.write('x')\n")
+        ref = AppTest.from_file(str(empty))
+        timed(ref)
+        return statistics.median(timed(ref) for _ in range(repeat))
+
+
 def bench_pages(db: Path, title: str, repeat: int, ref_s: float, pages: list[str]) -> float:
     os.environ["SLICEMETER_DB"] = str(db)
     at = AppTest.from_file(str(REPO / "dashboard" / "app.py"), default_timeout=600)
@@ -74,12 +87,8 @@ def main() -> None:
     opts = ap.parse_args()
     pages = opts.pages.split(",")
     cache = REPO / "var" / "bench"
+    ref_s = empty_page_s(opts.repeat)
     with tempfile.TemporaryDirectory() as tmp:
-        empty = Path(tmp) / "empty.py"
-        empty.write_text("import streamlit as st\nst.write('x')\n")
-        ref = AppTest.from_file(str(empty))
-        timed(ref)
-        ref_s = statistics.median(timed(ref) for _ in range(opts.repeat))
         print(f"reference: empty Streamlit page {ref_s * 1000:.1f} ms per run")
         for copies in (int(c) for c in opts.copies.split(",") if c):
             db = build_fleet_db(Path(tmp) / f"fleet{copies}.duckdb", MONTH, copies=copies)
