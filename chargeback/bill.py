@@ -581,11 +581,13 @@ def _unmetered_report(con, m_start: date, m_end: date) -> tuple[pd.DataFrame, pa
 
 def compute_bill(con, month: str, basis: str = "allocation", idle: str = "platform",
                  share: str = "dominant", prices: PriceCatalog | str | None = None,
-                 tenant: str | None = None) -> Bill:
+                 tenant: str | None = None, unmetered: bool = True) -> Bill:
     """The whole bill of an invoice month: its own data (Regular lines) plus corrections
     for closed months whose next open month it is. A closed month is computed from its
     frozen copy with the catalog it was closed with, so it never changes. Raises
-    InvariantError (and nothing is to be written) when the money does not add up."""
+    InvariantError (and nothing is to be written) when the money does not add up.
+    `unmetered=False` leaves out the unmetered GPU-time report (empty frames), which the
+    money does not depend on: readers of the invoice alone skip a month-long pass."""
     check_options(basis, idle, share)
     with named("month"):
         m_start, m_end = parse_month(month)
@@ -626,7 +628,7 @@ def compute_bill(con, month: str, basis: str = "allocation", idle: str = "platfo
     # DuckDB releases the GIL: the unmetered report runs beside the rounding, which is
     # Python only; the connection is the worker's alone until it is done
     with ThreadPoolExecutor(max_workers=1) as pool:
-        unmetered = pool.submit(_unmetered_report, con, m_start, m_end)
+        report = pool.submit(_unmetered_report, con, m_start, m_end) if unmetered else None
         rounded = round_lines(lines)
         check_rounded(rounded, gpu_cost_raw)
         invoice_rows = _invoice_rows(rounded)
@@ -639,7 +641,7 @@ def compute_bill(con, month: str, basis: str = "allocation", idle: str = "platfo
         detail = _line_records(rounded, _DETAIL_KEYS, catalog, True)
         invoice = _line_records(invoice_rows, INVOICE_GROUP, catalog, False)
         detail_frame, invoice_frame = _frame(detail, _DETAIL_KEYS, True), _frame(invoice, INVOICE_GROUP, False)
-        unmet, unmet_hours = unmetered.result()
+        unmet, unmet_hours = report.result() if report else (pd.DataFrame(), None)
     return Bill(month, catalog.currency, basis, idle, share, detail_frame, invoice_frame,
                 unmet, Decimal(money.round_half_up_div(gpu_cost_raw, money.RAW_PER_CENT)) * money.CENT,
                 total, m_start in closed, catalog, unmet_hours, detail, credits=credits)
@@ -651,4 +653,4 @@ def chargeback(con, month: str, basis: str = "allocation", idle: str = "platform
     """One row per (charge class, period, line kind, tenant, namespace, GPU model) with
     Decimal money columns (charge, idle_share, cost, waste, energy_cost) and GPU-hours,
     kWh and gCO2e. The platform's idle is tenant 'platform', namespace '(idle)'."""
-    return compute_bill(con, month, basis, idle, share, prices, tenant).invoice
+    return compute_bill(con, month, basis, idle, share, prices, tenant, unmetered=False).invoice

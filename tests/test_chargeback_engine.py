@@ -141,6 +141,11 @@ def test_unmetered_hours_are_shown(con):
     assert row["metered_hours"] == 1.5 and row["unmetered_hours"] == 30 * 24 - 1.5
     # a partly metered hour costs only its metered part
     assert bill.gpu_cost == Decimal("3.60")
+    # the invoice alone (the dashboard's) skips the report; the money is the same
+    without = compute_bill(con, MONTH, unmetered=False)
+    assert without.unmetered.empty and without.unmetered_hours_table is None
+    assert without.invoice.equals(bill.invoice) and without.total == bill.total
+    assert chargeback(con, MONTH).equals(bill.invoice)
 
 
 def test_energy_split_by_usage_then_idle_by_allocation(con):
