@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from slicemeter.dashboard import common
+from slicemeter.dashboard import common, data
 
 st.set_page_config(page_title="slicemeter", page_icon=":material/memory:", layout="wide")
 
@@ -20,5 +20,8 @@ PAGES = [
 
 page = st.navigation(PAGES)
 st.sidebar.markdown("**slicemeter** · fractional GPU metering")
-if common.sidebar():
-    page.run()
+try:
+    if common.sidebar():
+        page.run()
+finally:   # also when the run stops early (st.stop, a rerun, an error)
+    data.release_connections()

@@ -2,9 +2,11 @@
 
 Every query is a file under sql/dashboard/ and goes through `query()`, which caches the
 result keyed on the database file's identity (path, size, mtime): ingest's snapshot is
-replaced atomically, so new data changes the key and the next rerun reads it. A
-connection is opened per cache miss and closed at once: holding one would pin the old
-snapshot file and keep a lock that `slicemeter export` needs.
+replaced atomically, so new data changes the key and the next rerun reads it. Opening a
+connection costs more than many of a page's queries (the views of sql/views/), so the
+queries of a script run share connections (`_QueryConnections`), closed when the run ends:
+a connection pins its data file, and ingest updates a readers' data file in place only
+when no reader holds it (store/reader_file.py), else it copies the whole store.
 
 A DuckLake (`--db ducklake:...`, store/lake.py) is keyed on its latest snapshot id
 instead. Attaching one costs about a second (extensions, catalog, views), so its
@@ -208,10 +210,80 @@ def open_db(path: Path | str | None = None, tenant: str | None | object = _UNSET
         con.close()
 
 
+class _QueryConnections:
+    """Read-only connections for the dashboard's SQL files, one per query at a time, kept
+    between the queries of one script run (app.py releases them when the run ends) for the
+    same (file, version, tenant): a page's cold run makes several queries in a row, and each
+    would otherwise open and set up a connection of its own. A new version closes the
+    previous one's at once (its data file is the one ingest writes next). The SQL files only
+    read, so a connection goes back as it came; one whose query failed is closed."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._idle: dict[tuple, list[duckdb.DuckDBPyConnection]] = {}
+        self._latest: dict[str, tuple] = {}     # path -> the newest version seen
+        self.opened = 0
+
+    @contextlib.contextmanager
+    def connection(self, path: str, version: tuple, tenant: str | None) -> Iterator[duckdb.DuckDBPyConnection]:
+        key = (path, version, tenant)
+        with self._lock:
+            if self._latest.get(path) != version:
+                self._latest[path] = version
+                self._close_where(lambda k: k[0] == path and k[1] != version)
+            kept = self._idle.get(key)
+            con = kept.pop() if kept else None
+        if con is None:
+            con = connect(path, read_only=True)
+            self.opened += 1
+            try:
+                if tenant is not None:
+                    scope_connection(con, tenant)
+            except BaseException:
+                con.close()
+                raise
+        try:
+            yield con
+        except BaseException:
+            con.close()   # a failed query may leave a transaction open: not reused
+            raise
+        with self._lock:
+            if self._latest.get(path) == version:
+                self._idle.setdefault(key, []).append(con)
+                return
+        con.close()
+
+    def release(self) -> None:
+        """Close every connection not in use (the end of a script run)."""
+        with self._lock:
+            self._close_where(lambda k: True)
+
+    def _close_where(self, stale) -> None:
+        for key in [k for k in self._idle if stale(k)]:
+            for con in self._idle.pop(key):
+                con.close()
+
+    def idle_count(self) -> int:
+        with self._lock:
+            return sum(len(v) for v in self._idle.values())
+
+
+_QUERY_CONNECTIONS = _QueryConnections()
+
+
 @st.cache_data(show_spinner=False, max_entries=512)
 def _cached(path: str, version: tuple, tenant: str | None, name: str, params: tuple) -> pd.DataFrame:
-    with open_db(path, tenant) as con:
+    if is_lake(path):
+        with open_db(path, tenant) as con:
+            return con.execute(sql_text(f"dashboard/{name}.sql"), dict(params)).df()
+    with _QUERY_CONNECTIONS.connection(path, version, tenant) as con:
         return con.execute(sql_text(f"dashboard/{name}.sql"), dict(params)).df()
+
+
+def release_connections() -> None:
+    """Close the connections this run's queries shared (app.py, when a run ends): none
+    pins a data file between runs."""
+    _QUERY_CONNECTIONS.release()
 
 
 def query(name: str, **params) -> pd.DataFrame:

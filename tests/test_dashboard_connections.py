@@ -1,0 +1,83 @@
+"""The dashboard's queries share connections within a script run and a data version, and
+hold none after it: a held connection pins the readers' data file that ingest next updates
+in place."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+import streamlit as st
+
+from slicemeter.dashboard import data
+from slicemeter.testkit.dashboard_app import run_app
+from slicemeter.testkit.fleet_fixture import build_fleet_db
+
+
+@pytest.fixture(scope="module")
+def fleet_db(tmp_path_factory) -> Path:
+    return build_fleet_db(tmp_path_factory.mktemp("conns") / "fleet.duckdb", "2026-11", days=2)
+
+
+def writable_elsewhere(path: Path) -> bool:
+    """Whether another process can open `path` read-write now, as ingest's refresh does."""
+    probe = "import duckdb, sys; duckdb.connect(sys.argv[1]).close()"
+    return subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, timeout=60).returncode == 0
+
+
+def test_a_pages_cold_run_opens_one_connection_for_all_its_queries(fleet_db, monkeypatch):
+    st.cache_data.clear()
+    pool = data._QUERY_CONNECTIONS
+    names = []
+    real_query = data.query
+    monkeypatch.setattr(data, "query", lambda name, **params: names.append(name) or real_query(name, **params))
+    at = run_app(fleet_db, monkeypatch)   # the default page: a run of its own
+    opened, names[:] = pool.opened, []
+    at.switch_page("views/gpus.py").run()
+    assert not at.exception, at.exception
+    assert len(set(names)) >= 4, names
+    assert pool.opened - opened == 1
+    assert pool.idle_count() == 0                 # the run's end closed it
+    assert writable_elsewhere(fleet_db)
+
+
+def test_connections_are_reused_within_a_version_and_closed_when_it_changes_or_the_run_ends(fleet_db):
+    pool = data._QueryConnections()
+    path = str(fleet_db)
+    with pool.connection(path, ("v", 1), None) as first:
+        pass
+    with pool.connection(path, ("v", 1), None) as again:
+        assert again is first
+    with pool.connection(path, ("v", 1), "acme") as scoped:   # another tenant: a connection of its own
+        assert scoped is not first
+        assert scoped.execute("SELECT tenant FROM temp.main.scope_tenant").fetchone() == ("acme",)
+    assert pool.idle_count() == 2 and pool.opened == 2
+    assert not writable_elsewhere(fleet_db)   # held: the refresh could not update the file in place
+
+    with pool.connection(path, ("v", 2), None) as newer:   # new data: the old version's connections go
+        assert newer is not first
+    with pytest.raises(duckdb.ConnectionException):
+        first.execute("SELECT 1")
+    assert pool.idle_count() == 1
+
+    pool.release()
+    assert pool.idle_count() == 0
+    assert writable_elsewhere(fleet_db)
+
+
+def test_a_connection_newer_data_overtook_is_closed_on_return_and_a_failed_one_is_not_kept(fleet_db):
+    pool = data._QueryConnections()
+    path = str(fleet_db)
+    with pool.connection(path, ("v", 1), None) as old:
+        with pool.connection(path, ("v", 2), None):
+            pass
+    with pytest.raises(duckdb.ConnectionException):
+        old.execute("SELECT 1")
+    with pytest.raises(duckdb.CatalogException):
+        with pool.connection(path, ("v", 2), None) as failing:
+            failing.execute("SELECT * FROM no_such_table")
+    with pytest.raises(duckdb.ConnectionException):
+        failing.execute("SELECT 1")
+    assert pool.idle_count() == 0
