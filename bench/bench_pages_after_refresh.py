@@ -110,10 +110,6 @@ def one_pass(path: Path, repeat: int) -> tuple[float, float, int, int]:
     return statistics.median(scans), statistics.median(opens), sh, gh
 
 
-def load() -> float:
-    return float(Path("/proc/loadavg").read_text().split()[0])
-
-
 def where(reads: tuple[dict[str, float], dict[str, int]], total: float, top: int = 3) -> str:
     """The slowest named reads of a run (each with the connections it opened), the
     connections opened in all, and the rest of the run (Streamlit, pandas, charts)."""
@@ -156,7 +152,7 @@ def fleet(gpus: int, opts, ref_s: float, reads: Reads) -> None:
             at = AppTest.from_file(str(REPO / "dashboard" / "app.py"), default_timeout=1800)
             timed(at)   # imports, first connection: not what a refresh costs a user
             scan_s, open_s, sh, gh = one_pass(reader.dest, opts.repeat)
-            scan_load = load()
+            scan_load = os.getloadavg()[0]
             print(f"\ngenerated fleet: {gpus} GPUs on {gpus // 8} nodes, {MONTH} ({gh:,} GPU-hours, "
                   f"{sh:,} slice-hours; cache ready in {prepared:.0f} s, readers' file whole copy {whole_s:.1f} s)")
             print(f"reference: one pass over the month's rows {scan_s:.3f} s, a store connection opened "
@@ -167,7 +163,7 @@ def fleet(gpus: int, opts, ref_s: float, reads: Reads) -> None:
             def row(label: str, bill: str, page: str) -> None:
                 cold, cold_cpu, warm, warm_cpu, cold_reads = run_page(at, page, opts.repeat, reads)
                 print(f"{label:<18}{bill:>8}{reader.pin_s + reader.copy_s:>10.2f}{cold:>8.2f}{cold_cpu:>9.2f}"
-                      f"{warm:>8.3f}{warm_cpu:>9.3f}{cold / scan_s:>10.0f}{warm / ref_s:>11.0f}{load():>6.1f}   "
+                      f"{warm:>8.3f}{warm_cpu:>9.3f}{cold / scan_s:>10.0f}{warm / ref_s:>11.0f}{os.getloadavg()[0]:>6.1f}   "
                       f"{where(cold_reads, cold)}", flush=True)
 
             for page in opts.pages:

@@ -82,7 +82,7 @@ def case(gpus: int, months: int, repeat: int, tmp: Path) -> str:
         con.close()
     size = os.path.getsize(os.path.realpath(reader.dest)) / 1e6
     pin_s, copy_s = statistics.median(pins), statistics.median(copies)
-    load = float(Path("/proc/loadavg").read_text().split()[0])
+    load = os.getloadavg()[0]
     return (f"{gpus:>6} {months:>6} {gh:>10,} {sh:>12,} {size:>10,.1f} {whole.copy_s:>13.2f} "
             f"{pin_s:>15.4f} {copy_s:>16.3f} {whole.copy_s / (pin_s + copy_s):>15.1f} {load:>5.1f}"
             f"   (store built in {build_s:.0f} s)")

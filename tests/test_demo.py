@@ -232,14 +232,15 @@ def stop(proc: subprocess.Popen) -> None:
 def xid_hours_on_the_gpus_page(snapshot: Path, month: str) -> list[tuple]:
     """(hour, node, what, tenants) of the month's Xid hours, as the GPUs page's health events
     (its own query) show them."""
+    from slicemeter.chargeback.prices import DEFAULT_THROTTLED_SHARE
+    from slicemeter.common import month_window
     from slicemeter.store import connect, sql_text
 
-    start = datetime.fromisoformat(f"{month}-01")
-    end = start.replace(year=start.year + start.month // 12, month=start.month % 12 + 1)
+    start, end, _hours = month_window(month)
     con = connect(snapshot, read_only=True)
     try:
         rows = con.execute(sql_text("dashboard/gpu_events.sql"),
-                           {"start": start, "end": end, "throttled_share": 0.25}).fetchall()
+                           {"start": start, "end": end, "throttled_share": float(DEFAULT_THROTTLED_SHARE)}).fetchall()
     finally:
         con.close()
     return [(str(hour), node, what, tenants) for hour, _, node, what, _, tenants in rows if "Xid" in what]
