@@ -82,6 +82,8 @@ def apply_views(con: duckdb.DuckDBPyConnection) -> None:
     if not on_lake:
         for path in _numbered("views"):
             con.execute(path.read_text())
+        if is_reader_file(con):
+            con.execute(sql_text("views/reader_days.sql"))
         return
     con.execute(f"USE {lake.ALIAS}")   # a cursor starts on the in-memory database
     # one transaction: each statement would otherwise read the lake's catalog afresh
@@ -90,6 +92,14 @@ def apply_views(con: duckdb.DuckDBPyConnection) -> None:
         for path in _numbered("views"):
             con.execute(path.read_text())
         lake.apply_lake_views(con)
+
+
+def is_reader_file(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the connection's database is a readers' file written by a refresh
+    (store/reader_file.py), which keeps the day figures of every day it holds."""
+    return con.execute("SELECT count(*) = 4 FROM duckdb_tables() WHERE database_name = current_database() "
+                       "AND schema_name = 'main' AND table_name IN ('reader_file_state', 'reader_gpu_day', "
+                       "'reader_slice_day', 'reader_cluster_hour')").fetchone()[0]
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:

@@ -26,6 +26,11 @@ before F's pin). Those hours are replaced in the hour-keyed tables, every other 
 replaced whole (they are small), and the file records the refresh it now holds. So a
 refresh costs about the rows an interval changed, whatever the fleet and the months held.
 
+The file also keeps day figures (sql/schema/090_reader_days.sql: per GPU-day, slice-day and
+cluster-hour) that the dashboard's month pages read instead of every hour: a refresh
+recomputes the days of the hours it copied from the pinned store (sql/views/305_day_figures.sql),
+and every day on a whole copy. They are not in the row-count check (the store keeps none).
+
 Where the log cannot say, the refresh copies everything into a new file and renames it
 over the data file: the first refresh (or a plain file at PATH from before, which the link
 then replaces), a file of another store, a log pruned past the file's state, a migration
@@ -66,6 +71,8 @@ _ALIAS = "slicemeter_reader_next"
 _STATE = "reader_file_state"   # in a data file: the store it is of and the refresh it holds
 _SLOTS = ("a", "b")
 _HOUR = timedelta(hours=1)
+_DAY = timedelta(days=1)
+_DAYS_PER_STATEMENT = 7        # whole-file day figures: a week of hours per statement bounds the join's memory
 _MAX_RANGES = 16               # beyond, the changed hours are matched as a set, not range by range
 
 
@@ -161,6 +168,17 @@ def _hour_ranges(hours: list[datetime]) -> list[tuple[datetime, datetime]]:
     return [(a, b) for a, b in ranges]
 
 
+def _day_ranges(days: list[datetime]) -> list[tuple[datetime, datetime]]:
+    """Sorted days as [start, end) ranges of at most _DAYS_PER_STATEMENT consecutive days."""
+    ranges: list[list[datetime]] = []
+    for d in sorted(days):
+        if ranges and ranges[-1][1] == d and ranges[-1][1] - ranges[-1][0] < _DAYS_PER_STATEMENT * _DAY:
+            ranges[-1][1] = d + _DAY
+        else:
+            ranges.append([d, d + _DAY])
+    return [(a, b) for a, b in ranges]
+
+
 def _ts(value: datetime) -> str:
     return quote_literal(str(value)) + "::TIMESTAMP"
 
@@ -192,6 +210,9 @@ class ReaderFile:
         refresh = self._stamp()
         cur = self.con.cursor()
         try:
+            # the day figures' macros, on this cursor's own temp catalog (before the transaction:
+            # it then writes the data file only)
+            cur.execute(sql_text("views/305_day_figures.sql"))
             cur.execute("BEGIN TRANSACTION")
             # the first read of the live database fixes the state the whole refresh sees
             if has_pending_rollups(cur):
@@ -242,11 +263,13 @@ class ReaderFile:
                 tmp = _tmp_path(self.dest)
                 aux.execute(f"ATTACH {quote_literal(str(tmp))} AS {_ALIAS}")   # DuckDB 1.5 binds no ATTACH parameter
                 self._copy_whole(cur, source, tables)
+                self._days(cur, tables, None)
                 if identity:
                     cur.execute(f"CREATE TABLE {_ALIAS}.{_STATE} AS SELECT ?::VARCHAR AS store_id, ?::BIGINT AS refresh",
                                 [identity[0], refresh])
             else:
                 self._apply(cur, source, tables, hours)
+                self._days(cur, tables, hours)
                 cur.execute(f"UPDATE {_ALIAS}.{_STATE} SET refresh = ?", [refresh])
             changed_only = hours is not None
             if not self._counts_agree(cur, source, tables):
@@ -254,6 +277,7 @@ class ReaderFile:
                 log.warning("reader file %s: row counts differ after copying the changed hours; copying all",
                             target)
                 self._apply(cur, source, tables, None)
+                self._days(cur, tables, None)
                 changed_only = False
                 if not self._counts_agree(cur, source, tables):
                     raise RuntimeError("the reader file's row counts differ from the store's")
@@ -306,7 +330,7 @@ class ReaderFile:
                    f"AND table_name <> '{_STATE}' GROUP BY table_name")
         theirs = dict(aux.execute(columns.format(quote_literal(_ALIAS))).fetchall())
         ours = dict(cur.execute(columns.format("current_database()")).fetchall())
-        if theirs != {name: ours[name] for name, _, _ in tables}:
+        if theirs != {name: ours[name] for name, *_ in tables}:
             return None
         if not aux.execute(f"SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND table_name = '{_STATE}'",
                            [_ALIAS]).fetchone()[0]:
@@ -325,7 +349,7 @@ class ReaderFile:
 
     @staticmethod
     def _copy_whole(cur, source: str, tables) -> None:
-        for name, with_rows, _ in tables:
+        for name, with_rows, *_ in tables:
             cur.execute(f"CREATE TABLE {_ALIAS}.{quote_ident(name)} AS SELECT * FROM {source}.main.{quote_ident(name)}"
                         + ("" if with_rows else " LIMIT 0"))
 
@@ -334,7 +358,7 @@ class ReaderFile:
         """Replace the rows of `hours` in the hour-keyed tables and every other table whole
         (every table whole for None)."""
         ranges = _hour_ranges(hours or [])
-        for name, with_rows, by_hour in tables:
+        for name, with_rows, by_hour, _ in tables:
             if not with_rows:
                 continue
             theirs, ours = f"{_ALIAS}.{quote_ident(name)}", f"{source}.main.{quote_ident(name)}"
@@ -349,11 +373,36 @@ class ReaderFile:
                 cur.execute(f"INSERT INTO {theirs} SELECT * FROM {ours} WHERE {w}")
 
     @staticmethod
+    def _days(cur, tables, hours: list[datetime] | None) -> None:
+        """Recompute the day figures of the days of `hours` (every day the store holds for
+        None) from the pinned store's hours."""
+        if hours is None:
+            first, last = cur.execute("SELECT min(hour), max(hour) FROM (SELECT hour FROM gpu_hour "
+                                      "UNION ALL SELECT hour FROM slice_hour)").fetchone()
+            days = [] if first is None else [
+                datetime.combine(first.date(), datetime.min.time()) + i * _DAY
+                for i in range((last.date() - first.date()).days + 1)]
+        else:
+            days = sorted({datetime.combine(h.date(), datetime.min.time()) for h in hours})
+        fill = {"reader_gpu_day": "gpu_days_of_hours", "reader_slice_day": "slice_days_of_hours",
+                "reader_cluster_hour": "cluster_hours_of_hours"}
+        for name, *_, by_day in tables:
+            if not by_day:
+                continue
+            theirs, key = f"{_ALIAS}.{quote_ident(name)}", "hour" if name == "reader_cluster_hour" else "day"
+            if hours is None:
+                cur.execute(f"DELETE FROM {theirs}")
+            for a, b in _day_ranges(days):
+                if hours is not None:
+                    cur.execute(f"DELETE FROM {theirs} WHERE {key} >= {_ts(a)} AND {key} < {_ts(b)}")
+                cur.execute(f"INSERT INTO {theirs} BY NAME SELECT * FROM {fill[name]}({_ts(a)}, {_ts(b)})")
+
+    @staticmethod
     def _counts_agree(cur, source: str, tables) -> bool:
         counts = " UNION ALL ".join(
             f"SELECT {quote_literal(name)}, (SELECT count(*) FROM {_ALIAS}.{quote_ident(name)}), "
             + (f"(SELECT count(*) FROM {source}.main.{quote_ident(name)})" if with_rows else "0")
-            for name, with_rows, _ in tables)
+            for name, with_rows, _, by_day in tables if not by_day)
         differ = [row for row in cur.execute(counts).fetchall() if row[1] != row[2]]
         if differ:
             log.warning("reader file: row counts (file, store) differ: %s", differ)

@@ -5,7 +5,6 @@ SELECT
     sum(g.energy_joules) / 3600000                  AS energy_kwh,
     sum(g.energy_joules) / 3600000 * $carbon_g_per_kwh AS co2e_g,
     sum(g.metered_s) / 3600                         AS gpu_h
-FROM gpu_hour_tenant g
+FROM gpu_days_tenant($start, $end) g
 LEFT JOIN tenants t ON t.tenant = g.tenant
-WHERE g.hour >= $start AND g.hour < $end
 GROUP BY ALL ORDER BY energy_kwh DESC;

@@ -2,13 +2,12 @@
 -- (reserved idle) and unallocated; the three add up to the metered capacity.
 SELECT
     hour,
-    sum(metered_s) / 3600                                              AS capacity_gpu_h,
-    sum(sm_util_s) / 3600                                              AS used_gpu_h,
-    sum(greatest(alloc_s - sm_util_s, 0)) / 3600                       AS reserved_idle_gpu_h,
-    sum(greatest(metered_s - greatest(alloc_s, sm_util_s), 0)) / 3600  AS unallocated_gpu_h,
-    sum(alloc_s) / 3600                                                AS allocated_gpu_h,
-    count(*)                                                           AS gpus,
-    sum(slices)                                                        AS slices
-FROM dash_gpu_hour
-WHERE hour >= $start AND hour < $end
+    sum(metered_s) / 3600                          AS capacity_gpu_h,
+    sum(sm_util_s) / 3600                          AS used_gpu_h,
+    sum(reserved_idle_s) / 3600                    AS reserved_idle_gpu_h,
+    sum(unallocated_s) / 3600                      AS unallocated_gpu_h,
+    sum(alloc_s) / 3600                            AS allocated_gpu_h,
+    sum(gpus)                                      AS gpus,
+    sum(slices)                                    AS slices
+FROM cluster_hours($start, $end)
 GROUP BY hour ORDER BY hour;

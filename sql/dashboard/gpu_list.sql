@@ -7,7 +7,6 @@ SELECT
     sum(alloc_s) / nullif(sum(metered_s), 0)        AS allocation,
     -- NULL where no reader measured the device (a DRA device NVML does not list): by allocation only
     CASE WHEN bool_or(nvml_read) THEN sum(sm_util_s) / nullif(sum(metered_s), 0) END AS utilization,
-    max(slices)                                     AS max_slices
-FROM dash_gpu_hour
-WHERE hour >= $start AND hour < $end
+    max(max_slices)                                 AS max_slices
+FROM gpu_days_tenant($start, $end)
 GROUP BY ALL ORDER BY node, gpu_uuid;

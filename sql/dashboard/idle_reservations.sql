@@ -1,18 +1,17 @@
 -- Reservations still held at the month's latest metered hour whose container has run no
 -- kernel for at least $min_idle_s seconds (or never ran one).
 WITH latest AS (
-    SELECT max(hour) AS hour FROM slice_hour WHERE hour >= $start AND hour < $end
+    SELECT max(last_hour) AS hour FROM slice_days($start, $end)
 ), per_slice AS (
     SELECT
         tenant, coalesce(namespace, '(none)') AS namespace, pod, pod_uid, container, node,
         substr(gpu_uuid, 5, 8)                           AS gpu,
-        max(hour)                                        AS last_hour,
-        arg_max(last_kernel_age_s, hour)                 AS last_kernel_age_s,
-        arg_max(alloc_dominant_share_s / nullif(metered_s, 0), hour) AS allocation,
+        max(last_hour)                                   AS last_hour,
+        arg_max(kernel_age_s, kernel_hour)               AS last_kernel_age_s,
+        arg_max(allocation, allocation_hour)             AS allocation,
         sum(metered_s) / 3600                            AS reserved_h,
-        sum(alloc_dominant_share_s) / 3600               AS allocated_gpu_h
-    FROM slice_hour_tenant
-    WHERE hour >= $start AND hour < $end
+        sum(alloc_s) / 3600                              AS allocated_gpu_h
+    FROM slice_days_tenant($start, $end)
     GROUP BY tenant, namespace, pod, pod_uid, container, node, gpu_uuid
 )
 SELECT tenant, namespace, pod, container, node, gpu, allocation,

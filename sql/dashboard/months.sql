@@ -3,6 +3,6 @@
 SELECT
     strftime(date_trunc('month', hour), '%Y-%m')  AS month,
     count(DISTINCT date_trunc('day', hour))       AS days,
-    count(DISTINCT hour)                          AS hours
-FROM gpu_hour
+    count(*)                                      AS hours
+FROM metered_hours()
 GROUP BY ALL ORDER BY month DESC;

@@ -5,11 +5,10 @@ SELECT
     coalesce(t.display_name, s.tenant)                AS display_name,
     coalesce(s.namespace, '(none)')                   AS namespace,
     count(DISTINCT s.pod_uid || '/' || s.container)   AS slices,
-    sum(s.alloc_dominant_share_s) / 3600              AS allocated_gpu_h,
-    sum(s.usage_share_s) / 3600                       AS used_gpu_h,
-    sum(coalesce(s.usage_unverified_s, 0)) / 3600     AS unverified_h
-FROM slice_hour_tenant s
+    sum(s.alloc_s) / 3600                             AS allocated_gpu_h,
+    sum(s.usage_s) / 3600                             AS used_gpu_h,
+    sum(s.unverified_s) / 3600                        AS unverified_h
+FROM slice_days_tenant($start, $end) s
 LEFT JOIN tenants t ON t.tenant = s.tenant
-WHERE s.hour >= $start AND s.hour < $end
 GROUP BY ALL
 ORDER BY allocated_gpu_h DESC, tenant, namespace;

@@ -28,6 +28,36 @@ LEFT JOIN scope_namespace_override o ON o.cluster = s.cluster AND o.namespace = 
 LEFT JOIN scope_cluster_tenant ct ON ct.cluster = s.cluster
 WHERE coalesce(o.tenant, ct.tenant, 'unassigned') = (SELECT tenant FROM scope_tenant);
 
+-- The readers' day figures (sql/schema/090_reader_days.sql), by the same rules.
+CREATE OR REPLACE TEMP VIEW reader_gpu_day AS
+SELECT g.* FROM {store}.main.reader_gpu_day g
+JOIN scope_cluster_tenant ct ON ct.cluster = g.cluster
+WHERE ct.tenant = (SELECT tenant FROM scope_tenant);
+
+CREATE OR REPLACE TEMP VIEW reader_cluster_hour AS
+SELECT c.* FROM {store}.main.reader_cluster_hour c
+JOIN scope_cluster_tenant ct ON ct.cluster = c.cluster
+WHERE ct.tenant = (SELECT tenant FROM scope_tenant);
+
+-- A slice's GPU is named only where that GPU is the tenant's (as the scoped gpu_hour has it).
+CREATE OR REPLACE TEMP VIEW reader_slice_day AS
+SELECT s.* REPLACE (CASE WHEN gt.tenant = (SELECT tenant FROM scope_tenant) THEN s.gpu_cluster END AS gpu_cluster,
+                    CASE WHEN gt.tenant = (SELECT tenant FROM scope_tenant) THEN s.model END AS model)
+FROM {store}.main.reader_slice_day s
+LEFT JOIN scope_namespace_override o ON o.cluster = s.cluster AND o.namespace = s.namespace
+LEFT JOIN scope_cluster_tenant ct ON ct.cluster = s.cluster
+LEFT JOIN scope_cluster_tenant gt ON gt.cluster = s.gpu_cluster
+WHERE coalesce(o.tenant, ct.tenant, 'unassigned') = (SELECT tenant FROM scope_tenant);
+
+-- A GPU's day figures count the slices on it; the tenant's view counts its own slices only
+-- (another tenant's namespace may sit on its GPUs), so they are computed from the scoped
+-- hours here, not read from a readers' file (sql/views/310_days.sql).
+CREATE OR REPLACE TEMP MACRO gpu_days(d_start, d_end) AS TABLE
+SELECT * FROM gpu_days_of_hours(d_start, d_end);
+
+CREATE OR REPLACE TEMP MACRO cluster_hours(d_start, d_end) AS TABLE
+SELECT * FROM cluster_hours_of_hours(d_start, d_end);
+
 CREATE OR REPLACE TEMP VIEW tenants AS
 SELECT * FROM {store}.main.tenants WHERE tenant = (SELECT tenant FROM scope_tenant);
 

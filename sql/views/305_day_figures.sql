@@ -1,0 +1,71 @@
+-- Day figures from the hour rollups of [d_start, d_end) (whole days): per GPU-day, per
+-- slice-day and per cluster-hour, the columns of reader_gpu_day, reader_slice_day and
+-- reader_cluster_hour (sql/schema/090_reader_days.sql). A readers' file keeps them for every
+-- day it holds (store/reader_file.py runs these macros on the store's hours); other readers
+-- compute them when they read (sql/views/310_days.sql). Every figure is a sum, count, max,
+-- bit-or or latest value, so a month's is the same aggregate over its days.
+
+-- Per GPU-hour, its slices: as dash_gpu_hour's, and the slices' metered milliseconds
+-- (the dividend's "each slice on a whole GPU").
+CREATE OR REPLACE TEMP MACRO slices_per_gpu_hour(d_start, d_end) AS TABLE
+SELECT hour, gpu_uuid, count(*) AS slices, sum(alloc_dominant_share_s) AS alloc_s, sum(usage_share_s) AS usage_s,
+       sum(round(metered_s * 1000)::BIGINT) AS whole_gpu_ms
+FROM slice_hour WHERE hour >= d_start AND hour < d_end
+GROUP BY hour, gpu_uuid;
+
+-- GPU-hours with their slices' figures, allocation and usage capped at the metered seconds.
+CREATE OR REPLACE TEMP MACRO gpu_hours_with_slices(d_start, d_end) AS TABLE
+SELECT g.hour, g.cluster, g.node, g.gpu_uuid, g.model, g.driver, g.metered_s,
+       coalesce(g.sm_util_s, 0) AS sm_util_s, g.sm_util_s IS NOT NULL AS nvml_read,
+       g.energy_joules, coalesce(s.slices, 0) AS slices,
+       least(coalesce(s.alloc_s, 0), g.metered_s) AS alloc_s, least(coalesce(s.usage_s, 0), g.metered_s) AS usage_s,
+       round(g.metered_s * 1000)::BIGINT AS metered_ms, coalesce(s.whole_gpu_ms, 0) AS whole_gpu_ms
+FROM gpu_hour g
+LEFT JOIN slices_per_gpu_hour(d_start, d_end) s ON s.hour = g.hour AND s.gpu_uuid = g.gpu_uuid
+WHERE g.hour >= d_start AND g.hour < d_end;
+
+CREATE OR REPLACE TEMP MACRO gpu_days_of_hours(d_start, d_end) AS TABLE
+SELECT date_trunc('day', hour) AS day, cluster, node, gpu_uuid, model, driver,
+       count(*) AS hours, bit_or(1::INTEGER << hour(hour)::INTEGER) AS hour_mask,
+       sum(metered_s) AS metered_s, sum(sm_util_s) AS sm_util_s, bool_or(nvml_read) AS nvml_read,
+       sum(energy_joules) AS energy_joules, sum(slices) AS slices, max(slices) AS max_slices,
+       count(*) FILTER (WHERE slices > 1) AS shared_hours, sum(alloc_s) AS alloc_s, sum(usage_s) AS usage_s,
+       sum(metered_ms)::HUGEINT AS metered_ms,
+       sum(CASE WHEN slices > 0 THEN metered_ms ELSE 0 END)::HUGEINT AS in_use_ms,
+       sum(whole_gpu_ms)::HUGEINT AS whole_gpu_ms,
+       min(energy_joules / metered_s) FILTER (WHERE metered_s >= 600 AND energy_joules > 0) AS idle_watts
+FROM gpu_hours_with_slices(d_start, d_end)
+GROUP BY ALL;
+
+CREATE OR REPLACE TEMP MACRO cluster_hours_of_hours(d_start, d_end) AS TABLE
+SELECT hour, cluster, count(*) AS gpus, sum(slices) AS slices, sum(metered_s) AS metered_s,
+       sum(sm_util_s) AS sm_util_s, sum(alloc_s) AS alloc_s,
+       sum(greatest(alloc_s - sm_util_s, 0)) AS reserved_idle_s,
+       sum(greatest(metered_s - greatest(alloc_s, sm_util_s), 0)) AS unallocated_s
+FROM gpu_hours_with_slices(d_start, d_end)
+GROUP BY ALL;
+
+-- Per slice-day; gpu_cluster and model are its GPU row's in those hours.
+CREATE OR REPLACE TEMP MACRO slice_days_of_hours(d_start, d_end) AS TABLE
+WITH s AS (
+    SELECT s.*, g.cluster AS gpu_cluster, g.model
+    FROM slice_hour s
+    LEFT JOIN (SELECT hour, gpu_uuid, cluster, model FROM gpu_hour WHERE hour >= d_start AND hour < d_end) g
+           ON g.hour = s.hour AND g.gpu_uuid = s.gpu_uuid
+    WHERE s.hour >= d_start AND s.hour < d_end
+)
+SELECT date_trunc('day', hour) AS day, gpu_uuid, cluster, node, namespace, pod, pod_uid, container, gpu_cluster, model,
+       count(*) AS hours, min(hour) AS first_hour, max(hour) AS last_hour, max(latest_ts_ms) AS latest_ts_ms,
+       sum(metered_s) AS metered_s, sum(alloc_dominant_share_s) AS alloc_s, sum(usage_share_s) AS usage_s,
+       sum(coalesce(usage_unverified_s, 0)) AS unverified_s,
+       sum(greatest(alloc_dominant_share_s - usage_share_s, 0)) AS unused_s,
+       sum(CASE WHEN used_sm_share_s = 0 THEN metered_s ELSE 0 END) AS idle_s,
+       sum(round(alloc_dominant_share_s * 1000)::BIGINT)::BIGINT AS alloc_ms,
+       arg_max(driver, hour) AS driver, max(hour) FILTER (WHERE driver IS NOT NULL) AS driver_hour,
+       arg_max(claim, hour) AS claim, max(hour) FILTER (WHERE claim IS NOT NULL) AS claim_hour,
+       arg_max(last_kernel_age_s, hour) AS kernel_age_s,
+       max(hour) FILTER (WHERE last_kernel_age_s IS NOT NULL) AS kernel_hour,
+       arg_max(alloc_dominant_share_s / nullif(metered_s, 0), hour) AS allocation,
+       max(hour) FILTER (WHERE alloc_dominant_share_s / nullif(metered_s, 0) IS NOT NULL) AS allocation_hour
+FROM s
+GROUP BY ALL;

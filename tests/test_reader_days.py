@@ -1,0 +1,171 @@
+"""The readers' day figures (sql/schema/090_reader_days.sql): every query of the dashboard
+and the dividend reads the same from a readers' file, which keeps them, as from the store,
+which computes them from the hours (sql/views/310_days.sql), for the fleet and for each
+tenant's scoped view; and a refresh keeps them current as hours change."""
+from __future__ import annotations
+
+import math
+import shutil
+from datetime import datetime
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from slicemeter import store
+from slicemeter.dashboard.data import scope_connection
+from slicemeter.store.reader_file import ReaderFile
+from slicemeter.testkit.fleet_fixture import build_fleet_db
+
+MONTH = {"start": datetime(2026, 11, 1), "end": datetime(2026, 12, 1)}
+PARAMS = {  # the pages' own parameters beside the month
+    "energy_by_tenant": {"carbon_g_per_kwh": 320.0},
+    "gpu_events": {"throttled_share": 0.25},
+    "tenant_degraded": {"throttled_share": 0.25},
+    "gpu_heatmap": {"offset": 1, "limit": 4, "bucket": "day"},
+    "gpu_slices": {"gpu": None},
+    "gpu_slice_hourly": {"gpu": None},
+    "idle_reservations": {"min_idle_s": 3600},
+    "short_reservations": {"max_life_s": 24 * 3600, "min_idle_share": 0.5},
+    "waste_slices": {"limit": 1000},
+}
+MONTH_QUERIES = sorted(["dashboard/gpu_heatmap_hourly"] + [f"dashboard/{p.stem}" for p in (store.SQL_DIR / "dashboard").glob("*.sql")
+                        if "$start" in p.read_text()]
+                       + ["dashboard/months", "chargeback/dividend_groups", "chargeback/dividend_coverage",
+                          "chargeback/dividend_idle_power"])
+
+
+def _varied(path: Path) -> None:
+    """What the plain fixture lacks: short-lived pods, a namespace billed to another tenant,
+    DRA claims on part of a slice's hours, GPU-hours without an energy reading, a critical
+    Xid on every GPU in one hour."""
+    con = duckdb.connect(str(path))
+    try:
+        for source, pod in (("jupyter-alice", "scratch-20261110-18"), ("embed-0", "probe-20261110-18")):
+            con.execute("""INSERT INTO slice_hour SELECT * REPLACE (? AS pod, ? AS pod_uid) FROM slice_hour
+                           WHERE pod = ? AND hour >= TIMESTAMP '2026-11-10 09:00' AND hour < TIMESTAMP '2026-11-10 15:00'""",
+                        [pod, f"uid-{pod}", source])
+        cluster, namespace = con.execute(
+            "SELECT cluster, namespace FROM slice_hour s JOIN tenants t ON t.api_server = s.cluster "
+            "WHERE t.tenant = 'acme' AND namespace IS NOT NULL ORDER BY namespace LIMIT 1").fetchone()
+        con.execute("INSERT INTO tenant_namespace_overrides VALUES (?, ?, 'globex')", [cluster, namespace])
+        con.execute("UPDATE slice_hour SET claim = 'claim-' || pod, driver = 'gpu.nvidia.com' "
+                    "WHERE pod = (SELECT min(pod) FROM slice_hour) AND hour >= TIMESTAMP '2026-11-20'")
+        con.execute("UPDATE gpu_hour SET energy_joules = NULL WHERE node = 'gpu-node-4' AND hour < TIMESTAMP '2026-11-05'")
+        con.execute("UPDATE gpu_hour SET xid_events = 1, xid_critical_count = 1, xid_critical_code = 79 "
+                    "WHERE hour = TIMESTAMP '2026-11-12 14:00'")
+    finally:
+        con.close()
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> tuple[Path, Path]:
+    """(the store, a readers' file refreshed from it)."""
+    folder = tmp_path_factory.mktemp("days")
+    db = build_fleet_db(folder / "fleet.duckdb", "2026-11", earlier=(("2026-10", 3),))
+    _varied(db)
+    con = store.connect(db)
+    try:
+        reader = ReaderFile(con, folder / "reader.duckdb").refresh()
+    finally:
+        con.close()
+    return db, reader
+
+
+def _params(name: str, con) -> dict:
+    if name == "dashboard/gpu_heatmap_hourly":
+        return dict(_params("dashboard/gpu_heatmap", con), bucket="hour")
+    params = dict(MONTH, **PARAMS.get(name.split("/")[1], {}))
+    if "gpu" in params:
+        params["gpu"] = con.execute("SELECT min(gpu_uuid) FROM slice_hour").fetchone()[0]
+    return params
+
+
+def _rows(con, name: str) -> list[tuple]:
+    sql = store.sql_text(f"{'dashboard/gpu_heatmap' if name == 'dashboard/gpu_heatmap_hourly' else name}.sql")
+    return con.execute(sql, {k: v for k, v in _params(name, con).items() if f"${k}" in sql}).fetchall()
+
+
+def _close(a, b) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        if a is None or b is None:
+            return a is b
+        return (math.isnan(a) and math.isnan(b)) or abs(a - b) <= 1e-9 * (1 + abs(b))
+    return a == b
+
+
+def _assert_same_rows(ours: list[tuple], theirs: list[tuple], what: str) -> None:
+    assert len(ours) == len(theirs), what
+    for x, y in zip(ours, theirs):
+        assert len(x) == len(y) and all(_close(a, b) for a, b in zip(x, y)), (what, x, y)
+
+
+@pytest.mark.parametrize("tenant", [None, "acme", "globex", "initech"])
+def test_every_month_query_reads_the_same_from_the_readers_day_figures(files, tenant):
+    db, reader = files
+    on_store, on_file = store.connect(db, read_only=True), store.connect(reader, read_only=True)
+    try:
+        assert store.is_reader_file(on_file) and not store.is_reader_file(on_store)
+        if tenant:
+            scope_connection(on_store, tenant)
+            scope_connection(on_file, tenant)
+        nonempty = 0
+        for name in MONTH_QUERIES:
+            ours, theirs = _rows(on_file, name), _rows(on_store, name)
+            _assert_same_rows(ours, theirs, f"{name} for {tenant or 'the fleet'}")
+            nonempty += bool(ours)
+        assert nonempty >= len(MONTH_QUERIES) - 2   # a tenant may have no unassigned rows, no short pods
+    finally:
+        on_store.close()
+        on_file.close()
+
+
+def test_the_readers_file_reads_its_day_figures_not_the_hours(files, tmp_path):
+    """The month's pages on a readers' file whose hours were emptied still show the month:
+    they read the day figures."""
+    _, reader = files
+    copy = tmp_path / "reader-copy.duckdb"
+    shutil.copyfile(Path(reader).resolve(), copy)
+    with store.connect(copy, read_only=True) as con:
+        before = _rows(con, "dashboard/fleet_summary")
+    raw = duckdb.connect(str(copy))
+    raw.execute("DELETE FROM gpu_hour")
+    raw.execute("DELETE FROM slice_hour")
+    raw.close()
+    with store.connect(copy, read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM gpu_hour").fetchone()[0] == 0
+        after = _rows(con, "dashboard/fleet_summary")
+    assert before[0][0] > 0
+    _assert_same_rows(after, before, "fleet_summary without the hours")
+
+
+def test_a_refresh_recomputes_the_days_of_the_hours_that_changed(files, tmp_path):
+    """Late data for one hour of 3 November, and a slice moved to another GPU on 20 November:
+    after an incremental refresh the file's day figures equal the store's, day by day."""
+    db, _ = files
+    live_path = tmp_path / "live.duckdb"
+    shutil.copyfile(db, live_path)
+    con = store.connect(live_path)
+    try:
+        reader = ReaderFile(con, tmp_path / "reader.duckdb")
+        reader.refresh()
+        reader.refresh()   # both data files exist: the next refresh copies changed hours only
+        with store.transaction(con):
+            con.execute("UPDATE gpu_hour SET metered_s = metered_s / 2, sm_util_s = sm_util_s / 2 "
+                        "WHERE hour = TIMESTAMP '2026-11-03 07:00'")
+            con.execute("UPDATE slice_hour SET gpu_uuid = (SELECT max(gpu_uuid) FROM gpu_hour) "
+                        "WHERE hour = TIMESTAMP '2026-11-20 12:00' AND pod = (SELECT min(pod) FROM slice_hour)")
+            con.execute("INSERT INTO reader_changes (hour) VALUES "
+                        "(TIMESTAMP '2026-11-03 07:00'), (TIMESTAMP '2026-11-20 12:00')")
+        reader.refresh()
+        assert reader.incremental
+        with store.connect(reader.dest, read_only=True) as on_file:
+            for name in MONTH_QUERIES:
+                _assert_same_rows(_rows(on_file, name), _rows(con, name), name)
+            day3 = on_file.execute("SELECT sum(metered_s) FROM reader_gpu_day WHERE day = TIMESTAMP '2026-11-03'"
+                                   ).fetchone()[0]
+        assert day3 == pytest.approx(con.execute(
+            "SELECT sum(metered_s) FROM gpu_hour WHERE hour >= TIMESTAMP '2026-11-03' AND hour < TIMESTAMP '2026-11-04'"
+        ).fetchone()[0], rel=1e-12)
+    finally:
+        con.close()
