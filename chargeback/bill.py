@@ -311,8 +311,10 @@ def month_lines(con, month_start: date, src_asof: date | None, catalog: PriceCat
     con.execute("DELETE FROM cb_calc_sum_t")
     con.execute("DELETE FROM cb_hour_charge_t")
     if kept:
-        for table, sums in (("cb_calc_sum_t", "kept_calc_sums"), ("cb_hour_charge_t", "kept_hour_charge")):
-            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {sums}(?, ?, ?, ?)",
+        con.execute("INSERT INTO cb_calc_sum_t BY NAME SELECT * FROM kept_calc_sums(?, ?, ?, ?)",
+                    [month_start, m_end, share, basis])
+        if con.execute("SELECT kept_any_over(?, ?)", [month_start, m_end]).fetchone()[0]:
+            con.execute("INSERT INTO cb_hour_charge_t BY NAME SELECT * FROM kept_hour_charge(?, ?, ?, ?)",
                         [month_start, m_end, share, basis])
     for s_start, s_end in [] if kept else spans:
         for table, sums in (("cb_calc_sum_t", "cb_calc_sums"), ("cb_hour_charge_t", "cb_hour_charge")):

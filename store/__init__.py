@@ -94,12 +94,18 @@ def apply_views(con: duckdb.DuckDBPyConnection) -> None:
         lake.apply_lake_views(con)
 
 
+# what a readers' file holds beside the store's tables (sql/schema/090_reader_days.sql are empty in a store)
+_READER_FILE_TABLES = ("reader_file_state", "reader_gpu_day", "reader_slice_day", "reader_cluster_hour",
+                       "reader_kept_slice_day", "reader_health_event",
+                       "reader_health_event_slice")
+
+
 def is_reader_file(con: duckdb.DuckDBPyConnection) -> bool:
     """Whether the connection's database is a readers' file written by a refresh
     (store/reader_file.py), which keeps the day figures of every day it holds."""
-    return con.execute("SELECT count(*) = 4 FROM duckdb_tables() WHERE database_name = current_database() "
-                       "AND schema_name = 'main' AND table_name IN ('reader_file_state', 'reader_gpu_day', "
-                       "'reader_slice_day', 'reader_cluster_hour')").fetchone()[0]
+    return con.execute("SELECT count(*) = ? FROM duckdb_tables() WHERE database_name = current_database() "
+                       "AND schema_name = 'main' AND table_name IN ?",
+                       [len(_READER_FILE_TABLES), list(_READER_FILE_TABLES)]).fetchone()[0]
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:

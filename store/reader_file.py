@@ -56,14 +56,14 @@ import os
 import threading
 import time
 from collections import Counter
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Iterator
 
 import duckdb
 
 from slicemeter.common import fsync_path
-from slicemeter.store import has_pending_rollups, quote_ident, quote_literal, sql_text, transaction
+from slicemeter.store import apply_views, has_pending_rollups, quote_ident, quote_literal, sql_text, transaction
 
 log = logging.getLogger("slicemeter.ingest")
 
@@ -72,6 +72,13 @@ _STATE = "reader_file_state"   # in a data file: the store it is of and the refr
 _SLOTS = ("a", "b")
 _HOUR = timedelta(hours=1)
 _DAY = timedelta(days=1)
+# a readers' day table -> the macro of sql/views/305_day_figures.sql that computes it, and its time column
+_DAY_FIGURES = {"reader_gpu_day": ("gpu_days_of_hours", "day"), "reader_slice_day": ("slice_days_of_hours", "day"),
+                "reader_cluster_hour": ("cluster_hours_of_hours", "hour"),
+                "reader_kept_slice_day": ("kept_slice_days_of_hours", "day"),
+                "reader_health_event": ("gpu_health_noted_of_hours", "hour"),
+                "reader_health_event_slice": ("slices_on_noted_of_hours", "hour")}
+_ONWARD = ("reader_health_event", "reader_health_event_slice")   # recomputed from the first day changed on
 _DAYS_PER_STATEMENT = 7        # whole-file day figures: a week of hours per statement bounds the join's memory
 _MAX_RANGES = 16               # beyond, the changed hours are matched as a set, not range by range
 
@@ -179,6 +186,10 @@ def _day_ranges(days: list[datetime]) -> list[tuple[datetime, datetime]]:
     return [(a, b) for a, b in ranges]
 
 
+def _days_between(first: date, last: date) -> list[datetime]:
+    return [datetime.combine(first, datetime.min.time()) + i * _DAY for i in range((last - first).days + 1)]
+
+
 def _ts(value: datetime) -> str:
     return quote_literal(str(value)) + "::TIMESTAMP"
 
@@ -210,9 +221,6 @@ class ReaderFile:
         refresh = self._stamp()
         cur = self.con.cursor()
         try:
-            # the day figures' macros, on this cursor's own temp catalog (before the transaction:
-            # it then writes the data file only)
-            cur.execute(sql_text("views/305_day_figures.sql"))
             cur.execute("BEGIN TRANSACTION")
             # the first read of the live database fixes the state the whole refresh sees
             if has_pending_rollups(cur):
@@ -255,6 +263,7 @@ class ReaderFile:
         aux = self.con.cursor()
         tmp = None
         try:
+            apply_views(cur)   # the day figures' macros (sql/views/305_day_figures.sql), on this cursor's temp catalog
             tables = cur.execute(sql_text("ingest/reader_tables.sql")).fetchall()
             source = quote_ident(cur.execute("SELECT current_database()").fetchone()[0])
             identity = cur.execute("SELECT store_id, pruned FROM reader_state").fetchone() if refresh else None
@@ -375,27 +384,28 @@ class ReaderFile:
     @staticmethod
     def _days(cur, tables, hours: list[datetime] | None) -> None:
         """Recompute the day figures of the days of `hours` (every day the store holds for
-        None) from the pinned store's hours."""
+        None) from the pinned store's hours; the health events from the first of those days
+        to the last day held."""
+        first, last = cur.execute("SELECT min(hour)::DATE, max(hour)::DATE FROM (SELECT hour FROM gpu_hour "
+                                  "UNION ALL SELECT hour FROM slice_hour)").fetchone()
         if hours is None:
-            first, last = cur.execute("SELECT min(hour), max(hour) FROM (SELECT hour FROM gpu_hour "
-                                      "UNION ALL SELECT hour FROM slice_hour)").fetchone()
-            days = [] if first is None else [
-                datetime.combine(first.date(), datetime.min.time()) + i * _DAY
-                for i in range((last.date() - first.date()).days + 1)]
+            days = _days_between(first, last) if first is not None else []
         else:
             days = sorted({datetime.combine(h.date(), datetime.min.time()) for h in hours})
-        fill = {"reader_gpu_day": "gpu_days_of_hours", "reader_slice_day": "slice_days_of_hours",
-                "reader_cluster_hour": "cluster_hours_of_hours"}
+        onward = _days_between(days[0].date(), max(days[-1].date(), last or days[-1].date())) if days else []
         for name, *_, by_day in tables:
             if not by_day:
                 continue
-            theirs, key = f"{_ALIAS}.{quote_ident(name)}", "hour" if name == "reader_cluster_hour" else "day"
+            macro, key = _DAY_FIGURES[name]
+            theirs = f"{_ALIAS}.{quote_ident(name)}"
             if hours is None:
                 cur.execute(f"DELETE FROM {theirs}")
-            for a, b in _day_ranges(days):
-                if hours is not None:
+            elif name in _ONWARD and onward:
+                cur.execute(f"DELETE FROM {theirs} WHERE {key} >= {_ts(onward[0])}")
+            for a, b in _day_ranges(onward if hours is not None and name in _ONWARD else days):
+                if hours is not None and name not in _ONWARD:
                     cur.execute(f"DELETE FROM {theirs} WHERE {key} >= {_ts(a)} AND {key} < {_ts(b)}")
-                cur.execute(f"INSERT INTO {theirs} BY NAME SELECT * FROM {fill[name]}({_ts(a)}, {_ts(b)})")
+                cur.execute(f"INSERT INTO {theirs} BY NAME SELECT * FROM {macro}({_ts(a)}, {_ts(b)})")
 
     @staticmethod
     def _counts_agree(cur, source: str, tables) -> bool:

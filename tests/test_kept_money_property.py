@@ -25,6 +25,7 @@ from slicemeter import store
 from slicemeter.chargeback.bill import BASES, IDLE_POLICIES, SHARES, compute_bill, parse_month
 from slicemeter.chargeback.close import close_month
 from slicemeter.chargeback.kept import forget_kept, kept_current
+from slicemeter.store.reader_file import ReaderFile
 from slicemeter.chargeback.prices import parse_prices_text
 from slicemeter.ingest.strings import StringIds
 from slicemeter.ingest.writer import Batch, write_batch
@@ -93,9 +94,10 @@ def _ingest(con, chunks, batch: int, fold_every: int, ids: StringIds) -> None:
         write_batch(con, b, ids, fold=last or n % fold_every == 0)
 
 
-def _arrive(con, case) -> None:
+def _arrive(con, case, reader: ReaderFile) -> None:
     """Ingest the chunks in a random order; some after a first bill, some after October's
-    close (at least one of October's: a correction)."""
+    close (at least one of October's: a correction); the readers' file refreshed after each
+    phase (its day figures recomputed for the days that changed)."""
     rng = random.Random(case["seed"])
     chunks = _chunks(case)
     rng.shuffle(chunks)
@@ -107,11 +109,15 @@ def _arrive(con, case) -> None:
     on_time, late, after_close = chunks[:cut_late], chunks[cut_late:cut_after], chunks[cut_after:]
     ids = StringIds(con)
     _ingest(con, on_time, case["batch"], case["fold_every"], ids)
+    reader.refresh()
     if late:
         compute_bill(con, "2026-11", prices=PRICES)   # a reader between arrivals
         _ingest(con, late, case["batch"], case["fold_every"], ids)
+        reader.refresh()
     close_month(con, "2026-10", PRICES)
+    reader.refresh()
     _ingest(con, after_close, case["batch"], case["fold_every"], ids)
+    reader.refresh()
 
 
 def _from_scratch(con, month, basis, idle, share):
@@ -150,16 +156,20 @@ def test_kept_money_equals_from_scratch(tmp_path_factory, case, export_basis, ex
     con = store.connect(db)
     try:
         add_tenants(con)
-        _arrive(con, case)
+        reader = ReaderFile(con, tmp / "reader.duckdb")
+        _arrive(con, case, reader)
         assert kept_current(con, *parse_month("2026-11"))
         corrections = 0
-        for basis in BASES:
-            for idle in IDLE_POLICIES:
-                for share in SHARES:
-                    kept = compute_bill(con, "2026-11", basis, idle, share, PRICES)
-                    _same_bill(kept, _from_scratch(con, "2026-11", basis, idle, share))
-                    assert kept.total > 0
-                    corrections += int((kept.detail["charge_class"] == "Correction").sum())
+        with store.connect(reader.dest, read_only=True) as on_file:   # kept money summed per day
+            assert store.is_reader_file(on_file) and kept_current(on_file, *parse_month("2026-11"))
+            for basis in BASES:
+                for idle in IDLE_POLICIES:
+                    for share in SHARES:
+                        kept = compute_bill(con, "2026-11", basis, idle, share, PRICES)
+                        _same_bill(kept, _from_scratch(con, "2026-11", basis, idle, share))
+                        _same_bill(compute_bill(on_file, "2026-11", basis, idle, share, PRICES), kept)
+                        assert kept.total > 0
+                        corrections += int((kept.detail["charge_class"] == "Correction").sum())
         assert corrections > 0   # October's late Ticks after its close
         con.execute("CHECKPOINT")
     finally:
@@ -177,6 +187,7 @@ def test_kept_money_equals_from_scratch(tmp_path_factory, case, export_basis, ex
     files = _export(db, tmp / "kept-out", export_basis, export_idle, export_share, prices)
     assert len(files) == 5
     assert files == _export(scratch_db, tmp / "scratch-out", export_basis, export_idle, export_share, prices)
+    assert files == _export(tmp / "reader.duckdb", tmp / "reader-out", export_basis, export_idle, export_share, prices)
 
 
 def test_rollups_changed_outside_a_fold_are_billed_from_scratch(tmp_path):

@@ -38,7 +38,7 @@ MONTH_QUERIES = sorted(["dashboard/gpu_heatmap_hourly"] + [f"dashboard/{p.stem}"
 def _varied(path: Path) -> None:
     """What the plain fixture lacks: short-lived pods, a namespace billed to another tenant,
     DRA claims on part of a slice's hours, GPU-hours without an energy reading, a critical
-    Xid on every GPU in one hour."""
+    Xid on every GPU in one hour, an aggregate ECC counter read on one GPU."""
     con = duckdb.connect(str(path))
     try:
         for source, pod in (("jupyter-alice", "scratch-20261110-18"), ("embed-0", "probe-20261110-18")):
@@ -54,6 +54,9 @@ def _varied(path: Path) -> None:
         con.execute("UPDATE gpu_hour SET energy_joules = NULL WHERE node = 'gpu-node-4' AND hour < TIMESTAMP '2026-11-05'")
         con.execute("UPDATE gpu_hour SET xid_events = 1, xid_critical_count = 1, xid_critical_code = 79 "
                     "WHERE hour = TIMESTAMP '2026-11-12 14:00'")
+        con.execute("UPDATE gpu_hour SET ecc_agg_first = 5, ecc_agg_last = 5, ecc_agg_max = 5, "
+                    "ecc_agg_first_ts_ms = epoch_ms(hour), ecc_agg_last_ts_ms = epoch_ms(hour) + 3599000 "
+                    "WHERE gpu_uuid = (SELECT min(gpu_uuid) FROM gpu_hour)")
     finally:
         con.close()
 
@@ -140,8 +143,10 @@ def test_the_readers_file_reads_its_day_figures_not_the_hours(files, tmp_path):
 
 
 def test_a_refresh_recomputes_the_days_of_the_hours_that_changed(files, tmp_path):
-    """Late data for one hour of 3 November, and a slice moved to another GPU on 20 November:
-    after an incremental refresh the file's day figures equal the store's, day by day."""
+    """Late data for one hour of 3 November, a slice moved to another GPU on 20 November, and a
+    lower ECC reading late on 24 November (so the next hour, on another day, shows an
+    increase): after an incremental refresh the file's day figures and health events equal
+    the store's."""
     db, _ = files
     live_path = tmp_path / "live.duckdb"
     shutil.copyfile(db, live_path)
@@ -155,13 +160,17 @@ def test_a_refresh_recomputes_the_days_of_the_hours_that_changed(files, tmp_path
                         "WHERE hour = TIMESTAMP '2026-11-03 07:00'")
             con.execute("UPDATE slice_hour SET gpu_uuid = (SELECT max(gpu_uuid) FROM gpu_hour) "
                         "WHERE hour = TIMESTAMP '2026-11-20 12:00' AND pod = (SELECT min(pod) FROM slice_hour)")
-            con.execute("INSERT INTO reader_changes (hour) VALUES "
-                        "(TIMESTAMP '2026-11-03 07:00'), (TIMESTAMP '2026-11-20 12:00')")
+            con.execute("UPDATE gpu_hour SET ecc_agg_first = 3, ecc_agg_last = 3, ecc_agg_max = 3 "
+                        "WHERE hour = TIMESTAMP '2026-11-24 23:00' AND gpu_uuid = (SELECT min(gpu_uuid) FROM gpu_hour)")
+            con.execute("INSERT INTO reader_changes (hour) VALUES (TIMESTAMP '2026-11-03 07:00'), "
+                        "(TIMESTAMP '2026-11-20 12:00'), (TIMESTAMP '2026-11-24 23:00')")
         reader.refresh()
         assert reader.incremental
         with store.connect(reader.dest, read_only=True) as on_file:
             for name in MONTH_QUERIES:
                 _assert_same_rows(_rows(on_file, name), _rows(con, name), name)
+            ecc = [r for r in _rows(on_file, "dashboard/gpu_events") if "ECC" in r[3]]
+            assert [(str(r[0]), r[3]) for r in ecc] == [("2026-11-25 00:00:00", "2 uncorrectable ECC errors")]
             day3 = on_file.execute("SELECT sum(metered_s) FROM reader_gpu_day WHERE day = TIMESTAMP '2026-11-03'"
                                    ).fetchone()[0]
         assert day3 == pytest.approx(con.execute(

@@ -4,6 +4,6 @@
 SELECT e.hour, e.gpu_uuid, e.node, e.what, e.degraded,
        coalesce(string_agg(DISTINCT s.tenant, ', ' ORDER BY s.tenant), '') AS tenants
 FROM gpu_health_events($start, $end, $throttled_share) e
-LEFT JOIN slice_hour_tenant s ON s.hour = e.hour AND s.gpu_uuid = e.gpu_uuid
+LEFT JOIN slices_on_noted_tenant($start, $end) s ON s.hour = e.hour AND s.gpu_uuid = e.gpu_uuid
 GROUP BY e.hour, e.gpu_uuid, e.node, e.what, e.degraded
 ORDER BY e.hour DESC, e.gpu_uuid;

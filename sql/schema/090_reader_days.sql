@@ -1,6 +1,7 @@
 -- Day figures for readers: the hour rollups summed per day (per GPU, per slice) and per
--- cluster-hour, so that a month's page reads about 30 rows per GPU instead of 720
--- (docs/live-bill.md, Readers' day figures). Filled only in the readers' file: each refresh
+-- cluster-hour, the money kept per hour (sql/schema/060_kept_money.sql) summed per
+-- slice-day, and the GPU-hours with a health event, so that a month's page or bill reads
+-- about 30 rows per GPU instead of 720 (docs/live-bill.md, Readers' day figures). Filled only in the readers' file: each refresh
 -- recomputes the days of the hours it copied (store/reader_file.py) with the macros of
 -- sql/views/305_day_figures.sql, whose column lists these tables follow. In the live store
 -- they stay empty, and readers of the store (or of a lake) compute the same rows from the
@@ -69,4 +70,32 @@ CREATE TABLE IF NOT EXISTS reader_cluster_hour (
     alloc_s             DOUBLE,
     reserved_idle_s     DOUBLE,       -- per GPU-hour max(allocated - used, 0)
     unallocated_s       DOUBLE        -- per GPU-hour max(metered - max(allocated, used), 0)
+);
+
+-- kept_slice_hour summed per day, slice and placement (the bill's kept_calc_sums sums these
+-- over the month); a slice-hour placed without a model keeps its hour, for the bill to find
+-- the model it looked up. w_*: per hour max(allocation - usage, 0) of each share kind.
+CREATE TABLE IF NOT EXISTS reader_kept_slice_day (
+    day        TIMESTAMP NOT NULL,
+    model_hour TIMESTAMP,
+    gpu_uuid VARCHAR, p_cluster VARCHAR, p_node VARCHAR, p_model VARCHAR,
+    cluster VARCHAR, namespace VARCHAR, pod VARCHAR, pod_uid VARCHAR, container VARCHAR,
+    a_dom HUGEINT, a_mem HUGEINT, a_cores HUGEINT, u HUGEINT, m_dom HUGEINT, m_mem HUGEINT, m_cores HUGEINT,
+    e_dom HUGEINT, e_mem HUGEINT, e_cores HUGEINT, w_dom HUGEINT, w_mem HUGEINT, w_cores HUGEINT,
+    n BIGINT NOT NULL
+);
+
+-- The GPU-hours with something to say about their health (sql/views/012_health.sql
+-- gpu_health_noted: an Xid, an uncorrectable ECC error, throttling, lost), with gpu_health's
+-- columns, and the slice-hours on them. A refresh recomputes them from the first day it
+-- changed onwards (an ECC reading changes the next reading's increase).
+CREATE TABLE IF NOT EXISTS reader_health_event (
+    hour TIMESTAMP NOT NULL, gpu_uuid VARCHAR, cluster VARCHAR, node VARCHAR, model VARCHAR, metered_s DOUBLE,
+    xid_events BIGINT, xid_critical_count BIGINT, xid_critical_code INTEGER, ecc_uncorrected_increase BIGINT,
+    throttled_s DOUBLE, lost_s DOUBLE, temperature_max_celsius FLOAT
+);
+
+CREATE TABLE IF NOT EXISTS reader_health_event_slice (
+    hour TIMESTAMP NOT NULL, gpu_uuid VARCHAR, cluster VARCHAR, namespace VARCHAR, pod VARCHAR, pod_uid VARCHAR,
+    container VARCHAR, alloc_dominant_share_s DOUBLE
 );

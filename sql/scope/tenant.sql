@@ -58,6 +58,14 @@ SELECT * FROM gpu_days_of_hours(d_start, d_end);
 CREATE OR REPLACE TEMP MACRO cluster_hours(d_start, d_end) AS TABLE
 SELECT * FROM cluster_hours_of_hours(d_start, d_end);
 
+-- Health events too: a GPU's ECC readings before it came to the tenant are not the tenant's.
+CREATE OR REPLACE TEMP MACRO gpu_health_noted(h_start, h_end) AS TABLE
+SELECT * FROM gpu_health_noted_of_hours(h_start, h_end);
+
+CREATE OR REPLACE TEMP MACRO slices_on_noted(h_start, h_end) AS TABLE
+SELECT hour, gpu_uuid, cluster, namespace, pod, pod_uid, container, alloc_dominant_share_s
+FROM slice_hour WHERE hour >= h_start::TIMESTAMP AND hour < h_end::TIMESTAMP;
+
 CREATE OR REPLACE TEMP VIEW tenants AS
 SELECT * FROM {store}.main.tenants WHERE tenant = (SELECT tenant FROM scope_tenant);
 

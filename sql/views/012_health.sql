@@ -36,20 +36,53 @@ SELECT hour, gpu_uuid, cluster, node, model, metered_s, coalesce(xid_events, 0) 
        coalesce(throttled_s, 0) AS throttled_s, coalesce(lost_s, 0) AS lost_s, temperature_max_celsius
 FROM h;
 
+-- What happened in a GPU-hour, in words ('' where nothing did).
+CREATE OR REPLACE TEMP MACRO health_what(xid_critical_count, xid_critical_code, xid_events, ecc_uncorrected_increase,
+                                         throttled_s, lost_s) AS
+    concat_ws('; ',
+        CASE WHEN xid_critical_count > 0 THEN 'Xid ' || xid_critical_code || ' (critical)' END,
+        CASE WHEN xid_events > 0 THEN xid_events || ' Xid events' END,
+        CASE WHEN ecc_uncorrected_increase > 0 THEN ecc_uncorrected_increase || ' uncorrectable ECC errors' END,
+        CASE WHEN throttled_s > 0 THEN 'throttled ' || round(throttled_s)::BIGINT || ' s' END,
+        CASE WHEN lost_s > 0 THEN 'lost ' || round(lost_s)::BIGINT || ' s' END);
+
 -- gpu_health with whether each hour was degraded and what happened, in words.
 CREATE OR REPLACE TEMP MACRO gpu_health_degraded(h_start, h_end, throttled_share) AS TABLE
 SELECT *, health_degraded(xid_critical_count, ecc_uncorrected_increase, lost_s, throttled_s, throttled_share) AS degraded,
-       concat_ws('; ',
-           CASE WHEN xid_critical_count > 0 THEN 'Xid ' || xid_critical_code || ' (critical)' END,
-           CASE WHEN xid_events > 0 THEN xid_events || ' Xid events' END,
-           CASE WHEN ecc_uncorrected_increase > 0 THEN ecc_uncorrected_increase || ' uncorrectable ECC errors' END,
-           CASE WHEN throttled_s > 0 THEN 'throttled ' || round(throttled_s)::BIGINT || ' s' END,
-           CASE WHEN lost_s > 0 THEN 'lost ' || round(lost_s)::BIGINT || ' s' END) AS what
+       health_what(xid_critical_count, xid_critical_code, xid_events, ecc_uncorrected_increase, throttled_s, lost_s) AS what
 FROM gpu_health(h_start, h_end);
+
+-- The GPU-hours of [h_start, h_end) with something to say (a degraded hour is one of them,
+-- whatever the throttled share), and the slice-hours on them with their tenants. A readers'
+-- file keeps both (sql/schema/090_reader_days.sql); sql/views/reader_days.sql reads them.
+CREATE OR REPLACE TEMP MACRO gpu_health_noted_of_hours(h_start, h_end) AS TABLE
+SELECT * FROM gpu_health(h_start, h_end)
+WHERE xid_events > 0 OR xid_critical_count > 0 OR ecc_uncorrected_increase > 0 OR throttled_s > 0 OR lost_s > 0;
+
+CREATE OR REPLACE TEMP MACRO gpu_health_noted(h_start, h_end) AS TABLE
+SELECT * FROM gpu_health_noted_of_hours(h_start, h_end);
+
+CREATE OR REPLACE TEMP MACRO slices_on_noted_of_hours(h_start, h_end) AS TABLE
+SELECT s.hour, s.gpu_uuid, s.cluster, s.namespace, s.pod, s.pod_uid, s.container, s.alloc_dominant_share_s
+FROM slice_hour s SEMI JOIN gpu_health_noted_of_hours(h_start, h_end) n ON n.hour = s.hour AND n.gpu_uuid = s.gpu_uuid
+WHERE s.hour >= h_start::TIMESTAMP AND s.hour < h_end::TIMESTAMP;
+
+-- Here every slice-hour of the range (its readers join it with the noted GPU-hours).
+CREATE OR REPLACE TEMP MACRO slices_on_noted(h_start, h_end) AS TABLE
+SELECT hour, gpu_uuid, cluster, namespace, pod, pod_uid, container, alloc_dominant_share_s
+FROM slice_hour WHERE hour >= h_start::TIMESTAMP AND hour < h_end::TIMESTAMP;
+
+CREATE OR REPLACE TEMP MACRO slices_on_noted_tenant(h_start, h_end) AS TABLE
+SELECT coalesce(o.tenant, ct.tenant, 'unassigned') AS tenant, s.*
+FROM slices_on_noted(h_start, h_end) s
+LEFT JOIN cluster_namespace_override o ON o.cluster = s.cluster AND o.namespace = s.namespace
+LEFT JOIN cluster_tenant ct ON ct.cluster = s.cluster;
 
 -- The GPU-hours of [h_start, h_end) with something wrong: the health events.
 CREATE OR REPLACE TEMP MACRO gpu_health_events(h_start, h_end, throttled_share) AS TABLE
-SELECT * FROM gpu_health_degraded(h_start, h_end, throttled_share) WHERE what <> '';
+SELECT *, health_degraded(xid_critical_count, ecc_uncorrected_increase, lost_s, throttled_s, throttled_share) AS degraded,
+       health_what(xid_critical_count, xid_critical_code, xid_events, ecc_uncorrected_increase, throttled_s, lost_s) AS what
+FROM gpu_health_noted(h_start, h_end);
 
 -- Each slice-hour of [h_start, h_end) with its tenant and whether its GPU-hour was degraded.
 CREATE OR REPLACE TEMP MACRO slice_hour_health(h_start, h_end, throttled_share) AS TABLE
@@ -59,10 +92,11 @@ LEFT JOIN gpu_health_degraded(h_start, h_end, throttled_share) d ON d.hour = s.h
 WHERE s.hour >= h_start::TIMESTAMP AND s.hour < h_end::TIMESTAMP;
 
 -- Per tenant: its allocation GPU-hours on degraded GPU-hours (dominant share), and how
--- many degraded GPU-hours its slices sat on.
+-- many degraded GPU-hours its slices sat on (a degraded hour is a noted one).
 CREATE OR REPLACE TEMP MACRO tenant_degraded_hours(h_start, h_end, throttled_share) AS TABLE
-SELECT tenant, sum(alloc_dominant_share_s) / 3600.0 AS degraded_gpu_hours,
-       count(DISTINCT (hour, gpu_uuid)) AS degraded_gpu_hours_touched
-FROM slice_hour_health(h_start, h_end, throttled_share)
-WHERE gpu_degraded
-GROUP BY tenant;
+SELECT s.tenant, sum(s.alloc_dominant_share_s) / 3600.0 AS degraded_gpu_hours,
+       count(DISTINCT (s.hour, s.gpu_uuid)) AS degraded_gpu_hours_touched
+FROM slices_on_noted_tenant(h_start, h_end) s
+JOIN gpu_health_events(h_start, h_end, throttled_share) e ON e.hour = s.hour AND e.gpu_uuid = s.gpu_uuid
+WHERE e.degraded
+GROUP BY s.tenant;

@@ -133,20 +133,26 @@ JOIN cb_place_t p ON p.cluster = k.cluster AND p.node = k.node AND p.gpu_uuid = 
                  AND p.model IS NOT DISTINCT FROM k.model
 WHERE k.hour >= m_start AND k.hour < m_end;
 
--- cb_calc_sum_t's rows from the kept slice-hours: summed per slice and placement first
--- (a slice-hour whose GPU-hour's model is looked up keeps its hour, to find its placement in
--- cb_hour_t), then attributed to tenants as slice_hour_tenant does, by cluster and namespace.
+-- The kept slice-hours of [m_start, m_end) summed per slice and placement for a share kind
+-- and basis (a slice-hour whose GPU-hour's model is looked up keeps its hour, to find its
+-- placement in cb_hour_t). A readers' file sums its per-day sums instead
+-- (sql/views/reader_days.sql).
+CREATE OR REPLACE TEMP MACRO kept_slice_sums(m_start, m_end, share_kind, basis) AS TABLE
+SELECT CASE WHEN p_model IS NULL THEN hour END AS model_hour, gpu_uuid, p_cluster, p_node, p_model,
+       cluster, namespace, pod, pod_uid, container,
+       sum(kept_pick(share_kind, a_dom, a_mem, a_cores))::HUGEINT AS alloc_u, sum(u)::HUGEINT AS used_u,
+       sum(CASE basis WHEN 'usage' THEN u WHEN 'max' THEN kept_pick(share_kind, m_dom, m_mem, m_cores)
+                      ELSE kept_pick(share_kind, a_dom, a_mem, a_cores) END)::HUGEINT AS billed_u,
+       sum(greatest(kept_pick(share_kind, a_dom, a_mem, a_cores) - u, 0))::HUGEINT AS waste_u,
+       sum(kept_pick(share_kind, e_dom, e_mem, e_cores))::HUGEINT AS energy_mj, count(*)::BIGINT AS n
+FROM kept_slice_hour WHERE hour >= m_start AND hour < m_end
+GROUP BY ALL;
+
+-- cb_calc_sum_t's rows from the kept slice-hours (kept_slice_sums), attributed to tenants as
+-- slice_hour_tenant does, by cluster and namespace.
 CREATE OR REPLACE TEMP MACRO kept_calc_sums(m_start, m_end, share_kind, basis) AS TABLE
 WITH k AS (
-    SELECT CASE WHEN p_model IS NULL THEN hour END AS model_hour, gpu_uuid, p_cluster, p_node, p_model,
-           cluster, namespace, pod, pod_uid, container,
-           sum(kept_pick(share_kind, a_dom, a_mem, a_cores))::HUGEINT AS alloc_u, sum(u)::HUGEINT AS used_u,
-           sum(CASE basis WHEN 'usage' THEN u WHEN 'max' THEN kept_pick(share_kind, m_dom, m_mem, m_cores)
-                          ELSE kept_pick(share_kind, a_dom, a_mem, a_cores) END)::HUGEINT AS billed_u,
-           sum(greatest(kept_pick(share_kind, a_dom, a_mem, a_cores) - u, 0))::HUGEINT AS waste_u,
-           sum(kept_pick(share_kind, e_dom, e_mem, e_cores))::HUGEINT AS energy_mj, count(*)::BIGINT AS n
-    FROM kept_slice_hour WHERE hour >= m_start AND hour < m_end
-    GROUP BY ALL
+    SELECT * FROM kept_slice_sums(m_start, m_end, share_kind, basis)
 ), named AS (
     SELECT k.*, p.pid FROM k JOIN cb_place_t p ON p.cluster = k.p_cluster AND p.node = k.p_node
                                               AND p.gpu_uuid = k.gpu_uuid AND p.model = k.p_model
@@ -187,3 +193,10 @@ SELECT g.hour, g.gid, k.billed_u, k.slice_rows, g.pid,
        cb_hour_overpaid_when(g.price_micro, k.billed_u, g.price_micro::HUGEINT * g.cap_u, g.cap_u) AS overpaid
 FROM k JOIN cb_gpu_id_t i USING (gpu_uuid) JOIN cb_gpu_calc() g ON g.hour = k.hour AND g.gid = i.gid
 WHERE k.b_tot > k.cap_u;
+
+-- Whether any kept GPU-hour of [m_start, m_end) may have been billed above its capacity in
+-- some share kind or basis (without one, kept_hour_charge has no rows: the bill skips its
+-- pass over the month's GPU-hours).
+CREATE OR REPLACE TEMP MACRO kept_any_over(m_start, m_end) AS
+EXISTS (SELECT 1 FROM kept_gpu_hour
+        WHERE hour >= m_start AND hour < m_end AND greatest(a_dom_tot, a_mem_tot, a_cores_tot, u_tot, m_dom_tot, m_mem_tot, m_cores_tot) > cb_cap_u(metered_s));

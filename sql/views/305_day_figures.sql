@@ -1,6 +1,7 @@
 -- Day figures from the hour rollups of [d_start, d_end) (whole days): per GPU-day, per
 -- slice-day and per cluster-hour, the columns of reader_gpu_day, reader_slice_day and
--- reader_cluster_hour (sql/schema/090_reader_days.sql). A readers' file keeps them for every
+-- reader_cluster_hour, and the money kept per hour summed per slice-day
+-- (reader_kept_slice_day; sql/schema/090_reader_days.sql). A readers' file keeps them for every
 -- day it holds (store/reader_file.py runs these macros on the store's hours); other readers
 -- compute them when they read (sql/views/310_days.sql). Every figure is a sum, count, max,
 -- bit-or or latest value, so a month's is the same aggregate over its days.
@@ -68,4 +69,18 @@ SELECT date_trunc('day', hour) AS day, gpu_uuid, cluster, node, namespace, pod, 
        arg_max(alloc_dominant_share_s / nullif(metered_s, 0), hour) AS allocation,
        max(hour) FILTER (WHERE alloc_dominant_share_s / nullif(metered_s, 0) IS NOT NULL) AS allocation_hour
 FROM s
+GROUP BY ALL;
+
+-- The money kept per slice-hour summed per day (sql/views/101_kept_money.sql kept_slice_sums).
+CREATE OR REPLACE TEMP MACRO kept_slice_days_of_hours(d_start, d_end) AS TABLE
+SELECT date_trunc('day', hour) AS day, CASE WHEN p_model IS NULL THEN hour END AS model_hour,
+       gpu_uuid, p_cluster, p_node, p_model, cluster, namespace, pod, pod_uid, container,
+       sum(a_dom)::HUGEINT AS a_dom, sum(a_mem)::HUGEINT AS a_mem, sum(a_cores)::HUGEINT AS a_cores,
+       sum(u)::HUGEINT AS u, sum(m_dom)::HUGEINT AS m_dom, sum(m_mem)::HUGEINT AS m_mem,
+       sum(m_cores)::HUGEINT AS m_cores, sum(e_dom)::HUGEINT AS e_dom, sum(e_mem)::HUGEINT AS e_mem,
+       sum(e_cores)::HUGEINT AS e_cores, sum(greatest(a_dom - u, 0))::HUGEINT AS w_dom,
+       sum(greatest(a_mem - u, 0))::HUGEINT AS w_mem, sum(greatest(a_cores - u, 0))::HUGEINT AS w_cores,
+       count(*)::BIGINT AS n
+FROM kept_slice_hour
+WHERE hour >= d_start AND hour < d_end
 GROUP BY ALL;
