@@ -24,7 +24,7 @@ import pyarrow as pa
 from slicemeter.chargeback import money
 from slicemeter.chargeback.kept import kept_current
 from slicemeter.chargeback.prices import DEFAULT_PRICES, PriceCatalog, load_prices, parse_prices_text
-from slicemeter.store import registered, sql_text
+from slicemeter.store import is_reader_file, registered, sql_text
 from slicemeter.common import ConfigError, check_choice, month_bounds, named
 
 BASES = ("allocation", "usage", "max")
@@ -261,12 +261,14 @@ DELETE FROM cb_place_t WHERE pid NOT IN (SELECT DISTINCT pid FROM cb_hour_t WHER
 """
 
 
-def fill_hours(con, args: list, share: str = "dominant", basis: str = "allocation", kept: bool = False) -> list[tuple]:
+def fill_hours(con, args: list, share: str = "dominant", basis: str = "allocation", kept: bool = False,
+               hours: bool = True) -> list[tuple]:
     """cb_hour_t: the month's GPU-hours (args: month start, end, src_asof), placed and with
     a model, with their slices' share totals; cb_gpu_id_t and cb_place_t: the GPUs and
-    placements they name; `kept`: from the money kept per hour (chargeback/kept.py). The
-    look-ups for hours no GPU row placed run only where there are such hours. Returns the
-    spans of hours the month is computed in (hour_spans)."""
+    placements they name; `kept`: from the money kept per hour (chargeback/kept.py);
+    `hours=False`: cb_hour_t left empty (a bill from the kept days). The look-ups for hours
+    no GPU row placed run only where there are such hours. Returns the spans of hours the
+    month is computed in (hour_spans)."""
     m_start, m_end, src = args
     fills = (("cb_gpu_id_t", "kept_gpu_ids"), ("cb_place_t", "kept_gpu_places")) if kept else (
         ("cb_gpu_id_t", "cb_gpu_ids"), ("cb_place_t", "cb_gpu_places"))
@@ -276,6 +278,8 @@ def fill_hours(con, args: list, share: str = "dominant", basis: str = "allocatio
                     args[:2] if kept else args)
     con.execute("DELETE FROM cb_hour_t")
     spans = hour_spans(m_start, m_end, con.execute("SELECT count(*) FROM cb_gpu_id_t").fetchone()[0])
+    if not hours:
+        return spans
     if kept:
         con.execute("INSERT INTO cb_hour_t BY NAME SELECT * FROM kept_hours_placed(?, ?, ?, ?)",
                     [m_start, m_end, share, basis])
@@ -298,22 +302,31 @@ def fill_hours(con, args: list, share: str = "dominant", basis: str = "allocatio
 
 
 def month_lines(con, month_start: date, src_asof: date | None, catalog: PriceCatalog,
-                basis: str, idle: str, share: str, use_kept: bool = False) -> tuple[list[dict], list[dict]]:
+                basis: str, idle: str, share: str, use_kept: bool = False,
+                by_day: bool = False) -> tuple[list[dict], list[dict]]:
     """Raw lines of one month's data (live rollups, or a frozen copy when src_asof is set),
     and the per-placement GPU aggregates, checked against each other before returning.
     `use_kept`: live rollups are read through the money kept per hour where it is current.
-    Leaves the month's GPU-hours in cb_hour_t (for the unmetered report)."""
+    `by_day`: on a readers' file, from the kept money summed per day where it can be
+    (docs/live-bill.md, Readers' day figures), leaving cb_hour_t empty; otherwise the
+    month's GPU-hours are left in cb_hour_t (for the unmetered report)."""
     m_end = parse_month(month_str(month_start))[1]
     args = [month_start, m_end, src_asof]
     kept = use_kept and src_asof is None and kept_current(con, month_start, m_end)
-    spans = fill_hours(con, args, share, basis, kept)
+    days = (kept and by_day and catalog.credit_degraded_hour is None and is_reader_file(con)
+            and con.execute("SELECT kept_days_billable(?, ?)", [month_start, m_end]).fetchone()[0])
+    spans = fill_hours(con, args, share, basis, kept, hours=not days)
     _register_prices(con, catalog)
+    if days and con.execute("SELECT bool_or(price_micro < 0) FROM cb_price").fetchone()[0]:
+        days = False   # kept_gpu_agg_days counts no overpaid GPU-hour, which a negative price makes
+        spans = fill_hours(con, args, share, basis, kept)
+        _register_prices(con, catalog)
     con.execute("DELETE FROM cb_calc_sum_t")
     con.execute("DELETE FROM cb_hour_charge_t")
     if kept:
         con.execute("INSERT INTO cb_calc_sum_t BY NAME SELECT * FROM kept_calc_sums(?, ?, ?, ?)",
                     [month_start, m_end, share, basis])
-        if con.execute("SELECT kept_any_over(?, ?)", [month_start, m_end]).fetchone()[0]:
+        if not days and con.execute("SELECT kept_any_over(?, ?)", [month_start, m_end]).fetchone()[0]:
             con.execute("INSERT INTO cb_hour_charge_t BY NAME SELECT * FROM kept_hour_charge(?, ?, ?, ?)",
                         [month_start, m_end, share, basis])
     for s_start, s_end in [] if kept else spans:
@@ -323,14 +336,17 @@ def month_lines(con, month_start: date, src_asof: date | None, catalog: PriceCat
     con.execute("DELETE FROM cb_detail_t")
     con.execute("INSERT INTO cb_detail_t BY NAME SELECT * FROM cb_detail()")
     con.execute("DELETE FROM cb_calc_sum_t")
-    gpus = _ints(_fetch_dicts(con.execute("SELECT * FROM cb_gpu_agg()")),
+    agg = con.execute("SELECT * FROM kept_gpu_agg_days(?, ?, ?, ?)", [month_start, m_end, share, basis]) if days \
+        else con.execute("SELECT * FROM cb_gpu_agg()")
+    gpus = _ints(_fetch_dicts(agg),
                  ("metered_u", "cost_raw", "charged_raw", "idle_raw", "idle_u", "energy_mj", "idle_energy_mj"))
     if any(g["overpaid_hours"] for g in gpus):
         check_gpu_hours(con.execute("SELECT * FROM cb_hour_overpaid()").fetchall())
     stored = con.execute("SELECT count(*) FROM cb_slice_src(?, ?, ?)", args).fetchone()[0]
     billed = con.execute("SELECT coalesce(sum(slice_hours), 0) FROM cb_detail_t").fetchone()[0]
     if stored != billed:
-        check_gpu_hours(con.execute("SELECT * FROM cb_hour_unbilled(?, ?, ?)", args).fetchall())
+        if not days:   # the GPU-hours that tell where, when they are at hand
+            check_gpu_hours(con.execute("SELECT * FROM cb_hour_unbilled(?, ?, ?)", args).fetchall())
         raise InvariantError(f"{stored} slice-hours stored, {billed} billed")
     slices = _slice_lines(con)
     credits = (_credit_lines(con, args, spans, catalog, share, basis)
@@ -338,13 +354,13 @@ def month_lines(con, month_start: date, src_asof: date | None, catalog: PriceCat
     con.execute("DELETE FROM cb_detail_t")
     con.execute("DELETE FROM cb_hour_charge_t")
     check_gpu_lines(slices, gpus)
-    notes = _notes_by_line(con, args)
+    notes = _notes_by_line(con, args, days)
     for s in slices:
         s["idle_u"] = 0
         unverified_u, s["unknown_u"], s["claim"], s["driver"] = notes.get(_slice_key(s), _NO_NOTES)
         # the allocation basis rests on no usage, checked or not
         s["unverified_u"] = unverified_u if basis != "allocation" else 0
-    drivers = _gpu_drivers(con, args)
+    drivers = _gpu_drivers(con, args, days)
     for g in gpus:
         g["driver"] = drivers.get(_placement_of(g), "")
     for c in credits:          # a credit line names its slice's claim and driver, as its charge does
@@ -378,20 +394,23 @@ _slice_key = itemgetter(*_SLICE_KEY)
 _NO_NOTES = (0, 0, "", "")
 
 
-def _notes_by_line(con, args: list) -> dict[tuple, tuple[int, int, str, str]]:
+def _notes_by_line(con, args: list, days: bool = False) -> dict[tuple, tuple[int, int, str, str]]:
     """Slice line identity -> (micro-seconds of its usage no NVML check covered, micro-seconds
     no reader measured its usage, DRA claim, DRA driver), for the lines with any
-    (sql/chargeback/slice_line_notes.sql)."""
+    (sql/chargeback/slice_line_notes.sql; `days`: from the kept slice-days)."""
     m_start, m_end, src = args
-    cur = con.execute(sql_text("chargeback/slice_line_notes.sql"), {"m_start": m_start, "m_end": m_end, "src_asof": src})
+    cur = con.execute("SELECT * FROM kept_notes_days(?, ?)", [m_start, m_end]) if days else \
+        con.execute(sql_text("chargeback/slice_line_notes.sql"), {"m_start": m_start, "m_end": m_end, "src_asof": src})
     return {_slice_key(r): (int(r["unverified_u"]), int(r["unknown_u"]), r["claim"], r["driver"])
             for r in _fetch_dicts(cur)}
 
 
-def _gpu_drivers(con, args: list) -> dict[tuple, str]:
-    """GPU placement -> its DRA driver, for the GPUs published through DRA."""
+def _gpu_drivers(con, args: list, days: bool = False) -> dict[tuple, str]:
+    """GPU placement -> its DRA driver, for the GPUs published through DRA (`days`: from the
+    kept GPU-days)."""
     m_start, m_end, src = args
-    cur = con.execute(sql_text("chargeback/dra_gpu_drivers.sql"), {"m_start": m_start, "m_end": m_end, "src_asof": src})
+    cur = con.execute("SELECT * FROM kept_drivers_days(?, ?)", [m_start, m_end]) if days else \
+        con.execute(sql_text("chargeback/dra_gpu_drivers.sql"), {"m_start": m_start, "m_end": m_end, "src_asof": src})
     return {_placement_of(r): r["driver"] for r in _fetch_dicts(cur)}
 
 
@@ -583,13 +602,15 @@ def _unmetered_report(con, m_start: date, m_end: date) -> tuple[pd.DataFrame, pa
 
 def compute_bill(con, month: str, basis: str = "allocation", idle: str = "platform",
                  share: str = "dominant", prices: PriceCatalog | str | None = None,
-                 tenant: str | None = None, unmetered: bool = True) -> Bill:
+                 tenant: str | None = None, unmetered: bool = True, detail_lines: bool = True) -> Bill:
     """The whole bill of an invoice month: its own data (Regular lines) plus corrections
     for closed months whose next open month it is. A closed month is computed from its
     frozen copy with the catalog it was closed with, so it never changes. Raises
     InvariantError (and nothing is to be written) when the money does not add up.
     `unmetered=False` leaves out the unmetered GPU-time report (empty frames), which the
-    money does not depend on: readers of the invoice alone skip a month-long pass."""
+    money does not depend on: readers of the invoice alone skip a month-long pass (and on a
+    readers' file the bill is computed from its kept days); `detail_lines=False` leaves out
+    the detail (an empty frame; the invoice is computed from the same rounded lines)."""
     check_options(basis, idle, share)
     with named("month"):
         m_start, m_end = parse_month(month)
@@ -622,7 +643,8 @@ def compute_bill(con, month: str, basis: str = "allocation", idle: str = "platfo
             ln["charge_class"], ln["charge_period"] = "Correction", month_str(c_month)
             corrections.append(ln)
 
-    lines, gpus = month_lines(con, m_start, src, catalog, basis, idle, share, use_kept=True)
+    # without the unmetered report (it reads the month's GPU-hours) a readers' file bills from its kept days
+    lines, gpus = month_lines(con, m_start, src, catalog, basis, idle, share, use_kept=True, by_day=not unmetered)
     for ln in lines:
         ln["charge_class"], ln["charge_period"] = "Regular", month
     lines += corrections
@@ -640,7 +662,7 @@ def compute_bill(con, month: str, basis: str = "allocation", idle: str = "platfo
         if tenant is not None:
             rounded = [ln for ln in rounded if ln["tenant"] == tenant]
             invoice_rows = [ln for ln in invoice_rows if ln["tenant"] == tenant]
-        detail = _line_records(rounded, _DETAIL_KEYS, catalog, True)
+        detail = _line_records(rounded, _DETAIL_KEYS, catalog, True) if detail_lines else []
         invoice = _line_records(invoice_rows, INVOICE_GROUP, catalog, False)
         detail_frame, invoice_frame = _frame(detail, _DETAIL_KEYS, True), _frame(invoice, INVOICE_GROUP, False)
         unmet, unmet_hours = report.result() if report else (pd.DataFrame(), None)
@@ -655,4 +677,4 @@ def chargeback(con, month: str, basis: str = "allocation", idle: str = "platform
     """One row per (charge class, period, line kind, tenant, namespace, GPU model) with
     Decimal money columns (charge, idle_share, cost, waste, energy_cost) and GPU-hours,
     kWh and gCO2e. The platform's idle is tenant 'platform', namespace '(idle)'."""
-    return compute_bill(con, month, basis, idle, share, prices, tenant, unmetered=False).invoice
+    return compute_bill(con, month, basis, idle, share, prices, tenant, unmetered=False, detail_lines=False).invoice

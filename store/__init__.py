@@ -96,7 +96,7 @@ def apply_views(con: duckdb.DuckDBPyConnection) -> None:
 
 # what a readers' file holds beside the store's tables (sql/schema/090_reader_days.sql are empty in a store)
 _READER_FILE_TABLES = ("reader_file_state", "reader_gpu_day", "reader_slice_day", "reader_cluster_hour",
-                       "reader_kept_slice_day", "reader_health_event",
+                       "reader_kept_slice_day", "reader_kept_gpu_day", "reader_health_event",
                        "reader_health_event_slice")
 
 

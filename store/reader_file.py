@@ -76,6 +76,7 @@ _DAY = timedelta(days=1)
 _DAY_FIGURES = {"reader_gpu_day": ("gpu_days_of_hours", "day"), "reader_slice_day": ("slice_days_of_hours", "day"),
                 "reader_cluster_hour": ("cluster_hours_of_hours", "hour"),
                 "reader_kept_slice_day": ("kept_slice_days_of_hours", "day"),
+                "reader_kept_gpu_day": ("kept_gpu_days_of_hours", "day"),
                 "reader_health_event": ("gpu_health_noted_of_hours", "hour"),
                 "reader_health_event_slice": ("slices_on_noted_of_hours", "hour")}
 _ONWARD = ("reader_health_event", "reader_health_event_slice")   # recomputed from the first day changed on

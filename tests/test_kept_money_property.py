@@ -6,7 +6,9 @@ first bill, and after the earlier month was closed (so they become corrections),
 whose NVML is down part of the time and a node whose GPUs move to another tenant's cluster.
 The month's bill read from the kept hours equals the bill recomputed from the rollups (the
 kept tables emptied) line for line, raw units included, for every basis, idle policy and
-share kind, and `slicemeter export` writes byte-identical files from both."""
+share kind, and `slicemeter export` writes byte-identical files from both. A readers' file
+refreshed along the way bills the same from its kept hours and, for the invoice alone, from
+the kept money summed per day; its export is byte-identical too."""
 from __future__ import annotations
 
 import hashlib
@@ -131,6 +133,11 @@ def _from_scratch(con, month, basis, idle, share):
         con.execute("ROLLBACK")
 
 
+def _models_known(con) -> bool:
+    return not con.execute("SELECT count(*) FROM kept_gpu_hour WHERE hour >= TIMESTAMP '2026-11-01' "
+                           "AND hour < TIMESTAMP '2026-12-01' AND model IS NULL").fetchone()[0]
+
+
 def _same_bill(kept, scratch) -> None:
     assert kept.detail.equals(scratch.detail)
     assert kept.invoice.equals(scratch.invoice)
@@ -159,7 +166,7 @@ def test_kept_money_equals_from_scratch(tmp_path_factory, case, export_basis, ex
         reader = ReaderFile(con, tmp / "reader.duckdb")
         _arrive(con, case, reader)
         assert kept_current(con, *parse_month("2026-11"))
-        corrections = 0
+        corrections = days_used = 0
         with store.connect(reader.dest, read_only=True) as on_file:   # kept money summed per day
             assert store.is_reader_file(on_file) and kept_current(on_file, *parse_month("2026-11"))
             for basis in BASES:
@@ -168,9 +175,14 @@ def test_kept_money_equals_from_scratch(tmp_path_factory, case, export_basis, ex
                         kept = compute_bill(con, "2026-11", basis, idle, share, PRICES)
                         _same_bill(kept, _from_scratch(con, "2026-11", basis, idle, share))
                         _same_bill(compute_bill(on_file, "2026-11", basis, idle, share, PRICES), kept)
+                        by_day = compute_bill(on_file, "2026-11", basis, idle, share, PRICES, unmetered=False)
+                        assert by_day.detail.equals(kept.detail) and by_day.invoice.equals(kept.invoice)
+                        days_used += not on_file.execute("SELECT count(*) FROM cb_hour_t").fetchone()[0]
                         assert kept.total > 0
                         corrections += int((kept.detail["charge_class"] == "Correction").sum())
         assert corrections > 0   # October's late Ticks after its close
+        # the invoice alone from the readers' file's kept days, unless an hour's GPU model is looked up
+        assert days_used == (len(BASES) * len(IDLE_POLICIES) * len(SHARES) if _models_known(con) else 0)
         con.execute("CHECKPOINT")
     finally:
         con.close()

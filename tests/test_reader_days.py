@@ -13,6 +13,8 @@ import duckdb
 import pytest
 
 from slicemeter import store
+from slicemeter.chargeback.bill import BASES, IDLE_POLICIES, SHARES, compute_bill
+from slicemeter.chargeback.kept import keep_hours, kept_current
 from slicemeter.dashboard.data import scope_connection
 from slicemeter.store.reader_file import ReaderFile
 from slicemeter.testkit.fleet_fixture import build_fleet_db
@@ -37,8 +39,9 @@ MONTH_QUERIES = sorted(["dashboard/gpu_heatmap_hourly"] + [f"dashboard/{p.stem}"
 
 def _varied(path: Path) -> None:
     """What the plain fixture lacks: short-lived pods, a namespace billed to another tenant,
-    DRA claims on part of a slice's hours, GPU-hours without an energy reading, a critical
-    Xid on every GPU in one hour, an aggregate ECC counter read on one GPU."""
+    DRA claims on part of a slice's hours and a DRA driver on a node's GPU rows, usage no NVML
+    check covered, GPU-hours without an energy reading, a critical Xid on every GPU in one
+    hour, an aggregate ECC counter read on one GPU."""
     con = duckdb.connect(str(path))
     try:
         for source, pod in (("jupyter-alice", "scratch-20261110-18"), ("embed-0", "probe-20261110-18")):
@@ -51,6 +54,10 @@ def _varied(path: Path) -> None:
         con.execute("INSERT INTO tenant_namespace_overrides VALUES (?, ?, 'globex')", [cluster, namespace])
         con.execute("UPDATE slice_hour SET claim = 'claim-' || pod, driver = 'gpu.nvidia.com' "
                     "WHERE pod = (SELECT min(pod) FROM slice_hour) AND hour >= TIMESTAMP '2026-11-20'")
+        con.execute("UPDATE gpu_hour SET driver = 'gpu.nvidia.com' WHERE node = 'gpu-node-3' "
+                    "AND hour >= TIMESTAMP '2026-11-20'")
+        con.execute("UPDATE slice_hour SET usage_unverified_s = 1800 WHERE pod = (SELECT max(pod) FROM slice_hour) "
+                    "AND hour >= TIMESTAMP '2026-11-07' AND hour < TIMESTAMP '2026-11-09'")
         con.execute("UPDATE gpu_hour SET energy_joules = NULL WHERE node = 'gpu-node-4' AND hour < TIMESTAMP '2026-11-05'")
         con.execute("UPDATE gpu_hour SET xid_events = 1, xid_critical_count = 1, xid_critical_code = 79 "
                     "WHERE hour = TIMESTAMP '2026-11-12 14:00'")
@@ -69,6 +76,7 @@ def files(tmp_path_factory) -> tuple[Path, Path]:
     _varied(db)
     con = store.connect(db)
     try:
+        keep_hours(con, datetime(2026, 10, 1), MONTH["end"])   # rollups written directly: keep their money
         reader = ReaderFile(con, folder / "reader.duckdb").refresh()
     finally:
         con.close()
@@ -121,6 +129,31 @@ def test_every_month_query_reads_the_same_from_the_readers_day_figures(files, te
     finally:
         on_store.close()
         on_file.close()
+
+
+def test_the_bill_from_the_kept_days_equals_the_bill_from_the_hours(files):
+    """The invoice without the unmetered report, which a readers' file computes from its kept
+    money summed per day (nothing per GPU-hour: cb_hour_t stays empty), equals the store's
+    from its kept hours line for line, for every basis, idle policy and share kind; the DRA
+    claims and drivers and the unverified usage included."""
+    db, reader = files
+    with store.connect(db, read_only=True) as on_store, store.connect(reader, read_only=True) as on_file:
+        assert kept_current(on_file, MONTH["start"], MONTH["end"])
+        for basis in BASES:
+            for idle in IDLE_POLICIES:
+                for share in SHARES:
+                    ours = compute_bill(on_file, "2026-11", basis, idle, share, unmetered=False)
+                    assert on_file.execute("SELECT count(*) FROM cb_hour_t").fetchone()[0] == 0
+                    theirs = compute_bill(on_store, "2026-11", basis, idle, share, unmetered=False)
+                    assert on_store.execute("SELECT count(*) FROM cb_hour_t").fetchone()[0] > 0
+                    assert ours.detail.equals(theirs.detail), (basis, idle, share)
+                    assert ours.invoice.equals(theirs.invoice), (basis, idle, share)
+                    assert (ours.gpu_cost, ours.total) == (theirs.gpu_cost, theirs.total)
+        detail = ours.detail   # the last: max basis, whose lines carry the unverified usage
+        claims = detail[detail["claim"] != ""]
+        assert set(claims["driver"]) == {"gpu.nvidia.com"} and len(claims) > 0
+        assert ((detail["kind"] == "idle") & (detail["driver"] == "gpu.nvidia.com")).any()
+        assert (detail["usage_unverified_hours"] > 0).any()
 
 
 def test_the_readers_file_reads_its_day_figures_not_the_hours(files, tmp_path):

@@ -1,7 +1,7 @@
 -- Allocation and usage of each physical GPU per time bucket ('hour' or 'day'), for one
 -- page of GPUs: $limit GPUs from $offset in gpu_list's order (node, GPU), so the chart
 -- stays the size of a screen whatever the fleet. Days from the day figures
--- (sql/views/310_days.sql); the branch of the other bucket reads nothing.
+-- (sql/views/310_days.sql); the part of the other bucket reads nothing.
 WITH page AS (
     SELECT node, gpu_uuid FROM (SELECT DISTINCT node, gpu_uuid FROM gpu_days($start, $end))
     ORDER BY node, gpu_uuid LIMIT $limit OFFSET $offset

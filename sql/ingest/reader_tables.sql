@@ -20,13 +20,13 @@ SELECT table_name,
                           'gpu_hour_pending', 'slice_hour_pending', 'gpu_inventory_pending',
                           'reader_changes', 'reader_state',
                           'reader_gpu_day', 'reader_slice_day', 'reader_cluster_hour',
-                          'reader_kept_slice_day', 'reader_health_event',
+                          'reader_kept_slice_day', 'reader_kept_gpu_day', 'reader_health_event',
                           'reader_health_event_slice') AS with_rows,
        table_name IN ('gpu_hour', 'slice_hour', 'kept_gpu_hour', 'kept_slice_hour',
                       'frozen_gpu_hour', 'frozen_slice_hour', 'frozen_slice_unverified',
                       'frozen_slice_dra', 'frozen_gpu_driver', 'frozen_gpu_health') AS by_hour,
        table_name IN ('reader_gpu_day', 'reader_slice_day', 'reader_cluster_hour',
-                      'reader_kept_slice_day', 'reader_health_event',
+                      'reader_kept_slice_day', 'reader_kept_gpu_day', 'reader_health_event',
                       'reader_health_event_slice') AS by_day
 FROM duckdb_tables()
 WHERE database_name = current_database() AND schema_name = 'main' AND NOT temporary

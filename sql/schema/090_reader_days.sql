@@ -74,7 +74,8 @@ CREATE TABLE IF NOT EXISTS reader_cluster_hour (
 
 -- kept_slice_hour summed per day, slice and placement (the bill's kept_calc_sums sums these
 -- over the month); a slice-hour placed without a model keeps its hour, for the bill to find
--- the model it looked up. w_*: per hour max(allocation - usage, 0) of each share kind.
+-- the model it looked up. w_*: per hour max(allocation - usage, 0) of each share kind; the
+-- rest what the bill's line says beside its money (sql/chargeback/slice_line_notes.sql).
 CREATE TABLE IF NOT EXISTS reader_kept_slice_day (
     day        TIMESTAMP NOT NULL,
     model_hour TIMESTAMP,
@@ -82,7 +83,21 @@ CREATE TABLE IF NOT EXISTS reader_kept_slice_day (
     cluster VARCHAR, namespace VARCHAR, pod VARCHAR, pod_uid VARCHAR, container VARCHAR,
     a_dom HUGEINT, a_mem HUGEINT, a_cores HUGEINT, u HUGEINT, m_dom HUGEINT, m_mem HUGEINT, m_cores HUGEINT,
     e_dom HUGEINT, e_mem HUGEINT, e_cores HUGEINT, w_dom HUGEINT, w_mem HUGEINT, w_cores HUGEINT,
-    n BIGINT NOT NULL
+    n BIGINT NOT NULL,
+    unverified_u BIGINT, unknown_u BIGINT,   -- of the slice-hours with something to say
+    claim VARCHAR, claim_hour TIMESTAMP, driver VARCHAR, driver_hour TIMESTAMP
+);
+
+-- kept_gpu_hour summed per day and placement, what the bill's per-placement figures
+-- (cb_gpu_agg) sum over the month: capacity and energy as the bill rounds them hour by hour,
+-- and per share kind and basis what the slices were billed (their total, or where that is
+-- above the capacity the sum of their scaled shares); the latest DRA driver of the GPU rows.
+CREATE TABLE IF NOT EXISTS reader_kept_gpu_day (
+    day TIMESTAMP NOT NULL, cluster VARCHAR, node VARCHAR, gpu_uuid VARCHAR, model VARCHAR,
+    hours BIGINT NOT NULL, first_hour TIMESTAMP, last_hour TIMESTAMP, cap_u HUGEINT, energy_mj HUGEINT,
+    b_alloc_dom HUGEINT, b_alloc_mem HUGEINT, b_alloc_cores HUGEINT, b_usage HUGEINT,
+    b_max_dom HUGEINT, b_max_mem HUGEINT, b_max_cores HUGEINT,
+    driver VARCHAR, driver_hour TIMESTAMP
 );
 
 -- The GPU-hours with something to say about their health (sql/views/012_health.sql

@@ -110,15 +110,19 @@ SELECT (SELECT (count(*), coalesce(sum(sample_count), 0), coalesce(sum(coalesce(
 CREATE OR REPLACE TEMP MACRO kept_pick(share_kind, dom, mem, cores) AS
     CASE share_kind WHEN 'memory' THEN mem WHEN 'cores' THEN cores ELSE dom END;
 
--- The month's GPUs and the placements its kept GPU-hours name (cb_gpu_ids, cb_gpu_places).
+-- The month's GPUs and the placements its kept GPU-hours name (cb_gpu_ids, cb_gpu_places);
+-- a readers' file reads the placements from its kept GPU-days (sql/views/reader_days.sql).
+CREATE OR REPLACE TEMP MACRO kept_placements(m_start, m_end) AS TABLE
+SELECT DISTINCT cluster, node, gpu_uuid, model FROM kept_gpu_hour WHERE hour >= m_start AND hour < m_end;
+
 CREATE OR REPLACE TEMP MACRO kept_gpu_ids(m_start, m_end) AS TABLE
 SELECT gpu_uuid, row_number() OVER (ORDER BY gpu_uuid)::INTEGER AS gid
-FROM (SELECT DISTINCT gpu_uuid FROM kept_gpu_hour WHERE hour >= m_start AND hour < m_end);
+FROM (SELECT DISTINCT gpu_uuid FROM kept_placements(m_start, m_end));
 
 CREATE OR REPLACE TEMP MACRO kept_gpu_places(m_start, m_end) AS TABLE
 SELECT row_number() OVER (ORDER BY x.cluster, x.node, x.gpu_uuid, x.model)::INTEGER AS pid,
        x.cluster, x.node, x.gpu_uuid, x.model, i.gid
-FROM (SELECT DISTINCT cluster, node, gpu_uuid, model FROM kept_gpu_hour WHERE hour >= m_start AND hour < m_end) x
+FROM kept_placements(m_start, m_end) x
 JOIN cb_gpu_id_t i USING (gpu_uuid);
 
 -- cb_hour_t's rows from the kept GPU-hours (cb_hours_placed's, every one placed).

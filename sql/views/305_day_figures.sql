@@ -71,8 +71,17 @@ SELECT date_trunc('day', hour) AS day, gpu_uuid, cluster, node, namespace, pod, 
 FROM s
 GROUP BY ALL;
 
--- The money kept per slice-hour summed per day (sql/views/101_kept_money.sql kept_slice_sums).
+-- The money kept per slice-hour summed per day (sql/views/101_kept_money.sql kept_slice_sums),
+-- with the notes of its slice-hours (the expressions of sql/chargeback/slice_line_notes.sql).
 CREATE OR REPLACE TEMP MACRO kept_slice_days_of_hours(d_start, d_end) AS TABLE
+WITH k AS (
+    SELECT k.*, s.usage_unverified_s, s.usage_unknown_s, s.claim, s.driver,
+           s.usage_unverified_s > 0 OR s.usage_unknown_s > 0 OR s.claim IS NOT NULL OR s.driver IS NOT NULL AS noted
+    FROM kept_slice_hour k
+    LEFT JOIN slice_hour s ON s.hour = k.hour AND s.gpu_uuid = k.gpu_uuid AND s.pod_uid = k.pod_uid
+                          AND s.container = k.container AND s.hour >= d_start AND s.hour < d_end
+    WHERE k.hour >= d_start AND k.hour < d_end
+)
 SELECT date_trunc('day', hour) AS day, CASE WHEN p_model IS NULL THEN hour END AS model_hour,
        gpu_uuid, p_cluster, p_node, p_model, cluster, namespace, pod, pod_uid, container,
        sum(a_dom)::HUGEINT AS a_dom, sum(a_mem)::HUGEINT AS a_mem, sum(a_cores)::HUGEINT AS a_cores,
@@ -80,7 +89,33 @@ SELECT date_trunc('day', hour) AS day, CASE WHEN p_model IS NULL THEN hour END A
        sum(m_cores)::HUGEINT AS m_cores, sum(e_dom)::HUGEINT AS e_dom, sum(e_mem)::HUGEINT AS e_mem,
        sum(e_cores)::HUGEINT AS e_cores, sum(greatest(a_dom - u, 0))::HUGEINT AS w_dom,
        sum(greatest(a_mem - u, 0))::HUGEINT AS w_mem, sum(greatest(a_cores - u, 0))::HUGEINT AS w_cores,
-       count(*)::BIGINT AS n
-FROM kept_slice_hour
-WHERE hour >= d_start AND hour < d_end
+       count(*)::BIGINT AS n,
+       sum(round(least(usage_unverified_s, 3600.0) * 1e6)::BIGINT) FILTER (WHERE noted)::BIGINT AS unverified_u,
+       sum(round(least(usage_unknown_s, 3600.0) * 1e6)::BIGINT) FILTER (WHERE noted)::BIGINT AS unknown_u,
+       arg_max(claim, hour) AS claim, max(hour) FILTER (WHERE claim IS NOT NULL) AS claim_hour,
+       arg_max(driver, hour) AS driver, max(hour) FILTER (WHERE driver IS NOT NULL) AS driver_hour
+FROM k
+GROUP BY ALL;
+
+-- The kept GPU-hours summed per day and placement (reader_kept_gpu_day), with the bill's
+-- integer steps (sql/views/100_chargeback.sql).
+CREATE OR REPLACE TEMP MACRO kept_gpu_days_of_hours(d_start, d_end) AS TABLE
+WITH k AS (
+    SELECT k.*, cb_cap_u(k.metered_s) AS cap, g.driver AS gpu_driver
+    FROM kept_gpu_hour k
+    LEFT JOIN gpu_hour g ON g.hour = k.hour AND g.gpu_uuid = k.gpu_uuid AND g.hour >= d_start AND g.hour < d_end
+    WHERE k.hour >= d_start AND k.hour < d_end
+)
+SELECT date_trunc('day', hour) AS day, cluster, node, gpu_uuid, model,
+       count(*) AS hours, min(hour) AS first_hour, max(hour) AS last_hour,
+       sum(cap)::HUGEINT AS cap_u, sum(cb_energy_mj(energy_joules))::HUGEINT AS energy_mj,
+       sum(CASE WHEN a_dom_tot > cap THEN sc_a_dom ELSE a_dom_tot END)::HUGEINT AS b_alloc_dom,
+       sum(CASE WHEN a_mem_tot > cap THEN sc_a_mem ELSE a_mem_tot END)::HUGEINT AS b_alloc_mem,
+       sum(CASE WHEN a_cores_tot > cap THEN sc_a_cores ELSE a_cores_tot END)::HUGEINT AS b_alloc_cores,
+       sum(CASE WHEN u_tot > cap THEN sc_u ELSE u_tot END)::HUGEINT AS b_usage,
+       sum(CASE WHEN m_dom_tot > cap THEN sc_m_dom ELSE m_dom_tot END)::HUGEINT AS b_max_dom,
+       sum(CASE WHEN m_mem_tot > cap THEN sc_m_mem ELSE m_mem_tot END)::HUGEINT AS b_max_mem,
+       sum(CASE WHEN m_cores_tot > cap THEN sc_m_cores ELSE m_cores_tot END)::HUGEINT AS b_max_cores,
+       arg_max(gpu_driver, hour) AS driver, max(hour) FILTER (WHERE gpu_driver IS NOT NULL) AS driver_hour
+FROM k
 GROUP BY ALL;
