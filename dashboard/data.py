@@ -192,6 +192,26 @@ def store_key() -> tuple[str, tuple]:
     return (target if isinstance(target, str) else str(target.resolve())), db_version(target)
 
 
+_LOCK_TRIES = 3
+
+
+def _locked(exc: BaseException) -> bool:
+    return isinstance(exc, duckdb.IOException) and "lock" in str(exc).lower()
+
+
+def _on_current(read):
+    """read(path, version) on the data file the readers' link names now. Ingest writes the
+    other data file, but a read that looked at the link just before a switch can reach its
+    file as the next refresh begins writing it (DuckDB's lock refuses the reader): read again
+    on a fresh look at the link, which names the file just written by then."""
+    for attempt in range(_LOCK_TRIES):
+        try:
+            return read(*store_key())
+        except duckdb.IOException as exc:
+            if not _locked(exc) or attempt == _LOCK_TRIES - 1:
+                raise
+
+
 @contextlib.contextmanager
 def open_db(path: Path | str | None = None, tenant: str | None | object = _UNSET) -> Iterator[duckdb.DuckDBPyConnection]:
     """A read-only connection, scoped to `tenant` (default: this request's scope)."""
@@ -201,7 +221,13 @@ def open_db(path: Path | str | None = None, tenant: str | None | object = _UNSET
         with _lake_connection(path, tenant) as con:
             yield con
         return
-    con = connect(path, read_only=True)
+    for attempt in range(_LOCK_TRIES):   # opening the link again follows it afresh (_on_current)
+        try:
+            con = connect(path, read_only=True)
+            break
+        except duckdb.IOException as exc:
+            if not _locked(exc) or attempt == _LOCK_TRIES - 1:
+                raise
     try:
         if tenant is not None:
             scope_connection(con, tenant)
@@ -291,7 +317,8 @@ def query(name: str, **params) -> pd.DataFrame:
     request's tenant's rows."""
     if not name.replace("_", "").isalnum():
         raise ValueError(f"bad query name {name!r}")
-    return _cached(*store_key(), scope(), name, tuple(sorted(params.items())))
+    tenant, key = scope(), tuple(sorted(params.items()))
+    return _on_current(lambda path, version: _cached(path, version, tenant, name, key))
 
 
 class ModuleMissing(RuntimeError):
@@ -325,7 +352,7 @@ def chargeback(month: str, basis: str, idle: str) -> pd.DataFrame:
     _import("slicemeter.chargeback.bill")  # fail before touching the cache
     tenant = scope()
     try:
-        fleet = _fleet_chargeback(*store_key(), month, basis, idle)
+        fleet = _on_current(lambda path, version: _fleet_chargeback(path, version, month, basis, idle))
     except Exception as exc:  # the fleet's bill fails on any tenant's data: see unavailable()
         raise unavailable("The month's bill", exc) from None
     return fleet if tenant is None else fleet[fleet["tenant"] == tenant].reset_index(drop=True)
@@ -345,7 +372,8 @@ def dividend(month: str):
     figures as `slicemeter report`."""
     _import("slicemeter.chargeback.dividend")
     try:
-        return _dividend(*store_key(), scope(), month)
+        tenant = scope()
+        return _on_current(lambda path, version: _dividend(path, version, tenant, month))
     except Exception as exc:
         raise unavailable("The sharing dividend", exc) from None
 

@@ -172,10 +172,10 @@ def opening_month(snapshot: Path) -> str:
     import duckdb
 
     from slicemeter.dashboard.fmt import default_month
-    from slicemeter.store import sql_text
+    from slicemeter.store import connect, sql_text
 
     try:
-        con = duckdb.connect(str(snapshot), read_only=True)
+        con = connect(snapshot, read_only=True)   # the query reads the views' macros
         try:
             months = [(m, d) for m, d, _ in con.execute(sql_text("dashboard/months.sql")).fetchall()]
         finally:

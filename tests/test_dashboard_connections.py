@@ -81,3 +81,30 @@ def test_a_connection_newer_data_overtook_is_closed_on_return_and_a_failed_one_i
     with pytest.raises(duckdb.ConnectionException):
         failing.execute("SELECT 1")
     assert pool.idle_count() == 0
+
+
+def test_a_read_that_reaches_a_file_ingest_is_writing_reads_the_file_the_link_names_now(fleet_db, tmp_path,
+                                                                                      monkeypatch):
+    """The race of a refresh: a query looked at the readers' link (data file A), the link was
+    switched to B, and ingest began writing A before the query connected. DuckDB's lock
+    refuses the query on A; it is read again from B, where the link points now."""
+    import shutil
+
+    stale, fresh = tmp_path / "reader.duckdb.a", tmp_path / "reader.duckdb.b"
+    shutil.copyfile(fleet_db, stale)
+    shutil.copyfile(fleet_db, fresh)
+    holder = subprocess.Popen([sys.executable, "-c", "import duckdb, sys; c = duckdb.connect(sys.argv[1]); "
+                               "print('locked', flush=True); sys.stdin.read()", str(stale)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        looks = iter([(str(stale), ("a",)), (str(fresh), ("b",))])
+        seen = []
+        monkeypatch.setattr(data, "store_key", lambda: seen.append(1) or next(looks))
+        st.cache_data.clear()
+        months = data.query("months")
+        assert len(seen) == 2                       # refused on A, read on B
+        assert months["month"].tolist() == ["2026-11"]
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
