@@ -78,7 +78,7 @@ _DAY_FIGURES = {"reader_gpu_day": ("gpu_days_of_hours", "day"), "reader_slice_da
                 "reader_kept_slice_day": ("kept_slice_days_of_hours", "day"),
                 "reader_kept_gpu_day": ("kept_gpu_days_of_hours", "day"),
                 "reader_health_event": ("gpu_health_noted_of_hours", "hour"),
-                "reader_health_event_slice": ("slices_on_noted_of_hours", "hour")}
+                "reader_health_event_slice": ("slices_on_noted_in", "hour")}
 _ONWARD = ("reader_health_event", "reader_health_event_slice")   # recomputed from the first day changed on
 _DAYS_PER_STATEMENT = 7        # whole-file day figures: a week of hours per statement bounds the join's memory
 _MAX_RANGES = 16               # beyond, the changed hours are matched as a set, not range by range
@@ -406,7 +406,10 @@ class ReaderFile:
             for a, b in _day_ranges(onward if hours is not None and name in _ONWARD else days):
                 if hours is not None and name not in _ONWARD:
                     cur.execute(f"DELETE FROM {theirs} WHERE {key} >= {_ts(a)} AND {key} < {_ts(b)}")
-                cur.execute(f"INSERT INTO {theirs} BY NAME SELECT * FROM {macro}({_ts(a)}, {_ts(b)})")
+                # the slice-hours on health events: on the events just written (tables come in name order)
+                noted = (f", {quote_literal(_ALIAS + '.main.reader_health_event')}"
+                         if name == "reader_health_event_slice" else "")
+                cur.execute(f"INSERT INTO {theirs} BY NAME SELECT * FROM {macro}({_ts(a)}, {_ts(b)}{noted})")
 
     @staticmethod
     def _counts_agree(cur, source: str, tables) -> bool:

@@ -62,9 +62,10 @@ WHERE xid_events > 0 OR xid_critical_count > 0 OR ecc_uncorrected_increase > 0 O
 CREATE OR REPLACE TEMP MACRO gpu_health_noted(h_start, h_end) AS TABLE
 SELECT * FROM gpu_health_noted_of_hours(h_start, h_end);
 
-CREATE OR REPLACE TEMP MACRO slices_on_noted_of_hours(h_start, h_end) AS TABLE
+-- The slice-hours on the noted GPU-hours of table `noted` (a readers' file's, just computed).
+CREATE OR REPLACE TEMP MACRO slices_on_noted_in(h_start, h_end, noted) AS TABLE
 SELECT s.hour, s.gpu_uuid, s.cluster, s.namespace, s.pod, s.pod_uid, s.container, s.alloc_dominant_share_s
-FROM slice_hour s SEMI JOIN gpu_health_noted_of_hours(h_start, h_end) n ON n.hour = s.hour AND n.gpu_uuid = s.gpu_uuid
+FROM slice_hour s SEMI JOIN query_table(noted) n ON n.hour = s.hour AND n.gpu_uuid = s.gpu_uuid
 WHERE s.hour >= h_start::TIMESTAMP AND s.hour < h_end::TIMESTAMP;
 
 -- Here every slice-hour of the range (its readers join it with the noted GPU-hours).
