@@ -27,9 +27,11 @@ replaced whole (they are small), and the file records the refresh it now holds. 
 refresh costs about the rows an interval changed, whatever the fleet and the months held.
 
 The file also keeps day figures (sql/schema/090_reader_days.sql: per GPU-day, slice-day and
-cluster-hour) that the dashboard's month pages read instead of every hour: a refresh
-recomputes the days of the hours it copied from the pinned store (sql/views/305_day_figures.sql),
-and every day on a whole copy. They are not in the row-count check (the store keeps none).
+cluster-hour, the kept money per slice-day and GPU-day, the health events) that the month's
+pages and invoice read instead of every hour: a refresh recomputes the days of the hours it
+copied from the pinned store (sql/views/305_day_figures.sql; the health events from the
+first of those days on), and every day on a whole copy. They are not in the row-count check
+(the store keeps none).
 
 Where the log cannot say, the refresh copies everything into a new file and renames it
 over the data file: the first refresh (or a plain file at PATH from before, which the link
@@ -387,12 +389,13 @@ class ReaderFile:
         """Recompute the day figures of the days of `hours` (every day the store holds for
         None) from the pinned store's hours; the health events from the first of those days
         to the last day held."""
-        first, last = cur.execute("SELECT min(hour)::DATE, max(hour)::DATE FROM (SELECT hour FROM gpu_hour "
-                                  "UNION ALL SELECT hour FROM slice_hour)").fetchone()
         if hours is None:
+            first, last = cur.execute("SELECT min(hour)::DATE, max(hour)::DATE FROM (SELECT hour FROM gpu_hour "
+                                      "UNION ALL SELECT hour FROM slice_hour)").fetchone()
             days = _days_between(first, last) if first is not None else []
         else:
             days = sorted({datetime.combine(h.date(), datetime.min.time()) for h in hours})
+        last = cur.execute("SELECT max(hour)::DATE FROM gpu_hour").fetchone()[0]   # the health events' end
         onward = _days_between(days[0].date(), max(days[-1].date(), last or days[-1].date())) if days else []
         for name, *_, by_day in tables:
             if not by_day:
