@@ -31,10 +31,11 @@ PARAMS = {  # the pages' own parameters beside the month
     "short_reservations": {"max_life_s": 24 * 3600, "min_idle_share": 0.5},
     "waste_slices": {"limit": 1000},
 }
-MONTH_QUERIES = sorted(["dashboard/gpu_heatmap_hourly"] + [f"dashboard/{p.stem}" for p in (store.SQL_DIR / "dashboard").glob("*.sql")
-                        if "$start" in p.read_text()]
-                       + ["dashboard/months", "chargeback/dividend_groups", "chargeback/dividend_coverage",
-                          "chargeback/dividend_idle_power"])
+# every query of sql/dashboard/ over a month (the heatmap by day and by hour), and the dividend's
+MONTH_QUERIES = sorted(
+    [f"dashboard/{p.stem}" for p in (store.SQL_DIR / "dashboard").glob("*.sql") if "$start" in p.read_text()]
+    + ["dashboard/gpu_heatmap_hourly", "dashboard/months", "chargeback/dividend_groups",
+       "chargeback/dividend_coverage", "chargeback/dividend_idle_power"])
 
 
 def _varied(path: Path) -> None:
