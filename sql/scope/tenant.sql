@@ -63,8 +63,7 @@ CREATE OR REPLACE TEMP MACRO gpu_health_noted(h_start, h_end) AS TABLE
 SELECT * FROM gpu_health_noted_of_hours(h_start, h_end);
 
 CREATE OR REPLACE TEMP MACRO slices_on_noted(h_start, h_end) AS TABLE
-SELECT hour, gpu_uuid, cluster, namespace, pod, pod_uid, container, alloc_dominant_share_s
-FROM slice_hour WHERE hour >= h_start::TIMESTAMP AND hour < h_end::TIMESTAMP;
+SELECT * FROM slices_on_noted_of_hours(h_start, h_end);
 
 CREATE OR REPLACE TEMP VIEW tenants AS
 SELECT * FROM {store}.main.tenants WHERE tenant = (SELECT tenant FROM scope_tenant);

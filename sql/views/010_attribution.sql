@@ -20,11 +20,16 @@ SELECT tenant, alias FROM tenant_aliases;
 CREATE OR REPLACE TEMP VIEW tenant_cluster_key AS
 SELECT DISTINCT cluster_key(identity) AS cluster_key, tenant FROM tenant_identity;
 
+-- The cluster strings of the stored rollups (a readers' file reads them from its day
+-- figures: sql/views/reader_days.sql).
+CREATE OR REPLACE TEMP MACRO stored_clusters() AS TABLE
+SELECT cluster FROM slice_hour UNION SELECT cluster FROM gpu_hour;
+
 -- Every cluster string the store knows (Ticks' and the catalog's own) and its key: the
 -- regular expressions run once per distinct string, not once per stored row.
 CREATE OR REPLACE TEMP VIEW known_cluster AS
 SELECT cluster, cluster_key(cluster) AS cluster_key FROM (
-    SELECT cluster FROM slice_hour UNION SELECT cluster FROM gpu_hour
+    SELECT cluster FROM stored_clusters()
     UNION SELECT identity FROM tenant_identity UNION SELECT cluster FROM tenant_namespace_overrides
 );
 

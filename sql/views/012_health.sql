@@ -68,10 +68,13 @@ SELECT s.hour, s.gpu_uuid, s.cluster, s.namespace, s.pod, s.pod_uid, s.container
 FROM slice_hour s SEMI JOIN query_table(noted) n ON n.hour = s.hour AND n.gpu_uuid = s.gpu_uuid
 WHERE s.hour >= h_start::TIMESTAMP AND s.hour < h_end::TIMESTAMP;
 
--- Here every slice-hour of the range (its readers join it with the noted GPU-hours).
-CREATE OR REPLACE TEMP MACRO slices_on_noted(h_start, h_end) AS TABLE
+-- From the hours: every slice-hour of the range (its readers join it with the noted GPU-hours).
+CREATE OR REPLACE TEMP MACRO slices_on_noted_of_hours(h_start, h_end) AS TABLE
 SELECT hour, gpu_uuid, cluster, namespace, pod, pod_uid, container, alloc_dominant_share_s
 FROM slice_hour WHERE hour >= h_start::TIMESTAMP AND hour < h_end::TIMESTAMP;
+
+CREATE OR REPLACE TEMP MACRO slices_on_noted(h_start, h_end) AS TABLE
+SELECT * FROM slices_on_noted_of_hours(h_start, h_end);
 
 CREATE OR REPLACE TEMP MACRO slices_on_noted_tenant(h_start, h_end) AS TABLE
 SELECT coalesce(o.tenant, ct.tenant, 'unassigned') AS tenant, s.*

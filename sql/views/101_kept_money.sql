@@ -110,6 +110,12 @@ SELECT (SELECT (count(*), coalesce(sum(sample_count), 0), coalesce(sum(coalesce(
 CREATE OR REPLACE TEMP MACRO kept_pick(share_kind, dom, mem, cores) AS
     CASE share_kind WHEN 'memory' THEN mem WHEN 'cores' THEN cores ELSE dom END;
 
+-- What a basis bills of a kept row: usage, max(allocation, usage) or allocation, each in the
+-- share kind's column.
+CREATE OR REPLACE TEMP MACRO kept_billed(share_kind, basis, a_dom, a_mem, a_cores, u, m_dom, m_mem, m_cores) AS
+    CASE basis WHEN 'usage' THEN u WHEN 'max' THEN kept_pick(share_kind, m_dom, m_mem, m_cores)
+               ELSE kept_pick(share_kind, a_dom, a_mem, a_cores) END;
+
 -- The month's GPUs and the placements its kept GPU-hours name (cb_gpu_ids, cb_gpu_places);
 -- a readers' file reads the placements from its kept GPU-days (sql/views/reader_days.sql).
 CREATE OR REPLACE TEMP MACRO kept_placements(m_start, m_end) AS TABLE
@@ -129,9 +135,8 @@ JOIN cb_gpu_id_t i USING (gpu_uuid);
 CREATE OR REPLACE TEMP MACRO kept_hours_placed(m_start, m_end, share_kind, basis) AS TABLE
 SELECT k.hour, p.gid, p.pid, k.gpu_metered_s, k.metered_s, k.energy_joules, k.has_gpu_row,
        kept_pick(share_kind, k.a_dom_tot, k.a_mem_tot, k.a_cores_tot) AS a_tot, k.u_tot,
-       CASE basis WHEN 'usage' THEN k.u_tot
-                  WHEN 'max' THEN kept_pick(share_kind, k.m_dom_tot, k.m_mem_tot, k.m_cores_tot)
-                  ELSE kept_pick(share_kind, k.a_dom_tot, k.a_mem_tot, k.a_cores_tot) END AS b_tot
+       kept_billed(share_kind, basis, k.a_dom_tot, k.a_mem_tot, k.a_cores_tot, k.u_tot,
+                   k.m_dom_tot, k.m_mem_tot, k.m_cores_tot) AS b_tot
 FROM kept_gpu_hour k
 JOIN cb_place_t p ON p.cluster = k.cluster AND p.node = k.node AND p.gpu_uuid = k.gpu_uuid
                  AND p.model IS NOT DISTINCT FROM k.model
@@ -145,8 +150,7 @@ CREATE OR REPLACE TEMP MACRO kept_slice_sums(m_start, m_end, share_kind, basis) 
 SELECT CASE WHEN p_model IS NULL THEN hour END AS model_hour, gpu_uuid, p_cluster, p_node, p_model,
        cluster, namespace, pod, pod_uid, container,
        sum(kept_pick(share_kind, a_dom, a_mem, a_cores))::HUGEINT AS alloc_u, sum(u)::HUGEINT AS used_u,
-       sum(CASE basis WHEN 'usage' THEN u WHEN 'max' THEN kept_pick(share_kind, m_dom, m_mem, m_cores)
-                      ELSE kept_pick(share_kind, a_dom, a_mem, a_cores) END)::HUGEINT AS billed_u,
+       sum(kept_billed(share_kind, basis, a_dom, a_mem, a_cores, u, m_dom, m_mem, m_cores))::HUGEINT AS billed_u,
        sum(greatest(kept_pick(share_kind, a_dom, a_mem, a_cores) - u, 0))::HUGEINT AS waste_u,
        sum(kept_pick(share_kind, e_dom, e_mem, e_cores))::HUGEINT AS energy_mj, count(*)::BIGINT AS n
 FROM kept_slice_hour WHERE hour >= m_start AND hour < m_end
@@ -187,10 +191,9 @@ LEFT JOIN ct ON ct.cluster = n.cluster;
 CREATE OR REPLACE TEMP MACRO kept_hour_charge(m_start, m_end, share_kind, basis) AS TABLE
 WITH k AS (
     SELECT hour, gpu_uuid, slice_rows, cb_cap_u(metered_s) AS cap_u,
-           CASE basis WHEN 'usage' THEN u_tot WHEN 'max' THEN kept_pick(share_kind, m_dom_tot, m_mem_tot, m_cores_tot)
-                      ELSE kept_pick(share_kind, a_dom_tot, a_mem_tot, a_cores_tot) END AS b_tot,
-           CASE basis WHEN 'usage' THEN sc_u WHEN 'max' THEN kept_pick(share_kind, sc_m_dom, sc_m_mem, sc_m_cores)
-                      ELSE kept_pick(share_kind, sc_a_dom, sc_a_mem, sc_a_cores) END AS billed_u
+           kept_billed(share_kind, basis, a_dom_tot, a_mem_tot, a_cores_tot, u_tot,
+                       m_dom_tot, m_mem_tot, m_cores_tot) AS b_tot,
+           kept_billed(share_kind, basis, sc_a_dom, sc_a_mem, sc_a_cores, sc_u, sc_m_dom, sc_m_mem, sc_m_cores) AS billed_u
     FROM kept_gpu_hour WHERE hour >= m_start AND hour < m_end
 )
 SELECT g.hour, g.gid, k.billed_u, k.slice_rows, g.pid,

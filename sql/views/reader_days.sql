@@ -15,8 +15,7 @@ SELECT * FROM reader_cluster_hour WHERE hour >= d_start AND hour < d_end;
 CREATE OR REPLACE TEMP MACRO kept_slice_sums(m_start, m_end, share_kind, basis) AS TABLE
 SELECT model_hour, gpu_uuid, p_cluster, p_node, p_model, cluster, namespace, pod, pod_uid, container,
        sum(kept_pick(share_kind, a_dom, a_mem, a_cores))::HUGEINT AS alloc_u, sum(u)::HUGEINT AS used_u,
-       sum(CASE basis WHEN 'usage' THEN u WHEN 'max' THEN kept_pick(share_kind, m_dom, m_mem, m_cores)
-                      ELSE kept_pick(share_kind, a_dom, a_mem, a_cores) END)::HUGEINT AS billed_u,
+       sum(kept_billed(share_kind, basis, a_dom, a_mem, a_cores, u, m_dom, m_mem, m_cores))::HUGEINT AS billed_u,
        sum(kept_pick(share_kind, w_dom, w_mem, w_cores))::HUGEINT AS waste_u,
        sum(kept_pick(share_kind, e_dom, e_mem, e_cores))::HUGEINT AS energy_mj, sum(n)::BIGINT AS n
 FROM reader_kept_slice_day WHERE day >= m_start AND day < m_end
@@ -47,9 +46,8 @@ CREATE OR REPLACE TEMP MACRO kept_gpu_agg_days(m_start, m_end, share_kind, basis
 WITH d AS (
     SELECT cluster, node, gpu_uuid, model, sum(hours) AS gpu_hours_seen, min(first_hour) AS first_hour,
            max(last_hour) AS last_hour, sum(cap_u)::HUGEINT AS metered_u, sum(energy_mj)::HUGEINT AS energy_mj,
-           sum(CASE basis WHEN 'usage' THEN b_usage
-                          WHEN 'max' THEN kept_pick(share_kind, b_max_dom, b_max_mem, b_max_cores)
-                          ELSE kept_pick(share_kind, b_alloc_dom, b_alloc_mem, b_alloc_cores) END)::HUGEINT AS billed_u
+           sum(kept_billed(share_kind, basis, b_alloc_dom, b_alloc_mem, b_alloc_cores, b_usage,
+                           b_max_dom, b_max_mem, b_max_cores))::HUGEINT AS billed_u
     FROM reader_kept_gpu_day WHERE day >= m_start AND day < m_end
     GROUP BY ALL
 ), g AS (
@@ -99,9 +97,6 @@ GROUP BY ALL;
 CREATE OR REPLACE TEMP MACRO metered_hours() AS TABLE
 SELECT DISTINCT hour FROM reader_cluster_hour;
 
--- Every cluster string the file knows, from the day figures (the same clusters as the hours').
-CREATE OR REPLACE TEMP VIEW known_cluster AS
-SELECT cluster, cluster_key(cluster) AS cluster_key FROM (
-    SELECT cluster FROM reader_slice_day UNION SELECT cluster FROM reader_gpu_day
-    UNION SELECT identity FROM tenant_identity UNION SELECT cluster FROM tenant_namespace_overrides
-);
+-- The cluster strings of the rollups, from the day figures (the same clusters as the hours').
+CREATE OR REPLACE TEMP MACRO stored_clusters() AS TABLE
+SELECT cluster FROM reader_slice_day UNION SELECT cluster FROM reader_gpu_day;
