@@ -286,6 +286,10 @@ def run(args: argparse.Namespace) -> int:
         json.dump(result.tick.to_json_dict(), sys.stdout, indent=1)
         sys.stdout.write("\n")
         return 0
+    # SIGINT explicitly too: started with `&` from a non-interactive shell, the exporter
+    # inherits SIGINT ignored; in place before /metrics answers
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: exporter.stop())
     if not exporter.sync_pods:
         exporter.pods.start()
         if exporter.dra is not None:
@@ -293,7 +297,6 @@ def run(args: argparse.Namespace) -> int:
     server = serve_metrics(stats, args.port, args.listen, args.hami_metrics, args.dcgm_metrics) if args.port else None
     if exporter.publisher is not None:
         exporter.publisher.start()
-    signal.signal(signal.SIGTERM, lambda *_: exporter.stop())
     settle_heap()
     target = f"{args.kafka} topic {args.topic}" if args.kafka else "nothing (Prometheus only)"
     log.info("exporter for node %s (cluster %s) every %.1f s -> %s, /metrics on :%s (HAMi families: %s)",

@@ -158,7 +158,10 @@ def run(args: argparse.Namespace) -> int:
             log.warning("stopped by %s during start-up: nothing was consumed", signal.Signals(signum).name)
             raise SystemExit(128 + signum)
         ingestor.stopping = True
-    signal.signal(signal.SIGTERM, stop)
+    # SIGINT explicitly too: started with `&` from a non-interactive shell, ingest inherits
+    # SIGINT ignored, and Ctrl-C's KeyboardInterrupt would land mid-batch anyway
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, stop)
     _check(args)
     security = kafka_security.settings(args)
     publishers = load_publishers(args.publishers) if args.publishers else None

@@ -357,6 +357,42 @@ def test_once_prints_a_tick(tmp_path, scenario, capsys):
     assert out["node"] == "node-v0" and len(out["gpus"]) == 2 and {s["pod"] for s in out["slices"]} == {"vision", "notebook"}
 
 
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+def test_the_exporter_stops_cleanly_on_a_signal_even_started_with_sigint_ignored(tmp_path, signum):
+    """A shell's `&` starts a child with SIGINT ignored; the exporter still stops on it, exit 0."""
+    import signal
+    import time
+
+    from slicemeter.broker import free_port
+
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO)
+    port = free_port()
+    log = tmp_path / "exporter.log"
+    with log.open("wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "slicemeter.cli", "exporter", "--simulate", str(path),
+                                 "--node", "node-v0", "--hami-dir", str(tmp_path / "h"), "--port", str(port),
+                                 "--listen", "127.0.0.1", "--interval", "0.2"],
+                                stdout=subprocess.DEVNULL, stderr=err,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        deadline = time.monotonic() + 60
+        while True:   # serving /metrics: the signal handlers are in place
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            try:
+                if 'pod="vision"' in urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode():
+                    break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        proc.send_signal(getattr(signal, signum))
+        assert proc.wait(timeout=20) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_missing_nvml_is_a_clear_startup_error(tmp_path, capsys):
     from slicemeter.cli import main
 
