@@ -263,12 +263,40 @@ def parse_yaml(text: str, source: str = ""):
                           f"{getattr(exc, 'problem', None) or exc}") from None
 
 
+def _read_at_most(path, limit: int) -> bytes:
+    """Up to `limit` bytes of the file at `path`. A pipe (a FIFO, a shell's `<(...)`) is read
+    with a poll that wakes every 0.2 s: Python runs a signal's handler between bytecodes,
+    so a SIGTERM landing just before a read that blocks in C would otherwise wait for the
+    writer, perhaps forever."""
+    import select
+    import stat
+
+    with open(path, "rb") as f:
+        fd = f.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return f.read(limit)
+        os.set_blocking(fd, False)
+        chunks: list[bytes] = []
+        size = 0
+        while size < limit:
+            if not select.select([fd], [], [], 0.2)[0]:
+                continue
+            try:
+                chunk = os.read(fd, limit - size)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+
+
 def read_config_text(path, option: str) -> str:
     """The text of the config file `option` names, read no further than YAML_MAX_BYTES + 1:
     a ConfigError saying which and why where it cannot be read, is larger, or is not UTF-8."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(YAML_MAX_BYTES + 1)
+        data = _read_at_most(path, YAML_MAX_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"{option}: cannot read {path}: {exc.strerror}") from None
     if len(data) > YAML_MAX_BYTES:
