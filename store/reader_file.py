@@ -69,7 +69,7 @@ from slicemeter.store import apply_views, has_pending_rollups, quote_ident, quot
 
 log = logging.getLogger("slicemeter.ingest")
 
-_ALIAS = "slicemeter_reader_next"
+_ALIAS = "slicemeter_reader_next"   # named in sql/ingest/reader_ecc_before.sql too
 _STATE = "reader_file_state"   # in a data file: the store it is of and the refresh it holds
 _SLOTS = ("a", "b")
 _HOUR = timedelta(hours=1)
@@ -402,6 +402,8 @@ class ReaderFile:
                 continue
             macro, key = _DAY_FIGURES[name]
             theirs = f"{_ALIAS}.{quote_ident(name)}"
+            if name == "reader_health_event":   # the GPU-days are written (name order): ECC readings from them
+                cur.execute(sql_text("ingest/reader_ecc_before.sql"))
             if hours is None:
                 cur.execute(f"DELETE FROM {theirs}")
             elif name in _ONWARD and onward:

@@ -210,5 +210,20 @@ def test_a_refresh_recomputes_the_days_of_the_hours_that_changed(files, tmp_path
         assert day3 == pytest.approx(con.execute(
             "SELECT sum(metered_s) FROM gpu_hour WHERE hour >= TIMESTAMP '2026-11-03' AND hour < TIMESTAMP '2026-11-04'"
         ).fetchone()[0], rel=1e-12)
+
+        # a higher first reading at midnight of 27 November alone: the refresh that copies only
+        # that hour finds the previous reading (26 November's last) in the file's GPU-days
+        with store.transaction(con):
+            con.execute("UPDATE gpu_hour SET ecc_agg_first = 7, ecc_agg_last = 7, ecc_agg_max = 7 "
+                        "WHERE hour = TIMESTAMP '2026-11-27 00:00' AND gpu_uuid = (SELECT min(gpu_uuid) FROM gpu_hour)")
+            con.execute("INSERT INTO reader_changes (hour) VALUES (TIMESTAMP '2026-11-27 00:00')")
+        reader.refresh()   # the other data file: both changes
+        reader.refresh()   # this one: 27 November's hour only
+        assert reader.incremental
+        with store.connect(reader.dest, read_only=True) as on_file:
+            ecc = [r for r in _rows(on_file, "dashboard/gpu_events") if "ECC" in r[3]]
+            assert [(str(r[0]), r[3]) for r in ecc] == [("2026-11-27 00:00:00", "2 uncorrectable ECC errors"),
+                                                         ("2026-11-25 00:00:00", "2 uncorrectable ECC errors")]
+            _assert_same_rows(_rows(on_file, "dashboard/gpu_events"), _rows(con, "dashboard/gpu_events"), "gpu_events")
     finally:
         con.close()

@@ -14,18 +14,21 @@ CREATE OR REPLACE TEMP MACRO health_degraded(xid_critical_count, ecc_increase, l
     coalesce(xid_critical_count, 0) > 0 OR coalesce(ecc_increase, 0) > 0 OR coalesce(lost_s, 0) > 0
     OR coalesce(throttled_s, 0) > throttled_share::DOUBLE * 3600.0;
 
+-- Each GPU's last ECC readings before h_start (the readers' refresh reads them from its
+-- day figures instead: sql/ingest/reader_ecc_before.sql).
+CREATE OR REPLACE TEMP MACRO ecc_before(h_start) AS TABLE
+SELECT gpu_uuid, arg_max(ecc_agg_last, ecc_agg_last_ts_ms) AS agg_last,
+       arg_max(ecc_vol_last, ecc_vol_last_ts_ms) AS vol_last
+FROM gpu_hour WHERE hour < h_start::TIMESTAMP GROUP BY gpu_uuid;
+
 -- Each GPU-hour of [h_start, h_end) with its health. The aggregate ECC counter survives
 -- reboots and is read where the board reports it, else the volatile one; the previous
 -- reading may lie before h_start.
 CREATE OR REPLACE TEMP MACRO gpu_health(h_start, h_end) AS TABLE
-WITH earlier AS (
-    SELECT gpu_uuid, arg_max(ecc_agg_last, ecc_agg_last_ts_ms) AS agg_last,
-           arg_max(ecc_vol_last, ecc_vol_last_ts_ms) AS vol_last
-    FROM gpu_hour WHERE hour < h_start::TIMESTAMP GROUP BY gpu_uuid
-), h AS (
+WITH h AS (
     SELECT g.*, coalesce(lag(g.ecc_agg_last IGNORE NULLS) OVER w, e.agg_last) AS prev_agg,
            coalesce(lag(g.ecc_vol_last IGNORE NULLS) OVER w, e.vol_last) AS prev_vol
-    FROM gpu_hour g LEFT JOIN earlier e USING (gpu_uuid)
+    FROM gpu_hour g LEFT JOIN ecc_before(h_start) e USING (gpu_uuid)
     WHERE g.hour >= h_start::TIMESTAMP AND g.hour < h_end::TIMESTAMP
     WINDOW w AS (PARTITION BY g.gpu_uuid ORDER BY g.hour)
 )

@@ -20,7 +20,8 @@ SELECT g.hour, g.cluster, g.node, g.gpu_uuid, g.model, g.driver, g.metered_s,
        coalesce(g.sm_util_s, 0) AS sm_util_s, g.sm_util_s IS NOT NULL AS nvml_read,
        g.energy_joules, coalesce(s.slices, 0) AS slices,
        least(coalesce(s.alloc_s, 0), g.metered_s) AS alloc_s, least(coalesce(s.usage_s, 0), g.metered_s) AS usage_s,
-       round(g.metered_s * 1000)::BIGINT AS metered_ms, coalesce(s.whole_gpu_ms, 0) AS whole_gpu_ms
+       round(g.metered_s * 1000)::BIGINT AS metered_ms, coalesce(s.whole_gpu_ms, 0) AS whole_gpu_ms,
+       g.ecc_agg_last, g.ecc_agg_last_ts_ms, g.ecc_vol_last, g.ecc_vol_last_ts_ms
 FROM gpu_hour g
 LEFT JOIN slices_per_gpu_hour(d_start, d_end) s ON s.hour = g.hour AND s.gpu_uuid = g.gpu_uuid
 WHERE g.hour >= d_start AND g.hour < d_end;
@@ -34,7 +35,9 @@ SELECT date_trunc('day', hour) AS day, cluster, node, gpu_uuid, model, driver,
        sum(metered_ms)::HUGEINT AS metered_ms,
        sum(CASE WHEN slices > 0 THEN metered_ms ELSE 0 END)::HUGEINT AS in_use_ms,
        sum(whole_gpu_ms)::HUGEINT AS whole_gpu_ms,
-       min(energy_joules / metered_s) FILTER (WHERE metered_s >= 600 AND energy_joules > 0) AS idle_watts
+       min(energy_joules / metered_s) FILTER (WHERE metered_s >= 600 AND energy_joules > 0) AS idle_watts,
+       arg_max(ecc_agg_last, ecc_agg_last_ts_ms) AS ecc_agg_last, max(ecc_agg_last_ts_ms) AS ecc_agg_last_ts_ms,
+       arg_max(ecc_vol_last, ecc_vol_last_ts_ms) AS ecc_vol_last, max(ecc_vol_last_ts_ms) AS ecc_vol_last_ts_ms
 FROM gpu_hours_with_slices(d_start, d_end)
 GROUP BY ALL;
 
