@@ -38,9 +38,6 @@ from slicemeter.testkit.synth_month import synthesize_month
 MONTHS = ("2026-11", "2026-10", "2026-09")   # the latest first: one month held is November
 
 
-SLOTS = data_files(Path("reader.duckdb"))   # the two data files a refresh alternates between
-
-
 def build(con, gpus: int, months: int) -> float:
     started = time.perf_counter()
     for k, month in enumerate(sorted(MONTHS[:months])):
@@ -76,11 +73,12 @@ def case(gpus: int, months: int, repeat: int, tmp: Path) -> str:
         # after the previous one does not compete with that, so the intervals start after it
         os.sync()
         firsts, pins, copies = [], [], []
-        for i in range(len(SLOTS) + repeat):
+        slots = len(data_files(reader.dest))   # the data files a refresh alternates between
+        for i in range(slots + repeat):
             one_interval(con, last - timedelta(hours=i % 2))
             reader.refresh()
             assert reader.incremental
-            if i < len(SLOTS):   # the first changed-hours refresh of each data file a whole copy wrote
+            if i < slots:   # the first changed-hours refresh of each data file a whole copy wrote
                 firsts.append(reader.pin_s + reader.copy_s)
                 continue
             pins.append(reader.pin_s)

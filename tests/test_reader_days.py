@@ -180,7 +180,8 @@ def test_a_refresh_recomputes_the_days_of_the_hours_that_changed(files, tmp_path
     """Late data for one hour of 3 November, a slice moved to another GPU on 20 November, and a
     lower ECC reading late on 24 November (so the next hour, on another day, shows an
     increase): after an incremental refresh the file's day figures and health events equal
-    the store's."""
+    the store's. Then a higher reading at midnight of 27 November alone: the refresh of that
+    day finds the reading before it in the file's GPU-days."""
     db, _ = files
     live_path = tmp_path / "live.duckdb"
     shutil.copyfile(db, live_path)
