@@ -303,19 +303,20 @@ def fill_hours(con, args: list, share: str = "dominant", basis: str = "allocatio
 
 def month_lines(con, month_start: date, src_asof: date | None, catalog: PriceCatalog,
                 basis: str, idle: str, share: str, use_kept: bool = False,
-                by_day: bool = False) -> tuple[list[dict], list[dict]]:
+                by_day: bool = False, report_hours: bool = True) -> tuple[list[dict], list[dict]]:
     """Raw lines of one month's data (live rollups, or a frozen copy when src_asof is set),
     and the per-placement GPU aggregates, checked against each other before returning.
     `use_kept`: live rollups are read through the money kept per hour where it is current.
     `by_day`: on a readers' file, from the kept money summed per day where it can be
-    (docs/live-bill.md, Readers' day figures), leaving cb_hour_t empty; otherwise the
-    month's GPU-hours are left in cb_hour_t (for the unmetered report)."""
+    (docs/live-bill.md, Readers' day figures). The month's GPU-hours are left in cb_hour_t
+    for the unmetered report; a bill from the kept days leaves it empty unless
+    `report_hours`."""
     m_end = parse_month(month_str(month_start))[1]
     args = [month_start, m_end, src_asof]
     kept = use_kept and src_asof is None and kept_current(con, month_start, m_end)
     days = (kept and by_day and catalog.credit_degraded_hour is None and is_reader_file(con)
             and con.execute("SELECT kept_days_billable(?, ?)", [month_start, m_end]).fetchone()[0])
-    spans = fill_hours(con, args, share, basis, kept, hours=not days)
+    spans = fill_hours(con, args, share, basis, kept, hours=not days or report_hours)
     _register_prices(con, catalog)
     if days and con.execute("SELECT bool_or(price_micro < 0) FROM cb_price").fetchone()[0]:
         days = False   # kept_gpu_agg_days counts no overpaid GPU-hour, which a negative price makes
@@ -608,8 +609,8 @@ def compute_bill(con, month: str, basis: str = "allocation", idle: str = "platfo
     frozen copy with the catalog it was closed with, so it never changes. Raises
     InvariantError (and nothing is to be written) when the money does not add up.
     `unmetered=False` leaves out the unmetered GPU-time report (empty frames), which the
-    money does not depend on: readers of the invoice alone skip a month-long pass (and on a
-    readers' file the bill is computed from its kept days); `detail_lines=False` leaves out
+    money does not depend on: readers of the invoice alone skip a month-long pass (on a
+    readers' file the money comes from its kept days either way); `detail_lines=False` leaves out
     the detail (an empty frame; the invoice is computed from the same rounded lines)."""
     check_options(basis, idle, share)
     with named("month"):
@@ -643,8 +644,9 @@ def compute_bill(con, month: str, basis: str = "allocation", idle: str = "platfo
             ln["charge_class"], ln["charge_period"] = "Correction", month_str(c_month)
             corrections.append(ln)
 
-    # without the unmetered report (it reads the month's GPU-hours) a readers' file bills from its kept days
-    lines, gpus = month_lines(con, m_start, src, catalog, basis, idle, share, use_kept=True, by_day=not unmetered)
+    # a readers' file bills from its kept days; the unmetered report reads the month's GPU-hours
+    lines, gpus = month_lines(con, m_start, src, catalog, basis, idle, share, use_kept=True, by_day=True,
+                              report_hours=unmetered)
     for ln in lines:
         ln["charge_class"], ln["charge_period"] = "Regular", month
     lines += corrections
