@@ -19,7 +19,6 @@ import gc
 import json
 import logging
 import os
-import signal
 import socket
 import sys
 import threading
@@ -37,7 +36,7 @@ from slicemeter.exporter.ship.publisher import Publisher, Spool, kafka_producer
 from slicemeter.exporter.assemble.tick_builder import BuildResult, TickBuilder
 from slicemeter import clock
 from slicemeter import kafka_security, signing
-from slicemeter.common import YAML_MAX_BYTES, ConfigError, MiB
+from slicemeter.common import YAML_MAX_BYTES, ConfigError, MiB, on_stop_signals
 from slicemeter.tick import encode_ticks
 
 log = logging.getLogger("slicemeter.exporter")
@@ -286,10 +285,7 @@ def run(args: argparse.Namespace) -> int:
         json.dump(result.tick.to_json_dict(), sys.stdout, indent=1)
         sys.stdout.write("\n")
         return 0
-    # SIGINT explicitly too: started with `&` from a non-interactive shell, the exporter
-    # inherits SIGINT ignored; in place before /metrics answers
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: exporter.stop())
+    on_stop_signals(lambda *_: exporter.stop())   # in place before /metrics answers
     if not exporter.sync_pods:
         exporter.pods.start()
         if exporter.dra is not None:

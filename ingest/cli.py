@@ -7,7 +7,7 @@ import signal
 from pathlib import Path
 
 from slicemeter import kafka_security
-from slicemeter.common import ConfigError, is_lake
+from slicemeter.common import ConfigError, is_lake, on_stop_signals
 
 log = logging.getLogger("slicemeter.ingest")
 
@@ -158,10 +158,7 @@ def run(args: argparse.Namespace) -> int:
             log.warning("stopped by %s during start-up: nothing was consumed", signal.Signals(signum).name)
             raise SystemExit(128 + signum)
         ingestor.stopping = True
-    # SIGINT explicitly too: started with `&` from a non-interactive shell, ingest inherits
-    # SIGINT ignored, and Ctrl-C's KeyboardInterrupt would land mid-batch anyway
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, stop)
+    on_stop_signals(stop)   # Ctrl-C too: a KeyboardInterrupt would land mid-batch
     _check(args)
     security = kafka_security.settings(args)
     publishers = load_publishers(args.publishers) if args.publishers else None

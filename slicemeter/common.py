@@ -263,6 +263,15 @@ def parse_yaml(text: str, source: str = ""):
                           f"{getattr(exc, 'problem', None) or exc}") from None
 
 
+def on_stop_signals(handler) -> dict:
+    """SIGTERM and SIGINT both call `handler`; returns the handlers they had. SIGINT is set
+    explicitly: a process started with `&` from a non-interactive shell inherits it ignored,
+    and Python then installs no KeyboardInterrupt handler."""
+    import signal
+
+    return {signum: signal.signal(signum, handler) for signum in (signal.SIGTERM, signal.SIGINT)}
+
+
 def _read_at_most(path, limit: int) -> bytes:
     """Up to `limit` bytes of the file at `path`. A pipe (a FIFO, a shell's `<(...)`) is read
     with a poll that wakes every 0.2 s: Python runs a signal's handler between bytecodes,

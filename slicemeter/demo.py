@@ -33,7 +33,7 @@ from typing import Callable, TextIO
 from slicemeter import clock
 from slicemeter.progress import ProgressReporter
 from slicemeter.cli import COMMANDS
-from slicemeter.common import ConfigError
+from slicemeter.common import ConfigError, on_stop_signals
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SCENARIO = REPO / "examples" / "demo.yaml"
@@ -340,9 +340,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         for p in (stale, stale.with_name(stale.name + ".wal")):
             p.unlink(missing_ok=True)
 
-    # Explicitly for SIGINT too: started with `&` from a non-interactive shell, the demo
-    # inherits SIGINT ignored and Python would then never raise KeyboardInterrupt.
-    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = on_stop_signals(_raise_interrupt)
     sup = Supervisor(paths.logs, pretend_clock=bool(os.environ.get(clock.ENV)))
     broker = None
     now = clock.now()
