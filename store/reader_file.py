@@ -395,6 +395,9 @@ class ReaderFile:
             days = _days_between(first, last) if first is not None else []
         else:
             days = sorted({datetime.combine(h.date(), datetime.min.time()) for h in hours})
+        # the health events read each GPU's ECC reading before their first day from the file's
+        # GPU-days, which the loop writes first (tables come in name order)
+        cur.execute(sql_text("ingest/reader_ecc_before.sql"))
         last = cur.execute("SELECT max(hour)::DATE FROM gpu_hour").fetchone()[0]   # the health events' end
         onward = _days_between(days[0].date(), max(days[-1].date(), last or days[-1].date())) if days else []
         for name, *_, by_day in tables:
@@ -402,8 +405,6 @@ class ReaderFile:
                 continue
             macro, key = _DAY_FIGURES[name]
             theirs = f"{_ALIAS}.{quote_ident(name)}"
-            if name == "reader_health_event":   # the GPU-days are written (name order): ECC readings from them
-                cur.execute(sql_text("ingest/reader_ecc_before.sql"))
             if hours is None:
                 cur.execute(f"DELETE FROM {theirs}")
             elif name in _ONWARD and onward:
