@@ -94,10 +94,28 @@ def apply_views(con: duckdb.DuckDBPyConnection) -> None:
         lake.apply_lake_views(con)
 
 
-# what a readers' file holds beside the store's tables (sql/schema/090_reader_days.sql are empty in a store)
-_READER_FILE_TABLES = ("reader_file_state", "reader_gpu_day", "reader_slice_day", "reader_cluster_hour",
-                       "reader_kept_slice_day", "reader_kept_gpu_day", "reader_health_event",
-                       "reader_health_event_slice")
+# The readers' day figures (sql/schema/090_reader_days.sql, 092_reader_slice_sizing.sql; empty
+# in a store): each table -> the macro of sql/views/305_day_figures.sql that computes it from
+# the hours, and its time column. store/reader_file.py fills them; sql/ingest/reader_tables.sql
+# leaves them out of the copy.
+READER_DAY_FIGURES = {"reader_gpu_day": ("gpu_days_of_hours", "day"),
+                      "reader_slice_day": ("slice_days_of_hours", "day"),
+                      "reader_cluster_hour": ("cluster_hours_of_hours", "hour"),
+                      "reader_kept_slice_day": ("kept_slice_days_of_hours", "day"),
+                      "reader_kept_gpu_day": ("kept_gpu_days_of_hours", "day"),
+                      "reader_health_event": ("gpu_health_noted_of_hours", "hour"),
+                      "reader_health_event_slice": ("slices_on_noted_in", "hour"),
+                      "reader_slice_sizing_day": ("slice_sizing_days_of_hours", "day")}
+
+
+def reader_tables(con: duckdb.DuckDBPyConnection) -> list[tuple[str, bool, bool, bool]]:
+    """The store's tables as a readers' file gets them: (name, with_rows, by_hour, by_day)
+    (sql/ingest/reader_tables.sql)."""
+    return con.execute(sql_text("ingest/reader_tables.sql"), {"day_tables": list(READER_DAY_FIGURES)}).fetchall()
+
+
+# what a readers' file holds beside the store's tables
+_READER_FILE_TABLES = ("reader_file_state", *READER_DAY_FIGURES)
 
 
 def is_reader_file(con: duckdb.DuckDBPyConnection) -> bool:

@@ -65,7 +65,8 @@ from typing import Iterator
 import duckdb
 
 from slicemeter.common import fsync_path
-from slicemeter.store import apply_views, has_pending_rollups, quote_ident, quote_literal, sql_text, transaction
+from slicemeter.store import (READER_DAY_FIGURES, apply_views, has_pending_rollups, quote_ident, quote_literal,
+                              reader_tables, sql_text, transaction)
 
 log = logging.getLogger("slicemeter.ingest")
 
@@ -74,13 +75,6 @@ _STATE = "reader_file_state"   # in a data file: the store it is of and the refr
 _SLOTS = ("a", "b")
 _HOUR = timedelta(hours=1)
 _DAY = timedelta(days=1)
-# a readers' day table -> the macro of sql/views/305_day_figures.sql that computes it, and its time column
-_DAY_FIGURES = {"reader_gpu_day": ("gpu_days_of_hours", "day"), "reader_slice_day": ("slice_days_of_hours", "day"),
-                "reader_cluster_hour": ("cluster_hours_of_hours", "hour"),
-                "reader_kept_slice_day": ("kept_slice_days_of_hours", "day"),
-                "reader_kept_gpu_day": ("kept_gpu_days_of_hours", "day"),
-                "reader_health_event": ("gpu_health_noted_of_hours", "hour"),
-                "reader_health_event_slice": ("slices_on_noted_in", "hour")}
 _ONWARD = ("reader_health_event", "reader_health_event_slice")   # recomputed from the first day changed on
 _DAYS_PER_STATEMENT = 7        # whole-file day figures: a week of hours per statement bounds the join's memory
 _MAX_RANGES = 16               # beyond, the changed hours are matched as a set, not range by range
@@ -267,7 +261,7 @@ class ReaderFile:
         tmp = None
         try:
             apply_views(cur)   # the day figures' macros (sql/views/305_day_figures.sql), on this cursor's temp catalog
-            tables = cur.execute(sql_text("ingest/reader_tables.sql")).fetchall()
+            tables = reader_tables(cur)
             source = quote_ident(cur.execute("SELECT current_database()").fetchone()[0])
             identity = cur.execute("SELECT store_id, pruned FROM reader_state").fetchone() if refresh else None
             hours = self._attach_to_update(cur, aux, target, tables, refresh, identity)
@@ -403,7 +397,7 @@ class ReaderFile:
         for name, *_, by_day in tables:
             if not by_day:
                 continue
-            macro, key = _DAY_FIGURES[name]
+            macro, key = READER_DAY_FIGURES[name]
             theirs = f"{_ALIAS}.{quote_ident(name)}"
             if hours is None:
                 cur.execute(f"DELETE FROM {theirs}")

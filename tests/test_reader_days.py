@@ -31,11 +31,12 @@ PARAMS = {  # the pages' own parameters beside the month
     "short_reservations": {"max_life_s": 24 * 3600, "min_idle_share": 0.5},
     "waste_slices": {"limit": 1000},
 }
-# every query of sql/dashboard/ over a month (the heatmap by day and by hour), and the dividend's
+# every query of sql/dashboard/ over a month (the heatmap by day and by hour), the dividend's and
+# right-sizing's per-slice figures
 MONTH_QUERIES = sorted(
     [f"dashboard/{p.stem}" for p in (store.SQL_DIR / "dashboard").glob("*.sql") if "$start" in p.read_text()]
     + ["dashboard/gpu_heatmap_hourly", "dashboard/months", "chargeback/dividend_groups",
-       "chargeback/dividend_coverage", "chargeback/dividend_idle_power"])
+       "chargeback/dividend_coverage", "chargeback/dividend_idle_power", "rightsizing/slices"])
 
 
 def _varied(path: Path) -> None:
@@ -159,21 +160,21 @@ def test_the_bill_from_the_kept_days_equals_the_bill_from_the_hours(files):
 
 def test_the_readers_file_reads_its_day_figures_not_the_hours(files, tmp_path):
     """The month's pages on a readers' file whose hours were emptied still show the month:
-    they read the day figures."""
+    they read the day figures. Right-sizing's per-slice figures without the slice-hours too
+    (its GPUs' model and memory still come from the GPU-hours)."""
     _, reader = files
     copy = tmp_path / "reader-copy.duckdb"
     shutil.copyfile(Path(reader).resolve(), copy)
     with store.connect(copy, read_only=True) as con:
-        before = _rows(con, "dashboard/fleet_summary")
-    raw = duckdb.connect(str(copy))
-    raw.execute("DELETE FROM gpu_hour")
-    raw.execute("DELETE FROM slice_hour")
-    raw.close()
-    with store.connect(copy, read_only=True) as con:
-        assert con.execute("SELECT count(*) FROM gpu_hour").fetchone()[0] == 0
-        after = _rows(con, "dashboard/fleet_summary")
-    assert before[0][0] > 0
-    _assert_same_rows(after, before, "fleet_summary without the hours")
+        before = {name: _rows(con, name) for name in ("dashboard/fleet_summary", "rightsizing/slices")}
+    assert before["dashboard/fleet_summary"][0][0] > 0 and len(before["rightsizing/slices"]) > 8
+    for emptied, name in (("slice_hour", "rightsizing/slices"), ("gpu_hour", "dashboard/fleet_summary")):
+        raw = duckdb.connect(str(copy))
+        raw.execute(f"DELETE FROM {emptied}")
+        raw.close()
+        with store.connect(copy, read_only=True) as con:
+            assert con.execute(f"SELECT count(*) FROM {emptied}").fetchone()[0] == 0
+            _assert_same_rows(_rows(con, name), before[name], f"{name} without {emptied}")
 
 
 def test_a_refresh_recomputes_the_days_of_the_hours_that_changed(files, tmp_path):

@@ -69,7 +69,7 @@ def _exports(con, out) -> dict[str, bytes]:
 def test_readers_see_what_the_live_store_shows_without_raw_samples(live, tmp_path):
     dest = ReaderFile(live, tmp_path / "reader.duckdb").refresh()
     reader = store.connect(dest, read_only=True)
-    copied = [name for name, with_rows, *_ in live.execute(store.sql_text("ingest/reader_tables.sql")).fetchall()
+    copied = [name for name, with_rows, *_ in store.reader_tables(live)
               if with_rows]
     assert {"gpu_hour", "slice_hour", "tenants", "closed_months", "frozen_gpu_hour", "frozen_slice_hour"} <= set(copied)
     for relation in copied + READER_VIEWS:

@@ -53,19 +53,22 @@ class Ingest:
 
 
 def _tables(con) -> list[str]:
-    return [name for name, with_rows, *_ in con.execute(store.sql_text("ingest/reader_tables.sql")).fetchall()]
+    return [name for name, with_rows, *_ in store.reader_tables(con)]
 
 
 def _day_tables(con) -> list[str]:
-    return [name for name, *_, by_day in con.execute(store.sql_text("ingest/reader_tables.sql")).fetchall() if by_day]
+    return [name for name, *_, by_day in store.reader_tables(con) if by_day]
 
 
 def _assert_same_days(con, t: str) -> None:
     """The day figures of both files agree row for row: every column but the DOUBLE sums
-    exactly, the sums to 1e-9 relative (a sum's last bits follow the order DuckDB adds in)."""
+    exactly (lists as multisets), the sums to 1e-9 relative (a sum's last bits follow the
+    order DuckDB adds in)."""
     cols = con.execute("SELECT column_name, data_type FROM duckdb_columns() WHERE database_name = 'r' "
                        "AND table_name = ? ORDER BY column_index", [t]).fetchall()
-    exact = " AND ".join(f"a.{c} IS NOT DISTINCT FROM b.{c}" for c, kind in cols if kind != "DOUBLE")
+    # a list of hourly values is a multiset (aggregated in no order)
+    exact = " AND ".join(f"list_sort(a.{c}) IS NOT DISTINCT FROM list_sort(b.{c})" if kind.endswith("[]")
+                         else f"a.{c} IS NOT DISTINCT FROM b.{c}" for c, kind in cols if kind != "DOUBLE")
     close = " AND ".join(f"(a.{c} IS NULL AND b.{c} IS NULL OR abs(a.{c} - b.{c}) <= 1e-9 * (1 + abs(b.{c})))"
                          for c, kind in cols if kind == "DOUBLE") or "TRUE"
     n_r, n_s, matched = con.execute(
@@ -74,7 +77,7 @@ def _assert_same_days(con, t: str) -> None:
     assert n_r == n_s == matched, (t, n_r, n_s, matched)
     # not vacuous: rows wherever the hours they are computed from have some
     hours = {"reader_gpu_day": "gpu_hour", "reader_cluster_hour": "gpu_hour", "reader_slice_day": "slice_hour",
-             "reader_kept_slice_day": "kept_slice_hour"}.get(t)
+             "reader_kept_slice_day": "kept_slice_hour", "reader_slice_sizing_day": "slice_hour"}.get(t)
     assert hours is None or matched > 0 or not con.execute(f"SELECT count(*) FROM r.{hours}").fetchone()[0], t
 
 

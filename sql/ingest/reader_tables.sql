@@ -10,24 +10,20 @@
 -- with its rows unless it is named here.
 -- by_hour: the tables that grow with the months held, keyed by an `hour` column, whose every
 -- writer names the hours it changed in reader_changes (sql/schema/080_reader_changes.sql);
--- a refresh replaces those hours only. by_day: the readers' day figures
--- (sql/schema/090_reader_days.sql), not copied but computed in the file from the store's
+-- a refresh replaces those hours only. by_day: the readers' day figures ($day_tables:
+-- store.READER_DAY_FIGURES), not copied but computed in the file from the store's
 -- hours, for the days of the hours a refresh copies. Every other table is copied whole
 -- (small ones).
 SELECT table_name,
        table_name NOT IN ('raw_gpu_rows', 'raw_slice_rows', 'raw_slice_tail',
                           'gpu_minute_part', 'slice_minute_part', 'ingest_instants',
                           'gpu_hour_pending', 'slice_hour_pending', 'gpu_inventory_pending',
-                          'reader_changes', 'reader_state',
-                          'reader_gpu_day', 'reader_slice_day', 'reader_cluster_hour',
-                          'reader_kept_slice_day', 'reader_kept_gpu_day', 'reader_health_event',
-                          'reader_health_event_slice') AS with_rows,
+                          'reader_changes', 'reader_state')
+       AND NOT list_contains($day_tables, table_name) AS with_rows,
        table_name IN ('gpu_hour', 'slice_hour', 'kept_gpu_hour', 'kept_slice_hour',
                       'frozen_gpu_hour', 'frozen_slice_hour', 'frozen_slice_unverified',
                       'frozen_slice_dra', 'frozen_gpu_driver', 'frozen_gpu_health') AS by_hour,
-       table_name IN ('reader_gpu_day', 'reader_slice_day', 'reader_cluster_hour',
-                      'reader_kept_slice_day', 'reader_kept_gpu_day', 'reader_health_event',
-                      'reader_health_event_slice') AS by_day
+       list_contains($day_tables, table_name) AS by_day
 FROM duckdb_tables()
 WHERE database_name = current_database() AND schema_name = 'main' AND NOT temporary
 ORDER BY table_name;

@@ -10,9 +10,11 @@
 --           limits throttle rather than kill, and time-sliced SM use adds up as means.
 --   *_max:  the largest hourly peak (memory_used_max_bytes, sm_util_max; means where absent).
 -- Attributes that can change (grant, last kernel age) are taken from the slice's latest
--- metered hour in the window. The tenant is resolved after aggregating (16k rows,
--- not 11M) with the same rule as the slice_hour_tenant view: namespace override, else the
--- cluster's tenant, else 'unassigned'.
+-- metered hour in the window. The figures come in parts (slice_sizing_parts: per slice-day in
+-- a readers' file, which keeps them; else one part over the window, sql/views/310_days.sql):
+-- sums, latest values by their hour, and the percentiles over the parts' hourly values. The tenant is resolved
+-- after aggregating with the same rule as the slice_hour_tenant view: namespace override,
+-- else the cluster's tenant, else 'unassigned'.
 WITH per_slice AS (
     SELECT
         gpu_uuid, pod_uid, container,
@@ -21,27 +23,24 @@ WITH per_slice AS (
         any_value(node)             AS node,
         any_value(namespace)        AS namespace,
         any_value(pod)              AS pod,
-        -- may change: the latest hour's value (numeric arg_max is cheap; a NULL kernel
-        -- age at the latest hour means "never", so it must not be skipped)
-        arg_max(alloc_memory_bytes, hour)              AS alloc_memory_bytes,
-        arg_max(alloc_cores_ratio, hour)               AS alloc_cores_ratio,
-        arg_max(alloc_mem_share_s / metered_s, hour)   AS alloc_mem_share,
-        arg_max(alloc_cores_share_s / metered_s, hour) AS alloc_cores_share,
-        arg_max_null(last_kernel_age_s, hour)          AS last_kernel_age_s,
+        arg_max(alloc_memory_bytes, alloc_memory_hour)     AS alloc_memory_bytes,
+        arg_max(alloc_cores_ratio, alloc_cores_hour)       AS alloc_cores_ratio,
+        arg_max(alloc_mem_share, alloc_mem_share_hour)     AS alloc_mem_share,
+        arg_max(alloc_cores_share, alloc_cores_share_hour) AS alloc_cores_share,
+        -- a NULL kernel age at the latest hour means "never", so it must not be skipped
+        arg_max_null(last_kernel_age_s, last_hour)         AS last_kernel_age_s,
         bool_or(whole_gpu)          AS whole_gpu,
-        count(*)                    AS hours,
-        min(hour)                   AS first_hour,
-        max(hour)                   AS last_hour,
+        sum(hours)::BIGINT          AS hours,
+        min(first_hour)             AS first_hour,
+        max(last_hour)              AS last_hour,
         sum(metered_s)              AS metered_s,
         sum(usage_share_s)          AS usage_share_s,
         sum(alloc_dominant_share_s) AS alloc_dominant_share_s,
-        quantile_disc(coalesce(memory_used_max_bytes::DOUBLE, memory_used_byte_s / metered_s),
-                      [0.5, 0.95, 0.99]) AS mem_q,
-        max(coalesce(memory_used_max_bytes::DOUBLE, memory_used_byte_s / metered_s)) AS mem_max,
-        quantile_disc(used_sm_share_s / metered_s, [0.5, 0.95, 0.99]) AS sm_q,
-        max(coalesce(sm_util_max::DOUBLE, used_sm_share_s / metered_s)) AS sm_max
-    FROM slice_hour
-    WHERE hour >= $start AND hour < $end AND metered_s > 0
+        list_aggregate(flatten(list(mem_values)), 'quantile_disc', [0.5, 0.95, 0.99]) AS mem_q,
+        max(mem_max)                AS mem_max,
+        list_aggregate(flatten(list(sm_values)), 'quantile_disc', [0.5, 0.95, 0.99]) AS sm_q,
+        max(sm_max)                 AS sm_max
+    FROM slice_sizing_parts($start, $end)
     GROUP BY gpu_uuid, pod_uid, container
 ),
 gpu AS (

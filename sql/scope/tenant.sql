@@ -49,6 +49,12 @@ LEFT JOIN scope_cluster_tenant ct ON ct.cluster = s.cluster
 LEFT JOIN scope_cluster_tenant gt ON gt.cluster = s.gpu_cluster
 WHERE coalesce(o.tenant, ct.tenant, 'unassigned') = (SELECT tenant FROM scope_tenant);
 
+CREATE OR REPLACE TEMP VIEW reader_slice_sizing_day AS
+SELECT s.* FROM {store}.main.reader_slice_sizing_day s
+LEFT JOIN scope_namespace_override o ON o.cluster = s.cluster AND o.namespace = s.namespace
+LEFT JOIN scope_cluster_tenant ct ON ct.cluster = s.cluster
+WHERE coalesce(o.tenant, ct.tenant, 'unassigned') = (SELECT tenant FROM scope_tenant);
+
 -- A GPU's day figures count the slices on it; the tenant's view counts its own slices only
 -- (another tenant's namespace may sit on its GPUs), so they are computed from the scoped
 -- hours here, not read from a readers' file (sql/views/310_days.sql).

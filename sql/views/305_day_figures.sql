@@ -74,6 +74,38 @@ SELECT date_trunc('day', hour) AS day, gpu_uuid, cluster, node, namespace, pod, 
 FROM s
 GROUP BY ALL;
 
+-- Right-sizing's figures of each slice over its metered hours (reader_slice_sizing_day,
+-- sql/schema/092_reader_slice_sizing.sql), per day (by_day) or over the whole window in one
+-- part (day = d_start): sql/rightsizing/slices.sql merges any such partition of the hours.
+CREATE OR REPLACE TEMP MACRO slice_sizing_of_hours(d_start, d_end, by_day) AS TABLE
+WITH s AS (
+    SELECT *, coalesce(memory_used_max_bytes::DOUBLE, memory_used_byte_s / metered_s) AS mem,
+           used_sm_share_s / metered_s AS sm
+    FROM slice_hour WHERE hour >= d_start AND hour < d_end AND metered_s > 0
+)
+SELECT CASE WHEN by_day THEN date_trunc('day', hour) ELSE d_start::TIMESTAMP END AS day,
+       gpu_uuid, pod_uid, container, any_value(cluster) AS cluster, any_value(node) AS node, any_value(namespace) AS namespace,
+       any_value(pod) AS pod,
+       count(*) AS hours, min(hour) AS first_hour, max(hour) AS last_hour, sum(metered_s) AS metered_s,
+       sum(usage_share_s) AS usage_share_s, sum(alloc_dominant_share_s) AS alloc_dominant_share_s,
+       bool_or(whole_gpu) AS whole_gpu,
+       arg_max(alloc_memory_bytes, hour) AS alloc_memory_bytes,
+       max(hour) FILTER (WHERE alloc_memory_bytes IS NOT NULL) AS alloc_memory_hour,
+       arg_max(alloc_cores_ratio, hour) AS alloc_cores_ratio,
+       max(hour) FILTER (WHERE alloc_cores_ratio IS NOT NULL) AS alloc_cores_hour,
+       arg_max(alloc_mem_share_s / metered_s, hour) AS alloc_mem_share,
+       max(hour) FILTER (WHERE alloc_mem_share_s IS NOT NULL) AS alloc_mem_share_hour,
+       arg_max(alloc_cores_share_s / metered_s, hour) AS alloc_cores_share,
+       max(hour) FILTER (WHERE alloc_cores_share_s IS NOT NULL) AS alloc_cores_share_hour,
+       arg_max_null(last_kernel_age_s, hour) AS last_kernel_age_s,
+       max(mem) AS mem_max, max(coalesce(sm_util_max::DOUBLE, sm)) AS sm_max,
+       list(mem) AS mem_values, list(sm) AS sm_values
+FROM s
+GROUP BY CASE WHEN by_day THEN date_trunc('day', hour) ELSE d_start::TIMESTAMP END, gpu_uuid, pod_uid, container;
+
+CREATE OR REPLACE TEMP MACRO slice_sizing_days_of_hours(d_start, d_end) AS TABLE
+SELECT * FROM slice_sizing_of_hours(d_start, d_end, true);
+
 -- The money kept per slice-hour summed per day (sql/views/101_kept_money.sql kept_slice_sums),
 -- with the notes of its slice-hours (the expressions of sql/chargeback/slice_line_notes.sql).
 CREATE OR REPLACE TEMP MACRO kept_slice_days_of_hours(d_start, d_end) AS TABLE

@@ -11,6 +11,9 @@ SELECT * FROM reader_slice_day WHERE day >= d_start AND day < d_end;
 CREATE OR REPLACE TEMP MACRO cluster_hours(d_start, d_end) AS TABLE
 SELECT * FROM reader_cluster_hour WHERE hour >= d_start AND hour < d_end;
 
+CREATE OR REPLACE TEMP MACRO slice_sizing_parts(d_start, d_end) AS TABLE
+SELECT * FROM reader_slice_sizing_day WHERE day >= d_start AND day < d_end;
+
 -- The bill's kept money (sql/views/101_kept_money.sql) from its per-day sums.
 CREATE OR REPLACE TEMP MACRO kept_slice_sums(m_start, m_end, share_kind, basis) AS TABLE
 SELECT model_hour, gpu_uuid, p_cluster, p_node, p_model, cluster, namespace, pod, pod_uid, container,
