@@ -11,8 +11,10 @@ each refresh reads DuckDB again. Set up per fleet size:
   (store/reader_file.py) and the dashboard pointed at it (SLICEMETER_DB);
 - before each page: one ingest interval's change to the last hour (bench_reader_changed_hours.py
   `one_interval`: the rollups grow, the hour's money is kept again) and a refresh, which
-  copies the changed hour; then the page's first run (cold: wall and this process's CPU
-  seconds) and the median of --repeat reruns (warm);
+  copies the changed hour, and ingest's replan after it (ingest/headlines.py: the month's
+  right-sizing plan kept beside the readers' file, the dividend's figures; timed apart);
+  then the page's first run (cold: wall and this process's CPU seconds) and the median of
+  --repeat reruns (warm);
 - the Tenants page (the fleet's bill) again with the kept money forgotten (chargeback/kept.py
   `forget_kept`): the bill recomputed from the rollups, the path a store without kept money takes.
 
@@ -52,6 +54,9 @@ from bench_kept_money import kept_db  # noqa: E402
 from bench_reader_changed_hours import one_interval  # noqa: E402
 
 from slicemeter import store  # noqa: E402
+from slicemeter.chargeback.prices import DEFAULT_PRICES, load_prices  # noqa: E402
+from slicemeter.ingest.headlines import HeadlineRefresher  # noqa: E402
+from slicemeter.ingest.metrics import IngestMetrics  # noqa: E402
 from slicemeter.chargeback.bill import parse_month  # noqa: E402
 from slicemeter.chargeback.kept import forget_kept, kept_current  # noqa: E402
 from slicemeter.dashboard import data, right_sizing  # noqa: E402
@@ -148,6 +153,15 @@ def fleet(gpus: int, opts, ref_s: float, reads: Reads) -> None:
             whole_s = reader.copy_s
             one_interval(con, last)
             reader.refresh()   # both data files exist: from here every refresh copies the changed hours
+            ingest = HeadlineRefresher(reader.dest, 3600, IngestMetrics().recommend, load_prices(DEFAULT_PRICES),
+                                       now=lambda: m_start.replace(day=15), dividend=IngestMetrics().dividend)
+
+            def replan() -> float:
+                t = time.perf_counter()
+                ingest.refresh()
+                return time.perf_counter() - t
+
+            replan()
             os.environ["SLICEMETER_DB"] = str(reader.dest)
             at = AppTest.from_file(str(REPO / "dashboard" / "app.py"), default_timeout=1800)
             timed(at)   # imports, first connection: not what a refresh costs a user
@@ -157,12 +171,14 @@ def fleet(gpus: int, opts, ref_s: float, reads: Reads) -> None:
                   f"{sh:,} slice-hours; cache ready in {prepared:.0f} s, readers' file whole copy {whole_s:.1f} s)")
             print(f"reference: one pass over the month's rows {scan_s:.3f} s, a store connection opened "
                   f"{open_s * 1000:.1f} ms (load average {scan_load:.1f}); empty page {ref_s * 1000:.1f} ms")
-            print(f"{'page':<18}{'bill':>8}{'refresh s':>10}{'cold s':>8}{'cold cpu':>9}{'warm s':>8}"
+            print(f"{'page':<18}{'bill':>8}{'refresh s':>10}{'replan s':>9}{'cold s':>8}{'cold cpu':>9}{'warm s':>8}"
                   f"{'warm cpu':>9}{'cold/pass':>10}{'warm/empty':>11}{'load':>6}   cold run's reads (s)")
 
             def row(label: str, bill: str, page: str) -> None:
+                refresh_s = reader.pin_s + reader.copy_s
+                replan_s = replan()
                 cold, cold_cpu, warm, warm_cpu, cold_reads = run_page(at, page, opts.repeat, reads)
-                print(f"{label:<18}{bill:>8}{reader.pin_s + reader.copy_s:>10.2f}{cold:>8.2f}{cold_cpu:>9.2f}"
+                print(f"{label:<18}{bill:>8}{refresh_s:>10.2f}{replan_s:>9.2f}{cold:>8.2f}{cold_cpu:>9.2f}"
                       f"{warm:>8.3f}{warm_cpu:>9.3f}{cold / scan_s:>10.0f}{warm / ref_s:>11.0f}{os.getloadavg()[0]:>6.1f}   "
                       f"{where(cold_reads, cold)}", flush=True)
 

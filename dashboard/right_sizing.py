@@ -12,9 +12,10 @@ import pandas as pd
 import streamlit as st
 
 from slicemeter.dashboard import fmt
-from slicemeter.dashboard.data import connection_scope
+from slicemeter.dashboard.data import NoDatabase, connection_scope, db_path
 from slicemeter.chargeback.prices import DEFAULT_PRICES as PRICES_FILE
-from slicemeter.rightsizing.plan import build_plan
+from slicemeter.rightsizing.kept import Stamp, data_stamp, kept_path, kept_plan_for
+from slicemeter.rightsizing.plan import Plan, build_plan, price_key
 
 ROWS_SHOWN = 500   # table rows a page sends; a large fleet's full lists are the CLI's
 FLAGS = {"over_requested": "over-requested (grant > 2x p99)",
@@ -57,18 +58,53 @@ def _cached_plan(db_file: str, mtime: float, tenant: str | None, month: str, hea
     return build_plan(_con, month, headroom=headroom, prices=_prices, currency=currency)
 
 
-def _plan(con, month: str, headroom: float):
-    """The plan, cached per database file version: on a large fleet it takes seconds, and
-    every widget change reruns the page."""
+@st.cache_data(show_spinner=False, max_entries=8)
+def _cached_kept(kept: str, version: tuple, wanted: Stamp):
+    # keyed on the kept file's version and what the page would plan
+    return kept_plan_for(kept, wanted)
+
+
+def _kept(con, month: str, headroom: float, prices, currency) -> tuple[Plan, str] | None:
+    """The plan ingest kept beside the readers' file this connection reads, when it is the
+    one this page would make (slicemeter.rightsizing.kept; the whole fleet's only), with a
+    line saying which refresh it was made from."""
+    if connection_scope(con) is not None:
+        return None
+    data = data_stamp(con)
+    if data is None:
+        return None
+    try:
+        kept = kept_path(db_path())
+        st_ = kept.stat()
+    except (NoDatabase, OSError):
+        return None
+    wanted = Stamp(*data, month, headroom, price_key(prices, currency))
+    found = _cached_kept(str(kept), (st_.st_ino, st_.st_mtime_ns, st_.st_size), wanted)
+    if found is None:
+        return None
+    stamp, plan = found
+    note = "Planned by ingest from this data." if stamp.refresh >= wanted.refresh else (
+        "Planned by ingest from the readers' file's previous refresh; the plan of this one follows "
+        "in seconds.")
+    return plan, note
+
+
+def _plan(con, month: str, headroom: float) -> tuple[Plan, str | None]:
+    """The plan ingest kept for this data, with a line on where it comes from; else planned
+    here, cached per database file version (on a large fleet it takes seconds, and every
+    widget change reruns the page)."""
     prices, currency = _prices()
+    kept = _kept(con, month, headroom, prices, currency)
+    if kept is not None:
+        return kept
     row = con.execute("SELECT path FROM duckdb_databases() "
                       "WHERE database_name = current_database()").fetchone()
     path = Path(row[0]) if row and row[0] else None
     if path is None or not path.is_file():
-        return build_plan(con, month, headroom=headroom, prices=prices, currency=currency)
+        return build_plan(con, month, headroom=headroom, prices=prices, currency=currency), None
     prices_key = repr(sorted((prices or {}).items()))
     return _cached_plan(str(path), path.stat().st_mtime, connection_scope(con), month, headroom,
-                        prices_key, prices, currency, con)
+                        prices_key, prices, currency, con), None
 
 
 def _slice_table(slices: pd.DataFrame) -> pd.DataFrame:
@@ -89,7 +125,9 @@ def render(con, month: str) -> None:
                          help="gpumem = p99 memory peak x (1 + headroom); gpucores = p99 "
                               "SM share x (1 + headroom); the plan packs p95 needs x "
                               "(1 + headroom).") / 100
-    plan = _plan(con, month, headroom)
+    plan, where = _plan(con, month, headroom)
+    if where:
+        st.caption(where)
     s = plan.summary
     if not s["gpus_total"]:
         st.info(f"No metered GPUs in {month}.")

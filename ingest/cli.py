@@ -56,7 +56,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--recommend-interval", type=float, default=0.0, metavar="S",
                    help="serve the current month's right-sizing and sharing-dividend figures "
                         "(slicemeter_recommend_*, slicemeter_dividend_*), "
-                        "replanned from the snapshot every S seconds; 0 = off (default)")
+                        "replanned from the snapshot after each of its refreshes and at least every S seconds, "
+                        "the plan kept beside it for the dashboard (SNAPSHOT.plan); 0 = off (default)")
     p.add_argument("--bill-interval", type=float, default=0.0, metavar="S",
                    help="serve each tenant's month-to-date money, forecast and budget (slicemeter_tenant_month_*), "
                         "recomputed from the snapshot every S seconds; 0 = off (default; docs/live-bill.md)")

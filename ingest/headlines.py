@@ -3,17 +3,20 @@ dividend's headline figures as ingest metrics (docs/metrics.md, "Ingest"); with
 `--bill-interval S`, the live bill's (docs/live-bill.md) the same way.
 
 A background thread rebuilds the plan and the dividend for the current UTC month every S
-seconds and hands their samples (slicemeter.rightsizing.plan.headline_metrics,
-slicemeter.chargeback.dividend.dividend_metrics) to the metrics collector. It reads the snapshot,
-as every other reader does, never the live file: the writer's transactions are not
-disturbed and the plan sees one consistent copy. A failed plan keeps the previous figures
-and is logged; the thread never stops ingest.
+seconds, and as soon as the snapshot holds a new refresh, and hands their samples
+(slicemeter.rightsizing.plan.headline_metrics, slicemeter.chargeback.dividend.dividend_metrics)
+to the metrics collector. The plan is also kept beside the snapshot for the Right-sizing page
+(slicemeter.rightsizing.kept). It reads the snapshot, as every other reader does, never the
+live file: the writer's transactions are not disturbed and the plan sees one consistent
+copy. A failed plan keeps the previous figures and is logged; the thread never stops ingest.
 """
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Callable, Iterator
@@ -24,6 +27,7 @@ from slicemeter import clock
 log = logging.getLogger("slicemeter.ingest.recommend")
 
 RETRY_S = 5.0  # how soon to look again while the snapshot is absent or has no rollups yet
+POLL_S = 1.0   # how often the thread looks for a new refresh of the snapshot
 
 
 def utc_now() -> datetime:
@@ -61,13 +65,19 @@ class HeadlineRefresher:
 
     def refresh(self) -> bool:
         """Plan the current month from the snapshot; False if there is no snapshot yet."""
-        from slicemeter.rightsizing.plan import build_plan, headline_metrics
+        from slicemeter.rightsizing.kept import Stamp, data_stamp, keep_plan, kept_path
+        from slicemeter.rightsizing.plan import build_plan, headline_metrics, price_key
 
         if not self.snapshot.is_file():
             return False
         month = self.now().strftime("%Y-%m")
         with open_snapshot(self.snapshot) as con:
-            self.headline.update(headline_metrics(build_plan(con, month, self.headroom, self.prices)))
+            plan = build_plan(con, month, self.headroom, self.prices)
+            self.headline.update(headline_metrics(plan))
+            data = data_stamp(con)
+            if data is not None:
+                keep_plan(plan, kept_path(self.snapshot),
+                          Stamp(*data, month, self.headroom, price_key(self.prices)))
             if self.dividend is not None:
                 from slicemeter.chargeback.dividend import dividend, dividend_metrics, previous_month
 
@@ -78,14 +88,37 @@ class HeadlineRefresher:
                     return False   # a snapshot from before the first rollups: look again soon
         return True
 
+    follows_refreshes = True   # plan again as soon as the snapshot holds a new refresh
+
+    def _snapshot_version(self):
+        """Changes with every refresh: the link is switched to the other data file, rewritten."""
+        try:
+            st = os.stat(self.snapshot)
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+    def _wait(self, seconds: float, seen) -> None:
+        """Until `seconds` have passed, the thread is stopped, or (follows_refreshes) the
+        snapshot differs from the version `seen`."""
+        deadline = time.monotonic() + seconds
+        while not self._stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._stop.wait(min(left, POLL_S) if self.follows_refreshes else left)
+            if self.follows_refreshes and self._snapshot_version() != seen:
+                return
+
     def _loop(self) -> None:
         while not self._stop.is_set():
+            seen = self._snapshot_version()   # before reading it: a refresh meanwhile is planned next
             try:
                 planned = self.refresh()
             except Exception:  # a bad snapshot costs this round's figures, not ingest
                 log.exception("%s: computing from %s failed", self._thread.name, self.snapshot)
                 planned = True
-            self._stop.wait(self.interval_s if planned else min(self.interval_s, RETRY_S))
+            self._wait(self.interval_s if planned else min(self.interval_s, RETRY_S), seen)
 
     def start(self) -> "HeadlineRefresher":
         self._thread.start()
@@ -106,6 +139,8 @@ class LiveBillRefresher(HeadlineRefresher):
         super().__init__(snapshot, interval_s, None, prices, now=now)
         self.served, self.bases, self.idle = served, bases, idle
         self._thread.name = "live-bill"
+
+    follows_refreshes = False
 
     def refresh(self) -> bool:
         from slicemeter.chargeback.live_bill import budgets, live_bill, live_bill_metrics

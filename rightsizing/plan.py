@@ -14,6 +14,7 @@ and `recurring_demands` touch the database.
 """
 from __future__ import annotations
 
+import json
 import math
 import time
 import warnings
@@ -65,6 +66,14 @@ def _price_table(prices) -> tuple[dict[str, Decimal], str | None]:
             raise TypeError(f"price for {model!r} must be Decimal or str, not float")
         out[str(model)] = Decimal(str(price))
     return out, currency
+
+
+def price_key(prices, currency: str = "USD") -> str:
+    """The prices a plan is made with (as build_plan takes them), as text that is equal for
+    equal catalogs: part of a kept plan's stamp (slicemeter.rightsizing.kept)."""
+    table, cat_currency = _price_table(prices)
+    return json.dumps({"currency": (cat_currency or currency) if table else None,
+                       "gpu_hour": sorted((model, format(price.normalize(), "f")) for model, price in table.items())})
 
 
 # ---------------------------------------------------------------- right-sizing (pure)

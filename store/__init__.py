@@ -69,7 +69,13 @@ def register_functions(con: duckdb.DuckDBPyConnection) -> None:
     cluster identity has one canonical form in Python and in SQL."""
     if not con.execute("SELECT function_name FROM duckdb_functions() WHERE function_name = 'slicemeter_cluster_key'"
                        ).fetchall():
-        con.create_function("slicemeter_cluster_key", cluster_key, ["VARCHAR"], "VARCHAR", side_effects=False)
+        try:
+            con.create_function("slicemeter_cluster_key", cluster_key, ["VARCHAR"], "VARCHAR", side_effects=False)
+        except duckdb.CatalogException:
+            # another thread's connection to the same database registered it in between
+            if not con.execute("SELECT 1 FROM duckdb_functions() WHERE function_name = 'slicemeter_cluster_key'"
+                               ).fetchall():
+                raise
 
 
 def apply_views(con: duckdb.DuckDBPyConnection) -> None:

@@ -1,5 +1,5 @@
 """Shared by the ingest tests and bench/bench_ingest.py: topic setup, producing Tick
-messages, and an order-independent checksum of stored samples."""
+messages, an order-independent checksum of stored samples, and polling for a background result."""
 from __future__ import annotations
 
 import signal
@@ -125,3 +125,14 @@ def sigkill_within(proc: subprocess.Popen, seconds: float) -> bool:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         return True
+
+
+def poll(condition, what: str, timeout: float = 30.0):
+    """condition()'s first truthy value, asked every 50 ms; fails naming `what` after
+    `timeout` seconds (a background thread's result, not a sleep standing in for one)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := condition():
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")

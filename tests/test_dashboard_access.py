@@ -180,9 +180,9 @@ def test_right_sizing_plans_the_tenants_fleet_and_caches_per_tenant(fleet_db, tr
     from slicemeter.dashboard.right_sizing import _plan
 
     with data.open_db(fleet_db, "acme") as con:
-        acme = _plan(con, MONTH, 0.2)
+        acme, _ = _plan(con, MONTH, 0.2)
     with data.open_db(fleet_db, "globex") as con:
-        globex = _plan(con, MONTH, 0.2)
+        globex, _ = _plan(con, MONTH, 0.2)
     # acme's GPUs, plus the one globex GPU its moved slice runs on (catalogued for acme as
     # an unknown cluster: globex's catalog entry is out of scope)
     assert set(acme.groups["tenant"]) == {"acme", "unassigned"} and set(globex.groups["tenant"]) >= {"globex"}

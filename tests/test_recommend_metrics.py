@@ -4,7 +4,6 @@ compared with build_plan's summary of the same file."""
 from __future__ import annotations
 
 import shutil
-import time
 import urllib.request
 from datetime import datetime, timezone
 
@@ -16,6 +15,7 @@ from slicemeter.chargeback.prices import DEFAULT_PRICES, load_prices
 from slicemeter.rightsizing.plan import build_plan
 from slicemeter.ingest.headlines import HeadlineRefresher
 from slicemeter.store import connect
+from slicemeter.testkit.ingest_helpers import poll
 from slicemeter.testkit.recommend_rows import build_fleet
 from slicemeter.cli import main
 
@@ -31,15 +31,6 @@ def scrape(port: int) -> dict[str, list[tuple[dict, float]]]:
             if s.name.startswith("slicemeter_recommend_"):
                 out.setdefault(s.name, []).append((s.labels, s.value))
     return out
-
-
-def poll(condition, what: str, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := condition():
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture

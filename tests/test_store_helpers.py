@@ -1,11 +1,14 @@
 """The store's shared helpers: one transaction, registered Arrow tables, DuckDB's own
-statement splitter."""
+statement splitter, connections opened at once in threads."""
 from __future__ import annotations
+
+import threading
 
 import duckdb
 import pyarrow as pa
 import pytest
 
+from slicemeter import store
 from slicemeter.store import registered, transaction
 from slicemeter.store.script import execute_text, statements
 
@@ -38,3 +41,26 @@ def test_a_semicolon_in_a_string_or_comment_is_no_statement_boundary():
     con = duckdb.connect()
     execute_text(con, text, {"x": "c", "unused": 1})
     assert con.execute("SELECT s FROM t ORDER BY s").fetchall() == [("a;\nb",), ("c",)]
+
+
+def test_connections_opened_at_once_in_threads_register_the_functions_once(tmp_path):
+    """Threads of one process opening the same file at once (ingest's headline and live-bill
+    threads both read the snapshot) share one DuckDB instance: each sets up its views."""
+    for i in range(5):
+        path = tmp_path / f"s{i}.duckdb"
+        store.connect(path).close()
+        barrier, errors = threading.Barrier(6), []
+
+        def open_it():
+            barrier.wait()
+            try:
+                store.connect(path, read_only=True).close()
+            except Exception as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=open_it) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
