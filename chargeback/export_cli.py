@@ -10,7 +10,7 @@ from slicemeter.chargeback.bill import BASES, IDLE_POLICIES, SHARES, InvariantEr
 from slicemeter.chargeback.exports import ExportNotWritten, check_tenant, write_exports
 from slicemeter.chargeback.prices import DEFAULT_PRICES, load_prices
 from slicemeter.store import connect
-from slicemeter.common import check_choice, existing_db, named
+from slicemeter.common import arrow_on_system_allocator, check_choice, existing_db, named
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -50,6 +50,7 @@ def _open(db: str):
 
 
 def run(args: argparse.Namespace) -> int:
+    arrow_on_system_allocator()
     with named("--month"):
         parse_month(args.month)
     for flag, value, choices in (("--basis", args.basis, BASES), ("--idle", args.idle, IDLE_POLICIES),

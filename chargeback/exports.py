@@ -404,17 +404,16 @@ def write_exports(con, bill: Bill, out_dir: str | Path, tenant: str | None = Non
 
 def _write_files(con, bill: Bill, paths: dict[str, Path], tenant: str | None) -> None:
     names = tenant_names(con)
-    # DuckDB (formatting the unmetered report) and the Parquet writer release the GIL: they
-    # run in workers beside the Python that makes the other files' rows; the connection is
-    # the unmetered report's alone until it is done
+    # DuckDB (formatting the unmetered report), the Parquet writer and file writes release
+    # the GIL: they run in workers beside the Python that makes the other files' rows; the
+    # connection is the unmetered report's alone until it is done
     with ThreadPoolExecutor(max_workers=2) as pool:
-        unmetered = pool.submit(unmetered_csv, con, bill) if tenant is None else None
+        written = [pool.submit(lambda: paths["unmetered"].write_bytes(unmetered_csv(con, bill)))] \
+            if tenant is None else []
         paths["invoice"].write_bytes(invoice_csv(bill))
-        parquet = [pool.submit(_write_parquet, detail_table(bill), paths["detail"])]
+        written.append(pool.submit(_write_parquet, detail_table(bill), paths["detail"]))
         focus = focus_columns(focus_rows(bill, names))
-        paths["focus_csv"].write_bytes(focus_csv(focus))
-        parquet.append(pool.submit(_write_parquet, focus_table(focus), paths["focus_parquet"]))
-        for written in parquet:
-            written.result()
-        if unmetered is not None:
-            paths["unmetered"].write_bytes(unmetered.result())
+        written.append(pool.submit(paths["focus_csv"].write_bytes, focus_csv(focus)))
+        written.append(pool.submit(_write_parquet, focus_table(focus), paths["focus_parquet"]))
+        for done in written:
+            done.result()

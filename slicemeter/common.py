@@ -43,6 +43,17 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
+def arrow_on_system_allocator() -> None:
+    """Arrow's memory from the C library's allocator instead of its default pool (mimalloc).
+    On the 2-core VMs these numbers are measured on, fresh memory from mimalloc costs about
+    3x the kernel time: an 8,000-GPU export spent 3-4 s of system time building its files'
+    few hundred MB of Arrow buffers, about 1 s from the C library (bench/RESULTS.md,
+    bench_export). Called by `slicemeter export` before it allocates."""
+    import pyarrow as pa
+
+    pa.set_memory_pool(pa.system_memory_pool())
+
+
 def month_start(month) -> date:
     """'2026-11' -> 2026-11-01; ValueError naming the bad value otherwise."""
     m = MONTH.match(month if isinstance(month, str) else "")

@@ -61,14 +61,18 @@ def test_export_writes_every_file_and_is_byte_identical(month_db, tmp_path):
 
 def test_the_files_are_written_with_duckdbs_memory_bound_lowered(month_db, tmp_path, monkeypatch):
     """The bill's working tables are done with before the files: DuckDB is bounded lower
-    then, so that its buffers are handed back and do not peak with Python's file building."""
+    then, so that its buffers are handed back and do not peak with Python's file building;
+    the files' Arrow buffers come from the C library's allocator."""
     from slicemeter.chargeback import export_cli
+
+    import pyarrow as pa
 
     seen = {}
     real = export_cli.write_exports
 
     def write_exports(con, *args, **kwargs):
         seen["limit"] = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+        seen["arrow"] = pa.default_memory_pool().backend_name
         return real(con, *args, **kwargs)
 
     monkeypatch.setattr(export_cli, "write_exports", write_exports)
@@ -79,6 +83,8 @@ def test_the_files_are_written_with_duckdbs_memory_bound_lowered(month_db, tmp_p
         return scratch.execute("SELECT current_setting('memory_limit')").fetchone()[0]
 
     assert seen["limit"] == reported(export_cli.FILES_MEMORY_LIMIT) != reported(export_cli.MEMORY_LIMIT)
+    # and Arrow's buffers come from the C library (slicemeter.common.arrow_on_system_allocator)
+    assert seen["arrow"] == "system"
 
 
 @pytest.mark.parametrize("args", [("2026-09",), ("2026-11", "--tenant", "nosuch")], ids=["month", "tenant"])
