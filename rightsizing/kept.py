@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import zipfile
 from dataclasses import dataclass
@@ -24,7 +25,9 @@ from pathlib import Path
 import pandas as pd
 
 from slicemeter.common import fsync_path
-from slicemeter.rightsizing.plan import Plan, price_key
+from slicemeter.rightsizing.plan import Plan
+
+log = logging.getLogger("slicemeter.rightsizing")
 
 FRAMES = ("slices", "placement", "groups")
 REFRESHES_BEHIND = 1   # a kept plan of the refresh before the one read is still shown
@@ -94,15 +97,18 @@ def keep_plan(plan: Plan, path: str | Path, stamp: Stamp) -> Path:
 
 
 def read_kept(path: str | Path) -> tuple[Stamp, Plan] | None:
-    """The plan kept at `path` with its stamp; None when there is none."""
+    """The plan kept at `path` with its stamp; None when there is none, or none that reads
+    whole (logged: the reader plans by itself)."""
     try:
-        z = zipfile.ZipFile(path)
+        with zipfile.ZipFile(path) as z:
+            stamp = Stamp(**json.loads(z.read("stamp.json")))
+            summary = _summary_of(z.read("summary.json").decode())
+            frames = {name: pd.read_parquet(io.BytesIO(z.read(f"{name}.parquet"))) for name in FRAMES}
     except FileNotFoundError:
         return None
-    with z:
-        stamp = Stamp(**json.loads(z.read("stamp.json")))
-        summary = _summary_of(z.read("summary.json").decode())
-        frames = {name: pd.read_parquet(io.BytesIO(z.read(f"{name}.parquet"))) for name in FRAMES}
+    except Exception as exc:   # any damage to a file that only saves time: it is not used
+        log.warning("kept plan %s not used: %r", path, exc)
+        return None
     return stamp, Plan(stamp.month, stamp.headroom, frames["slices"], frames["placement"], frames["groups"], summary)
 
 

@@ -112,8 +112,8 @@ def app(db: str) -> None:
 
 def test_the_page_shows_the_kept_plan_of_its_data_only(live, tmp_path, monkeypatch):
     """A kept plan whose figures differ from what the page would plan (freeable GPUs set to
-    7) shows where its stamp matches, and not for another headroom, for a tenant's view, or
-    when it is two refreshes old."""
+    7) shows where its stamp matches, and not for another headroom, for a tenant's view,
+    when it is two refreshes old, or when the file is damaged."""
     reader = ReaderFile(live, tmp_path / "reader.duckdb")
     dest = reader.refresh()
     monkeypatch.setenv("SLICEMETER_DB", str(dest))
@@ -147,3 +147,9 @@ def test_the_page_shows_the_kept_plan_of_its_data_only(live, tmp_path, monkeypat
     assert freeable(at) == "7 of 8" and any("previous refresh" in c.value for c in at.caption)
     keep_plan(plan, kept_path(dest), Stamp(data[0], data[1] - 2, "2026-11", 0.2, price_key(catalog)))
     assert freeable(page()) == "4 of 8"
+
+    # a damaged kept file costs its time saving only
+    keep_plan(plan, kept_path(dest), Stamp(*data, "2026-11", 0.2, price_key(catalog)))
+    whole = kept_path(dest).read_bytes()
+    kept_path(dest).write_bytes(whole[: len(whole) // 2])
+    assert read_kept(kept_path(dest)) is None and freeable(page()) == "4 of 8"
