@@ -12,9 +12,9 @@
 -- Attributes that can change (grant, last kernel age) are taken from the slice's latest
 -- metered hour in the window. The figures come in parts (slice_sizing_parts: per slice-day in
 -- a readers' file, which keeps them; else one part over the window, sql/views/310_days.sql):
--- sums, latest values by their hour, and the percentiles over the parts' hourly values. The tenant is resolved
--- after aggregating with the same rule as the slice_hour_tenant view: namespace override,
--- else the cluster's tenant, else 'unassigned'.
+-- sums, latest values by their hour, and the percentiles over the parts' hourly values.
+-- The tenant is resolved after aggregating with the same rule as the slice_hour_tenant view:
+-- namespace override, else the cluster's tenant, else 'unassigned'.
 WITH per_slice AS (
     SELECT
         gpu_uuid, pod_uid, container,

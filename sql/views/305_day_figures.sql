@@ -84,8 +84,8 @@ WITH s AS (
     FROM slice_hour WHERE hour >= d_start AND hour < d_end AND metered_s > 0
 )
 SELECT CASE WHEN by_day THEN date_trunc('day', hour) ELSE d_start::TIMESTAMP END AS day,
-       gpu_uuid, pod_uid, container, any_value(cluster) AS cluster, any_value(node) AS node, any_value(namespace) AS namespace,
-       any_value(pod) AS pod,
+       gpu_uuid, pod_uid, container, any_value(cluster) AS cluster, any_value(node) AS node,
+       any_value(namespace) AS namespace, any_value(pod) AS pod,
        count(*) AS hours, min(hour) AS first_hour, max(hour) AS last_hour, sum(metered_s) AS metered_s,
        sum(usage_share_s) AS usage_share_s, sum(alloc_dominant_share_s) AS alloc_dominant_share_s,
        bool_or(whole_gpu) AS whole_gpu,
