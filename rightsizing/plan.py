@@ -195,11 +195,14 @@ def _frame(con, name: str, params: dict) -> pd.DataFrame:
     `.df()` (same dtypes), but strings are not built one Python object at a time (411k
     slices x 7 string columns: ~1 s of `.df()` on a month of a large fleet)."""
     # On the caller's connection (its transaction, its registered relations). DuckDB warns
-    # that Arrow from an execute() result copies the rows once more; that copy is cheap
-    # next to `.df()`, and con.sql() would fail where the caller left a result unfetched.
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Arrow output on a DB-API result")
-        table = con.execute(sql_text(f"rightsizing/{name}.sql"), params).to_arrow_table()
+    # that Arrow from an execute() result copies the rows once more; that copy is cheap next
+    # to `.df()`, and con.sql() would fail where the caller left a result unfetched. The
+    # warning is filtered for this module, not within catch_warnings(), which is not
+    # thread-safe (ingest plans in a thread of its own); set on each call, since a filter set
+    # at import would go with any catch_warnings() block the import ran in (idempotent).
+    warnings.filterwarnings("ignore", message="Arrow output on a DB-API result", category=UserWarning,
+                            module=r"slicemeter\.rightsizing\.plan")
+    table = con.execute(sql_text(f"rightsizing/{name}.sql"), params).to_arrow_table()
     return table.to_pandas()
 
 
