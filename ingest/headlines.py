@@ -28,6 +28,9 @@ log = logging.getLogger("slicemeter.ingest.recommend")
 
 RETRY_S = 5.0  # how soon to look again while the snapshot is absent or has no rollups yet
 POLL_S = 1.0   # how often the thread looks for a new refresh of the snapshot
+# the least time between two plans that follow refreshes: a snapshot refreshed every few
+# seconds (the demo's) is not replanned as often
+REPLAN_GAP_S = 30.0
 
 
 def utc_now() -> datetime:
@@ -52,7 +55,8 @@ def open_snapshot(path: Path) -> Iterator:
 
 class HeadlineRefresher:
     def __init__(self, snapshot: Path, interval_s: float, headline: RecommendHeadline, prices=None,
-                 headroom: float = 0.2, now: Callable[[], datetime] = utc_now, dividend: Headline | None = None):
+                 headroom: float = 0.2, now: Callable[[], datetime] = utc_now, dividend: Headline | None = None,
+                 replan_gap_s: float = REPLAN_GAP_S):
         self.snapshot = Path(snapshot)
         self.interval_s = interval_s
         self.headline = headline
@@ -60,6 +64,7 @@ class HeadlineRefresher:
         self.headroom = headroom
         self.now = now
         self.dividend = dividend
+        self.replan_gap_s = replan_gap_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="recommend-metrics", daemon=True)
 
@@ -98,27 +103,29 @@ class HeadlineRefresher:
             return None
         return st.st_ino, st.st_mtime_ns, st.st_size
 
-    def _wait(self, seconds: float, seen) -> None:
+    def _wait(self, seconds: float, seen, started: float) -> None:
         """Until `seconds` have passed, the thread is stopped, or (follows_refreshes) the
-        snapshot differs from the version `seen`."""
+        snapshot differs from the version `seen` and replan_gap_s have passed since `started`."""
         deadline = time.monotonic() + seconds
         while not self._stop.is_set():
             left = deadline - time.monotonic()
             if left <= 0:
                 return
             self._stop.wait(min(left, POLL_S) if self.follows_refreshes else left)
-            if self.follows_refreshes and self._snapshot_version() != seen:
+            if (self.follows_refreshes and time.monotonic() - started >= self.replan_gap_s
+                    and self._snapshot_version() != seen):
                 return
 
     def _loop(self) -> None:
         while not self._stop.is_set():
             seen = self._snapshot_version()   # before reading it: a refresh meanwhile is planned next
+            started = time.monotonic()
             try:
                 planned = self.refresh()
             except Exception:  # a bad snapshot costs this round's figures, not ingest
                 log.exception("%s: computing from %s failed", self._thread.name, self.snapshot)
                 planned = True
-            self._wait(self.interval_s if planned else min(self.interval_s, RETRY_S), seen)
+            self._wait(self.interval_s if planned else min(self.interval_s, RETRY_S), seen, started)
 
     def start(self) -> "HeadlineRefresher":
         self._thread.start()

@@ -55,7 +55,8 @@ def test_ingest_keeps_the_plan_of_each_refresh(live, tmp_path):
     reader = ReaderFile(live, tmp_path / "reader.duckdb")
     dest = reader.refresh()
     catalog = load_prices(DEFAULT_PRICES)
-    refresher = HeadlineRefresher(dest, 3600, IngestMetrics().recommend, catalog, now=lambda: NOV).start()
+    refresher = HeadlineRefresher(dest, 3600, IngestMetrics().recommend, catalog, now=lambda: NOV,
+                                  replan_gap_s=0).start()
     try:
         first = _refresh_stamp(dest)
         poll(lambda: _kept_refresh(dest) == first[1], "the first refresh's plan")
