@@ -36,7 +36,7 @@ import duckdb
 import pandas as pd
 import streamlit as st
 
-from slicemeter.common import is_lake
+from slicemeter.common import file_version, is_lake
 from slicemeter.dashboard import access
 from slicemeter.store.script import statements
 from slicemeter.store import connect, lake, quote_ident, sql_text, transaction
@@ -103,10 +103,9 @@ def db_version(path: Path | str) -> tuple:
         with _lake_connection(path, None) as con:
             return ("lake", con.execute("SELECT max(snapshot_id) FROM ducklake_snapshots(?)",
                                         [lake.ALIAS]).fetchone()[0])
-    st_ = path.stat()
     wal = path.with_name(path.name + ".wal")
     wal_m = wal.stat().st_mtime_ns if wal.exists() else 0
-    return (st_.st_ino, st_.st_size, st_.st_mtime_ns, wal_m)
+    return (*file_version(path), wal_m)
 
 
 @st.cache_resource

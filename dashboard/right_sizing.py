@@ -11,6 +11,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
+from slicemeter.common import file_version
 from slicemeter.dashboard import fmt
 from slicemeter.dashboard.data import NoDatabase, connection_scope, db_path
 from slicemeter.chargeback.prices import DEFAULT_PRICES as PRICES_FILE
@@ -75,11 +76,11 @@ def _kept(con, month: str, headroom: float, prices, currency) -> tuple[Plan, str
         return None
     try:
         kept = kept_path(db_path())
-        st_ = kept.stat()
+        version = file_version(kept)
     except (NoDatabase, OSError):
         return None
     wanted = Stamp(*data, month, headroom, price_key(prices, currency))
-    found = _cached_kept(str(kept), (st_.st_ino, st_.st_mtime_ns, st_.st_size), wanted)
+    found = _cached_kept(str(kept), version, wanted)
     if found is None:
         return None
     stamp, plan = found
@@ -102,9 +103,8 @@ def _plan(con, month: str, headroom: float) -> tuple[Plan, str | None]:
     path = Path(row[0]) if row and row[0] else None
     if path is None or not path.is_file():
         return build_plan(con, month, headroom=headroom, prices=prices, currency=currency), None
-    prices_key = repr(sorted((prices or {}).items()))
     return _cached_plan(str(path), path.stat().st_mtime, connection_scope(con), month, headroom,
-                        prices_key, prices, currency, con), None
+                        price_key(prices, currency), prices, currency, con), None
 
 
 def _slice_table(slices: pd.DataFrame) -> pd.DataFrame:

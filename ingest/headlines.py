@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 import time
 from datetime import datetime
@@ -23,6 +22,7 @@ from typing import Callable, Iterator
 
 from slicemeter.ingest.metrics import Headline, RecommendHeadline
 from slicemeter import clock
+from slicemeter.common import file_version
 
 log = logging.getLogger("slicemeter.ingest.recommend")
 
@@ -98,10 +98,9 @@ class HeadlineRefresher:
     def _snapshot_version(self):
         """Changes with every refresh: the link is switched to the other data file, rewritten."""
         try:
-            st = os.stat(self.snapshot)
+            return file_version(self.snapshot)
         except OSError:
             return None
-        return st.st_ino, st.st_mtime_ns, st.st_size
 
     def _wait(self, seconds: float, seen, started: float) -> None:
         """Until `seconds` have passed, the thread is stopped, or (follows_refreshes) the

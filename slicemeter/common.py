@@ -43,6 +43,13 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
+def file_version(path) -> tuple[int, int, int]:
+    """(inode, size, mtime) of the file at `path` (a link followed): changes when the file is
+    rewritten or replaced. OSError when there is none."""
+    st = os.stat(path)
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def arrow_on_system_allocator() -> None:
     """Arrow's memory from the C library's allocator instead of its default pool (mimalloc).
     On the 2-core VMs these numbers are measured on, fresh memory from mimalloc costs about

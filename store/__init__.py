@@ -67,14 +67,15 @@ def register_functions(con: duckdb.DuckDBPyConnection) -> None:
     """The Python functions the views call, once per database instance (its connections and
     cursors share them): slicemeter_cluster_key is slicemeter.common.cluster_key, so a
     cluster identity has one canonical form in Python and in SQL."""
-    if not con.execute("SELECT function_name FROM duckdb_functions() WHERE function_name = 'slicemeter_cluster_key'"
-                       ).fetchall():
+    def registered() -> bool:
+        return bool(con.execute("SELECT 1 FROM duckdb_functions() WHERE function_name = 'slicemeter_cluster_key'"
+                                ).fetchall())
+
+    if not registered():
         try:
             con.create_function("slicemeter_cluster_key", cluster_key, ["VARCHAR"], "VARCHAR", side_effects=False)
         except duckdb.CatalogException:
-            # another thread's connection to the same database registered it in between
-            if not con.execute("SELECT 1 FROM duckdb_functions() WHERE function_name = 'slicemeter_cluster_key'"
-                               ).fetchall():
+            if not registered():   # else another thread's connection to the same database registered it between
                 raise
 
 

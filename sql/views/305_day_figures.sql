@@ -101,7 +101,7 @@ SELECT CASE WHEN by_day THEN date_trunc('day', hour) ELSE d_start::TIMESTAMP END
        max(mem) AS mem_max, max(coalesce(sm_util_max::DOUBLE, sm)) AS sm_max,
        list(mem) AS mem_values, list(sm) AS sm_values
 FROM s
-GROUP BY CASE WHEN by_day THEN date_trunc('day', hour) ELSE d_start::TIMESTAMP END, gpu_uuid, pod_uid, container;
+GROUP BY ALL;
 
 CREATE OR REPLACE TEMP MACRO slice_sizing_days_of_hours(d_start, d_end) AS TABLE
 SELECT * FROM slice_sizing_of_hours(d_start, d_end, true);
