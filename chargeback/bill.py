@@ -301,6 +301,14 @@ def fill_hours(con, args: list, share: str = "dominant", basis: str = "allocatio
     return spans
 
 
+def check_priced(con, month_start: date, src_asof: date | None, catalog: PriceCatalog) -> None:
+    """ConfigError naming the GPUs and hours of a month (live, or its frozen copy src_asof)
+    that no price applies to: a GPU-hour whose model no sample named, in the month or
+    before it, or a model the catalog does not price."""
+    fill_hours(con, [month_start, parse_month(month_str(month_start))[1], src_asof])
+    _register_prices(con, catalog)
+
+
 def month_lines(con, month_start: date, src_asof: date | None, catalog: PriceCatalog,
                 basis: str, idle: str, share: str, use_kept: bool = False,
                 by_day: bool = False, report_hours: bool = True) -> tuple[list[dict], list[dict]]:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from slicemeter.chargeback.bill import closed_months, month_str, parse_month
-from slicemeter.chargeback.prices import PriceCatalog
+from slicemeter.chargeback.bill import check_priced, closed_months, month_str, parse_month
+from slicemeter.chargeback.prices import PriceCatalog, parse_prices_text
 from slicemeter.store import transaction
 from slicemeter.store.script import execute_script
 from slicemeter.common import ConfigError, named
@@ -52,4 +52,12 @@ def close_month(con, month: str, catalog: PriceCatalog, now: datetime | None = N
             if _fingerprint(con, c_month, c_end, None) != _fingerprint(con, c_month, c_end, _latest_asof(con, c_month)):
                 execute_script(con, "chargeback/freeze.sql", {"as_of": m_start, "m_start": c_month, "m_end": c_end})
                 carried.append(month_str(c_month))
+        # a frozen copy is billed for ever after (its corrections too): one that no price
+        # applies to is refused now, while the month can still wait for the data that names it
+        for c_month in [m_start] + [parse_month(c)[0] for c in carried]:
+            try:
+                check_priced(con, c_month, m_start, catalog if c_month == m_start else
+                             parse_prices_text(closed[c_month], f"closed month {month_str(c_month)} prices"))
+            except ConfigError as exc:
+                raise ConfigError(f"month {month}: not closed, {exc}") from None
     return carried

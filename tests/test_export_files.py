@@ -217,6 +217,34 @@ def test_months_close_in_order_and_once(tmp_path, capsys):
     assert "already closed" in capsys.readouterr().err
 
 
+def test_a_month_no_price_applies_to_is_not_closed_until_a_sample_names_the_model(tmp_path, capsys):
+    """A GPU-hour only slices reported (its NVML down) and whose model no sample of the month
+    named cannot be priced: the close is refused, naming it, and nothing is frozen (a frozen
+    copy without a price would fail every later invoice that carries its corrections)."""
+    db = tmp_path / "c.duckdb"
+    con = connect(db)
+    add_tenants(con)
+    add_slice(con, "a", alloc=0.25, hour="2026-10-31 23:00:00", gpu="GPU-9")
+    con.close()
+    assert main(["close", "--db", str(db), "--month", "2026-10"]) == 2
+    err = capsys.readouterr().err
+    assert "month 2026-10: not closed, GPU model unknown for GPU-9" in err and "2026-10-31T23:00" in err
+    con = connect(db)
+    assert con.execute("SELECT count(*) FROM closed_months").fetchone()[0] == 0
+    assert con.execute("SELECT count(*) FROM frozen_slice_hour").fetchone()[0] == 0
+    add_gpu(con, hour="2026-10-31 22:00:00", gpu="GPU-9")      # an earlier hour names its model
+    con.close()
+    assert main(["close", "--db", str(db), "--month", "2026-10"]) == 0
+    con = connect(db)
+    try:
+        add_slice(con, "late", alloc=0.5, hour="2026-10-31 23:00:00", gpu="GPU-9")
+        bill = compute_bill(con, "2026-11")
+        corrected = set(bill.detail.loc[bill.detail["charge_class"] == "Correction", "pod"])
+        assert corrected - {""} == {"late"}    # and the idle line the late slice moved
+    finally:
+        con.close()
+
+
 # ---------------------------------------------------------------- FOCUS validator
 
 def _load_tool():

@@ -20,15 +20,17 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slicemeter import store
-from slicemeter.chargeback.bill import BASES, IDLE_POLICIES, SHARES, compute_bill, parse_month
+from slicemeter.chargeback.bill import BASES, IDLE_POLICIES, SHARES, closed_months, compute_bill, parse_month
 from slicemeter.chargeback.close import close_month
 from slicemeter.chargeback.kept import forget_kept, kept_current
 from slicemeter.store.reader_file import ReaderFile
 from slicemeter.chargeback.prices import parse_prices_text
+from slicemeter.common import ConfigError
 from slicemeter.ingest.strings import StringIds
 from slicemeter.ingest.writer import Batch, write_batch
 from slicemeter.testkit.cb_rows import ACME, GLOBEX, add_tenants
@@ -96,10 +98,12 @@ def _ingest(con, chunks, batch: int, fold_every: int, ids: StringIds) -> None:
         write_batch(con, b, ids, fold=last or n % fold_every == 0)
 
 
-def _arrive(con, case, reader: ReaderFile) -> None:
+def _arrive(con, case, reader: ReaderFile) -> bool:
     """Ingest the chunks in a random order; some after a first bill, some after October's
     close (at least one of October's: a correction); the readers' file refreshed after each
-    phase (its day figures recomputed for the days that changed)."""
+    phase (its day figures recomputed for the days that changed). Whether October closed:
+    a close is refused where a GPU-hour has no price (only its slices arrived, and no
+    sample of the month named its model), as October's own bill is."""
     rng = random.Random(case["seed"])
     chunks = _chunks(case)
     rng.shuffle(chunks)
@@ -116,10 +120,19 @@ def _arrive(con, case, reader: ReaderFile) -> None:
         compute_bill(con, "2026-11", prices=PRICES)   # a reader between arrivals
         _ingest(con, late, case["batch"], case["fold_every"], ids)
         reader.refresh()
-    close_month(con, "2026-10", PRICES)
+    try:
+        close_month(con, "2026-10", PRICES)
+        closed = True
+    except ConfigError as exc:
+        assert "not closed, GPU model unknown" in str(exc)
+        with pytest.raises(ConfigError, match="GPU model unknown"):
+            compute_bill(con, "2026-10", prices=PRICES)
+        assert not closed_months(con)
+        closed = False
     reader.refresh()
     _ingest(con, after_close, case["batch"], case["fold_every"], ids)
     reader.refresh()
+    return closed
 
 
 def _from_scratch(con, month, basis, idle, share):
@@ -164,7 +177,7 @@ def test_kept_money_equals_from_scratch(tmp_path_factory, case, export_basis, ex
     try:
         add_tenants(con)
         reader = ReaderFile(con, tmp / "reader.duckdb")
-        _arrive(con, case, reader)
+        closed = _arrive(con, case, reader)
         assert kept_current(con, *parse_month("2026-11"))
         corrections = days_used = 0
         with store.connect(reader.dest, read_only=True) as on_file:   # kept money summed per day
@@ -180,7 +193,7 @@ def test_kept_money_equals_from_scratch(tmp_path_factory, case, export_basis, ex
                         days_used += not on_file.execute("SELECT count(*) FROM cb_hour_t").fetchone()[0]
                         assert kept.total > 0
                         corrections += int((kept.detail["charge_class"] == "Correction").sum())
-        assert corrections > 0   # October's late Ticks after its close
+        assert (corrections > 0) == closed   # October's late Ticks after its close
         # the invoice alone from the readers' file's kept days, unless an hour's GPU model is looked up
         assert days_used == (len(BASES) * len(IDLE_POLICIES) * len(SHARES) if _models_known(con) else 0)
         con.execute("CHECKPOINT")
