@@ -11,6 +11,8 @@ from __future__ import annotations
 from datetime import date, datetime, time, timedelta
 
 from slicemeter.store import sql_text, transaction
+from slicemeter.store.lake import is_lake_connection
+from slicemeter.store.script import execute_script
 
 # Hours kept per statement by keep_hours: a day of a large fleet's slice-hours at a time,
 # so the join of slice-hours with their GPU-hours stays within memory.
@@ -33,23 +35,35 @@ def kept_current(con, m_start: date, m_end: date) -> bool:
 
 
 def keep_hours(con, start: date | datetime, end: date | datetime) -> None:
-    """Keep the money of every GPU-hour in [start, end) again, a day per transaction."""
+    """Keep the money of every GPU-hour in [start, end) again, a day per transaction (on a
+    lake appended, as its workers keep: sql/lake/keep_money.sql)."""
     t = datetime.combine(start, time()) if not isinstance(start, datetime) else start
     stop = datetime.combine(end, time()) if not isinstance(end, datetime) else end
+    on_lake = is_lake_connection(con)
     while t < stop:
         upto = min(t + _CHUNK, stop)
         with transaction(con):
-            con.execute("INSERT INTO kept_touched_t "
-                        "SELECT hour, gpu_uuid FROM gpu_hour WHERE hour >= $1 AND hour < $2 "
-                        "UNION SELECT hour, gpu_uuid FROM slice_hour WHERE hour >= $1 AND hour < $2 "
-                        "UNION SELECT hour, gpu_uuid FROM kept_gpu_hour WHERE hour >= $1 AND hour < $2", [t, upto])
-            con.execute(sql_text("ingest/keep_money.sql"))
+            if on_lake:
+                execute_script(con, "lake/touched_in_range.sql", {"start": t, "end": upto})
+                con.execute(sql_text("lake/keep_money.sql"))
+            else:
+                con.execute("INSERT INTO kept_touched_t "
+                            "SELECT hour, gpu_uuid FROM gpu_hour WHERE hour >= $1 AND hour < $2 "
+                            "UNION SELECT hour, gpu_uuid FROM slice_hour WHERE hour >= $1 AND hour < $2 "
+                            "UNION SELECT hour, gpu_uuid FROM kept_gpu_hour WHERE hour >= $1 AND hour < $2",
+                            [t, upto])
+                con.execute(sql_text("ingest/keep_money.sql"))
         t = upto
 
 
 def forget_kept(con) -> None:
     """Empty the kept tables: every bill is then computed from the rollups (benchmarks and
-    tests compare both paths on the same data)."""
+    tests compare both paths on the same data; on a lake this deletes beside its workers'
+    appends, which conflicts with any of them committing meanwhile)."""
+    if is_lake_connection(con):
+        con.execute("DELETE FROM lake.main.kept_gpu_hour")
+        con.execute("DELETE FROM lake.main.kept_slice_hour")
+        return
     con.execute("DELETE FROM kept_gpu_hour")
     con.execute("DELETE FROM kept_slice_hour")
     con.execute("INSERT INTO reader_changes (hour) VALUES (NULL)")   # every hour: the readers' file copies all

@@ -299,9 +299,9 @@ def _store_letters_bindings_offsets(con: duckdb.DuckDBPyConnection, batch: Prepa
 
 def write_lake(con: duckdb.DuckDBPyConnection, batch: PreparedBatch) -> float:
     """`write_prepared` for a DuckLake (store/lake.py): the batch's rows, rollup deltas,
-    strings, dead letters and offsets appended in one lake transaction (exactly once
-    across the workers of a group). Every slice row is stored: Parquet files need no
-    whole row groups, so nothing is held back.
+    the money of the GPU-hours it touched, strings, dead letters and offsets appended in
+    one lake transaction (exactly once across the workers of a group). Every slice row is
+    stored: Parquet files need no whole row groups, so nothing is held back.
 
     A data error (duckdb.Error) is raised as it is: the consumer reads the batch again
     message by message. A commit the lake refused after its retries (another worker won
@@ -317,6 +317,7 @@ def write_lake(con: duckdb.DuckDBPyConnection, batch: PreparedBatch) -> float:
             if "batch_gpu" in tables:
                 _save_instants(con, tables)
                 con.execute(sql_text("lake/apply_batch.sql"))
+                con.execute(sql_text("lake/keep_money.sql"))
             elif batch.strings.num_rows:
                 con.execute(sql_text("lake/save_strings.sql"))
             _store_letters_bindings_offsets(con, batch, tables, "lake")

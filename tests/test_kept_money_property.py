@@ -12,14 +12,11 @@ the kept money summed per day; its export is byte-identical too."""
 from __future__ import annotations
 
 import hashlib
-import random
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -29,20 +26,11 @@ from slicemeter.chargeback.bill import BASES, IDLE_POLICIES, SHARES, closed_mont
 from slicemeter.chargeback.close import close_month
 from slicemeter.chargeback.kept import forget_kept, kept_current
 from slicemeter.store.reader_file import ReaderFile
-from slicemeter.chargeback.prices import parse_prices_text
 from slicemeter.common import ConfigError
 from slicemeter.ingest.strings import StringIds
 from slicemeter.ingest.writer import Batch, write_batch
-from slicemeter.testkit.cb_rows import ACME, GLOBEX, add_tenants
-from slicemeter.testkit.synth_ticks import SynthNode, node_tables
-
-OCT_LAST_HOURS_MS = 1_793_484_000_000     # 2026-10-31 22:00 UTC
-SEGMENT_MS = 1_200_000                    # Ticks arrive in 20-minute chunks per node
-INTERVAL_MS = 120_000
-SEGMENTS = 15                             # 22:00 on Oct 31 to 03:00 on Nov 1
-PRICES = parse_prices_text('currency: EUR\ngpu_hour: {"NVIDIA A100-SXM4-80GB": "2.410003", "NVIDIA L4": "0.77"}\n'
-                           'overrides: [{node: gpu-node-1, gpu_hour: "1.333333"}]\n')
-PRICES_FILE_TEXT = PRICES.source_text
+from slicemeter.testkit.cb_rows import add_tenants
+from slicemeter.testkit.kept_case import PRICES, PRICES_FILE_TEXT, SEGMENTS, arrival_phases
 
 case_st = st.fixed_dictionaries({
     "seed": st.integers(0, 2**31 - 1),
@@ -53,38 +41,6 @@ case_st = st.fixed_dictionaries({
     "batch": st.integers(1, 5),
     "fold_every": st.integers(1, 3),
 })
-
-
-OCTOBER_SEGMENTS = 6                      # the chunks before Nov 1 00:00
-# cores grants unlike the memory grants (1/(slices+1) each): the share kinds differ, no grant
-# (0) bills by memory, and three slices of 0.9 oversubscribe their GPU
-CORES = [0.05, 0.9, 0.5, 0.0, 0.9, 0.3]
-
-
-def _cores_granted(slices: pa.Table, seed: int) -> pa.Table:
-    slot = slices["pod_uid"].combine_chunks().indices.to_numpy(zero_copy_only=False)
-    grants = np.array(CORES, np.float32)[(slot + seed) % len(CORES)]
-    i = slices.schema.get_field_index("alloc_cores_ratio")
-    return slices.set_column(i, slices.schema.field(i), pa.array(grants, slices.schema.field(i).type))
-
-
-def _chunks(case) -> list[tuple[int, pa.Table, pa.Table]]:
-    """(segment, GPU rows, slice rows) per node and 20 minutes."""
-    nodes = [SynthNode("gpu-node-0", ACME, gpus=2, slices_per_gpu=3),
-             SynthNode("gpu-node-1", ACME, gpus=2, slices_per_gpu=2, model_index=1),
-             SynthNode("gpu-node-2", GLOBEX, gpus=1, slices_per_gpu=1)]
-    out = []
-    for k, node in enumerate(nodes):
-        for q in range(SEGMENTS):
-            if node.node == "gpu-node-1" and q >= case["move_at"]:
-                node = SynthNode(node.node, GLOBEX, node.gpus, node.slices_per_gpu, node.model_index)
-            ts = OCT_LAST_HOURS_MS + q * SEGMENT_MS + np.arange(0, SEGMENT_MS, INTERVAL_MS)
-            gpus, slices = node_tables(node, ts, INTERVAL_MS, seed=case["seed"] % 1000 + k * 100 + q)
-            slices = _cores_granted(slices, case["seed"])
-            if k * SEGMENTS + q in case["nvml_down"]:
-                gpus = gpus.slice(0, 0)
-            out.append((q, gpus, slices))
-    return out
 
 
 def _ingest(con, chunks, batch: int, fold_every: int, ids: StringIds) -> None:
@@ -104,15 +60,7 @@ def _arrive(con, case, reader: ReaderFile) -> bool:
     phase (its day figures recomputed for the days that changed). Whether October closed:
     a close is refused where a GPU-hour has no price (only its slices arrived, and no
     sample of the month named its model), as October's own bill is."""
-    rng = random.Random(case["seed"])
-    chunks = _chunks(case)
-    rng.shuffle(chunks)
-    first_october = next(i for i, c in enumerate(chunks) if c[0] < OCTOBER_SEGMENTS)
-    chunks.append(chunks.pop(first_october))
-    n_after = max(1, int(len(chunks) * case["late_after_close"]))
-    n_late = int(len(chunks) * case["late_before_close"])
-    cut_late, cut_after = len(chunks) - n_late - n_after, len(chunks) - n_after
-    on_time, late, after_close = chunks[:cut_late], chunks[cut_late:cut_after], chunks[cut_after:]
+    on_time, late, after_close = arrival_phases(case)
     ids = StringIds(con)
     _ingest(con, on_time, case["batch"], case["fold_every"], ids)
     reader.refresh()

@@ -11,3 +11,6 @@ INSERT INTO raw_slice_rows BY NAME SELECT * FROM batch_slice_rows;
 INSERT INTO gpu_inventory_pending BY NAME SELECT * FROM batch_inventory;
 INSERT INTO gpu_hour_pending BY NAME SELECT * FROM gpu_hour_delta;
 INSERT INTO slice_hour_pending BY NAME SELECT * FROM slice_hour_delta;
+-- the GPU-hours this batch touched, whose money is kept next (sql/lake/keep_money.sql)
+CREATE OR REPLACE TEMP TABLE lake_touched_ids AS
+SELECT hour, gpu_uuid_id FROM gpu_hour_delta UNION SELECT hour, gpu_uuid_id FROM slice_hour_delta;

@@ -20,8 +20,9 @@ SELECT * FROM lake.main.gpu_inventory_pending
 QUALIFY row_number() OVER (PARTITION BY gpu_uuid_id ORDER BY last_seen_ms DESC, first_seen_ms) = 1;
 
 -- hour rollups: every batch's deltas merged, the merge the single-file store's fold
--- applies (sql/ingest/fold_rollups.sql), columns in the order of sql/schema/001_contract.sql.
-CREATE OR REPLACE TEMP VIEW gpu_hour AS
+-- applies (sql/ingest/fold_rollups.sql), columns in the order of sql/schema/001_contract.sql;
+-- of the deltas in `tbl` (all of them, or a batch's touched GPU-hours': sql/lake/keep_money.sql).
+CREATE OR REPLACE TEMP MACRO lake_gpu_hours(tbl) AS TABLE
 SELECT bucket AS hour, cluster, node, gpu_uuid, model, memory_total_bytes, least(3600, metered_s) AS metered_s,
        sample_count, sm_util_s, memory_used_byte_s,
        hour_energy(first_energy_j, last_energy_j, first_power_j, power_j) AS energy_joules, power_j,
@@ -29,8 +30,26 @@ SELECT bucket AS hour, cluster, node, gpu_uuid, model, memory_total_bytes, least
        xid_events, xid_critical_count, xid_critical_ts_ms, xid_critical_code, ecc_agg_first_ts_ms, ecc_agg_first,
        ecc_agg_last_ts_ms, ecc_agg_last, ecc_agg_max, ecc_vol_first_ts_ms, ecc_vol_first, ecc_vol_last_ts_ms,
        ecc_vol_last, ecc_vol_max, throttled_s, lost_s, temperature_max_celsius
-FROM gpu_partials_named('gpu_hour_pending_partials');
+FROM gpu_partials_named(tbl);
 
-CREATE OR REPLACE TEMP VIEW slice_hour AS
+CREATE OR REPLACE TEMP MACRO lake_slice_hours(tbl) AS TABLE
 SELECT bucket AS hour, * EXCLUDE (bucket) REPLACE (least(3600, metered_s) AS metered_s)
-FROM slice_partials_named('slice_hour_pending_partials');
+FROM slice_partials_named(tbl);
+
+CREATE OR REPLACE TEMP VIEW gpu_hour AS SELECT * FROM lake_gpu_hours('gpu_hour_pending_partials');
+CREATE OR REPLACE TEMP VIEW slice_hour AS SELECT * FROM lake_slice_hours('slice_hour_pending_partials');
+
+-- money kept (sql/schema/060_kept_money.sql): each batch appends the kept rows of the
+-- GPU-hours it touched, whole (sql/lake/keep_money.sql); a GPU-hour's kept rows are those
+-- of its latest commit. A worker keeps what its transaction sees, so two workers touching
+-- one GPU-hour at once (a partition changing hands) may leave it behind the rollups: a bill
+-- then finds the month not current (kept_current) and computes it from the rollups, until
+-- a later batch or chargeback.kept.keep_hours keeps the hour again.
+CREATE OR REPLACE TEMP VIEW kept_gpu_hour AS
+SELECT * FROM lake.main.kept_gpu_hour
+QUALIFY snapshot_id = max(snapshot_id) OVER (PARTITION BY hour, gpu_uuid);
+
+CREATE OR REPLACE TEMP VIEW kept_slice_hour AS
+SELECT k.* FROM lake.main.kept_slice_hour k
+SEMI JOIN (SELECT hour, gpu_uuid, max(snapshot_id) AS version FROM lake.main.kept_gpu_hour GROUP BY ALL) v
+    ON v.hour = k.hour AND v.gpu_uuid = k.gpu_uuid AND v.version = k.snapshot_id;

@@ -17,21 +17,24 @@ CREATE TEMP TABLE IF NOT EXISTS kept_hour_t (
     src_rows BIGINT, src_samples BIGINT, src_latest_ms BIGINT
 );
 
+-- The keeping macros read the hour rollups from the tables they are named (gpu_src,
+-- slice_src: gpu_hour and slice_hour, or a lake's touched GPU-hours merged,
+-- sql/lake/keep_money.sql).
 -- The touched GPU-hours' slice-hours with their shares as integer micro-GPU-seconds.
-CREATE OR REPLACE TEMP MACRO kept_slice_shares() AS TABLE
+CREATE OR REPLACE TEMP MACRO kept_slice_shares(slice_src) AS TABLE
 SELECT s.hour, s.gpu_uuid, s.pod_uid, s.container, s.cluster, s.node, s.namespace, s.pod, s.metered_s,
        s.sample_count, coalesce(s.latest_ts_ms, 0) AS latest_ms,
        cb_micro(s.alloc_dominant_share_s) AS a_dom, cb_micro(s.alloc_mem_share_s) AS a_mem,
        cb_micro(s.alloc_cores_share_s) AS a_cores, cb_micro(s.usage_share_s) AS u
-FROM slice_hour s SEMI JOIN kept_touched_t t ON t.hour = s.hour AND t.gpu_uuid = s.gpu_uuid;
+FROM query_table(slice_src) s SEMI JOIN kept_touched_t t ON t.hour = s.hour AND t.gpu_uuid = s.gpu_uuid;
 
 -- The touched GPU-hours (cb_hours_placed's definition): metered time, placement (the GPU
 -- row's, else the longest slice's: cb_slice_placement), the share totals of every kind.
-CREATE OR REPLACE TEMP MACRO kept_hours_of_touched() AS TABLE
+CREATE OR REPLACE TEMP MACRO kept_hours_of_touched(gpu_src, slice_src) AS TABLE
 WITH g AS (
     SELECT g.hour, g.gpu_uuid, g.cluster, g.node, g.model, g.metered_s, g.energy_joules, g.sample_count,
            coalesce(g.latest_ts_ms, 0) AS latest_ms
-    FROM gpu_hour g SEMI JOIN kept_touched_t t ON t.hour = g.hour AND t.gpu_uuid = g.gpu_uuid
+    FROM query_table(gpu_src) g SEMI JOIN kept_touched_t t ON t.hour = g.hour AND t.gpu_uuid = g.gpu_uuid
 ), s AS (
     SELECT hour, gpu_uuid, max(least(greatest(metered_s, 0), 3600.0)) AS slice_metered_s,
            min(struct_pack(neg_s := -metered_s, c := cluster, n := node)) AS place,
@@ -39,7 +42,7 @@ WITH g AS (
            sum(u)::BIGINT AS u_tot, sum(greatest(a_dom, u))::BIGINT AS m_dom_tot,
            sum(greatest(a_mem, u))::BIGINT AS m_mem_tot, sum(greatest(a_cores, u))::BIGINT AS m_cores_tot,
            count(*) AS slice_rows, sum(sample_count)::BIGINT AS samples, sum(latest_ms)::BIGINT AS latest_ms
-    FROM kept_slice_shares() GROUP BY hour, gpu_uuid
+    FROM kept_slice_shares(slice_src) GROUP BY hour, gpu_uuid
 ), h AS (
     SELECT coalesce(g.hour, s.hour) AS hour, coalesce(g.gpu_uuid, s.gpu_uuid) AS gpu_uuid,
            coalesce(g.cluster, s.place.c) AS cluster, coalesce(g.node, s.place.n) AS node, g.model,
@@ -58,7 +61,7 @@ WITH g AS (
 SELECT *, cb_cap_u(metered_s) AS cap_u, cb_energy_mj(energy_joules) AS energy_mj FROM h;
 
 -- The touched slice-hours scaled on their GPU-hour (kept_hour_t), every share kind and basis.
-CREATE OR REPLACE TEMP MACRO kept_slices_of_touched() AS TABLE
+CREATE OR REPLACE TEMP MACRO kept_slices_of_touched(slice_src) AS TABLE
 WITH x AS (
     SELECT s.*, h.cluster AS p_cluster, h.node AS p_node, h.model AS p_model, h.cap_u, h.energy_mj,
            cb_scaled(s.a_dom, h.a_dom_tot, h.cap_u) AS a_dom_u, cb_scaled(s.a_mem, h.a_mem_tot, h.cap_u) AS a_mem_u,
@@ -67,7 +70,7 @@ WITH x AS (
            cb_scaled(greatest(s.a_mem, s.u), h.m_mem_tot, h.cap_u) AS m_mem_u,
            cb_scaled(greatest(s.a_cores, s.u), h.m_cores_tot, h.cap_u) AS m_cores_u,
            cb_busy(h.u_tot, h.cap_u) AS busy
-    FROM kept_slice_shares() s JOIN kept_hour_t h ON h.hour = s.hour AND h.gpu_uuid = s.gpu_uuid
+    FROM kept_slice_shares(slice_src) s JOIN kept_hour_t h ON h.hour = s.hour AND h.gpu_uuid = s.gpu_uuid
 )
 SELECT hour, gpu_uuid, pod_uid, container, cluster, namespace, pod, p_cluster, p_node, p_model,
        a_dom_u AS a_dom, a_mem_u AS a_mem, a_cores_u AS a_cores, u_u AS u, m_dom_u AS m_dom, m_mem_u AS m_mem,
@@ -78,13 +81,14 @@ SELECT hour, gpu_uuid, pod_uid, container, cluster, namespace, pod, p_cluster, p
        sample_count AS src_samples, latest_ms AS src_latest_ms
 FROM x;
 
--- The kept GPU-hours of the touched set: kept_hour_t with the sums of their slices' scaled shares.
-CREATE OR REPLACE TEMP MACRO kept_gpu_rows_of_touched() AS TABLE
+-- The kept GPU-hours of the touched set: kept_hour_t with the sums of their slices' scaled
+-- shares (read from `kept_slices`, where the touched GPU-hours' kept slice-hours are).
+CREATE OR REPLACE TEMP MACRO kept_gpu_rows_of_touched(kept_slices) AS TABLE
 WITH sc AS (
     SELECT k.hour, k.gpu_uuid, sum(a_dom)::BIGINT AS sc_a_dom, sum(a_mem)::BIGINT AS sc_a_mem,
            sum(a_cores)::BIGINT AS sc_a_cores, sum(u)::BIGINT AS sc_u, sum(m_dom)::BIGINT AS sc_m_dom,
            sum(m_mem)::BIGINT AS sc_m_mem, sum(m_cores)::BIGINT AS sc_m_cores
-    FROM kept_slice_hour k SEMI JOIN kept_touched_t t ON t.hour = k.hour AND t.gpu_uuid = k.gpu_uuid
+    FROM query_table(kept_slices) k SEMI JOIN kept_touched_t t ON t.hour = k.hour AND t.gpu_uuid = k.gpu_uuid
     GROUP BY k.hour, k.gpu_uuid
 )
 SELECT h.* EXCLUDE (cap_u, energy_mj),

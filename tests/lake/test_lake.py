@@ -32,16 +32,6 @@ START = recent_midnight_ms()
 pytestmark = pytest.mark.broker
 
 
-@pytest.fixture
-def lake_db(postgres, tmp_path, request):
-    """A new lake: its own catalog database in the session's cluster, data under tmp_path."""
-    name = "lake_" + "".join(ch for ch in request.node.name if ch.isalnum())[-40:].lower()
-    postgres.create_database(name)
-    target, data = postgres.lake(name), tmp_path / "lake-data"
-    store.connect(target, lake_data=data).close()    # creates its tables once
-    return target, data
-
-
 def _checksum(con) -> tuple[int, int]:
     return con.execute(store.sql_text("testkit/sample_checksum.sql")).fetchone()
 
