@@ -10,7 +10,10 @@ folder), its data Parquet files in a temporary folder; the broker is Tansu.
 It needs the lake's environment: DuckDB 1.5.5 and its extension wheels (pyproject, `lake`).
 
 A worker's rate counts from its first record to its last commit; two workers' rate is
-every sample over the longer of their two spans. The machine is shared (2 cores): two
+every sample over the longer of their two spans. Each batch keeps the money of the
+GPU-hours it touched (sql/lake/keep_money.sql): last, the month's bill is read from the
+first lake's kept hours, beside the same bill from its rollups (the kept rows deleted in a
+transaction rolled back after), each on a new connection, and the single file's bill. The machine is shared (2 cores): two
 workers compete for the same cores, so the figure here says what the lake's commits
 cost, not what two machines would reach.
 """
@@ -59,6 +62,42 @@ def lake_run(bootstrap: str, pg, tmp: Path, name: str, workers: int, batch: list
     return sum(s for s, _ in results), max(t for _, t in results), files
 
 
+def bill_reads(target: str, single: Path) -> None:
+    """The month's bill from the lake's kept hours and from its rollups, and the single file's."""
+    from slicemeter import store
+    from slicemeter.chargeback.bill import compute_bill, parse_month
+    from slicemeter.chargeback.kept import forget_kept, kept_current
+
+    with store.connect(single, read_only=True) as con:
+        month = con.execute("SELECT strftime(max(hour), '%Y-%m') FROM gpu_hour").fetchone()[0]
+        t = time.perf_counter()
+        total = compute_bill(con, month).total
+        single_s = time.perf_counter() - t
+    timings, connects = {}, []
+    for kept in (True, False, True):
+        t = time.perf_counter()
+        con = store.connect(target, read_only=kept)
+        connects.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        try:
+            if not kept:
+                con.execute("BEGIN TRANSACTION")
+                forget_kept(con)
+            assert kept_current(con, *parse_month(month)) == kept
+            bill = compute_bill(con, month)
+            if bill.total != total:
+                raise SystemExit(f"the lake's bill ({'kept' if kept else 'rollups'}) is {bill.total}, the file's {total}")
+            if not kept:
+                con.execute("ROLLBACK")
+            timings.setdefault(kept, []).append(time.perf_counter() - t)
+        finally:
+            con.close()
+    print(f"bill of {month} ({total}) from the lake's kept hours: "
+          + ", ".join(f"{x:.2f}" for x in timings[True]) + f" s; from its rollups: {timings[False][0]:.2f} s; "
+          f"kept / rollups {min(timings[True]) / timings[False][0]:.2f}; attaching the lake "
+          + ", ".join(f"{x:.2f}" for x in connects) + f" s; the single file's bill {single_s:.2f} s")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=2_000_000)
@@ -94,6 +133,7 @@ def main() -> int:
             if 1 in rates and len(rates) > 1:
                 print("  against one lake worker: " + ", ".join(f"{w} workers {r / rates[1]:.2f} x"
                                                           for w, r in rates.items() if w != 1))
+            bill_reads(pg.lake(f"lake{args.workers[0]}"), tmp / "one.duckdb")
         finally:
             pg.stop()
     print(f"machine load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (shared)")
