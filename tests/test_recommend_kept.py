@@ -96,6 +96,52 @@ def test_a_kept_plan_serves_only_the_plan_asked_for():
         assert not kept.serves(other), other
 
 
+
+class _Clock:
+    """time.monotonic for ingest.headlines, moved on only by the refresher's own waits."""
+
+    def __init__(self):
+        self.t = 1000.0
+
+    def monotonic(self) -> float:
+        return self.t
+
+
+class _Waits:
+    """The refresher's stop event: never set; a wait moves the clock on by its timeout."""
+
+    def __init__(self, clock: _Clock):
+        self.clock = clock
+
+    def is_set(self) -> bool:
+        return False
+
+    def wait(self, timeout: float) -> bool:
+        self.clock.t += timeout
+        return False
+
+
+@pytest.mark.parametrize("gap_s, changed_at_s, expect_s", [
+    (30.0, 2.0, 30.0),      # a refresh 2 s after the plan began: planned again 30 s after it
+    (30.0, 45.0, 45.0),     # a refresh after the gap: planned again at once (the next 1 s poll)
+    (0.0, 3.0, 3.0),        # no gap: each refresh is planned as it is seen
+    (30.0, None, 600.0),    # no refresh: the interval
+])
+def test_a_refresh_is_planned_no_sooner_than_the_gap_after_the_last_plan(monkeypatch, tmp_path, gap_s,
+                                                                       changed_at_s, expect_s):
+    import slicemeter.ingest.headlines as headlines
+
+    clock = _Clock()
+    monkeypatch.setattr(headlines, "time", clock)
+    refresher = HeadlineRefresher(tmp_path / "snapshot.duckdb", 600, IngestMetrics().recommend, replan_gap_s=gap_s)
+    refresher._stop = _Waits(clock)
+    started = clock.t
+    monkeypatch.setattr(refresher, "_snapshot_version", lambda: "refresh-1" if changed_at_s is not None
+                        and clock.t - started >= changed_at_s else "refresh-0")
+    refresher._wait(600, "refresh-0", started)
+    assert clock.t - started == expect_s
+
+
 def app(db: str) -> None:
     from slicemeter.dashboard.data import scope_connection
     from slicemeter.dashboard.right_sizing import render

@@ -1,9 +1,9 @@
 -- Keep the money of the GPU-hours named in lake_touched_ids (hour, gpu_uuid_id) on a lake:
 -- the lake counterpart of sql/ingest/keep_money.sql, in the transaction of the batch that
--- touched them (store/lake.py). Nothing is deleted (a delete would conflict with the other
--- workers' appends): the touched GPU-hours' kept rows are appended whole and the latest
--- commit's are read (sql/lake/views.sql). Only the touched GPU-hours' deltas are merged,
--- this transaction's own included.
+-- touched them (ingest/writer.py, write_lake). Nothing is deleted (a delete would conflict
+-- with the other workers' appends): the touched GPU-hours' kept rows are appended whole and
+-- the latest commit's are read (sql/lake/views.sql). Only the touched GPU-hours' deltas
+-- are merged, this transaction's own included.
 CREATE OR REPLACE TEMP TABLE lake_touched_gpu_partials AS
 SELECT p.hour AS bucket, p.* EXCLUDE (hour)
 FROM lake.main.gpu_hour_pending p SEMI JOIN lake_touched_ids t ON t.hour = p.hour AND t.gpu_uuid_id = p.gpu_uuid_id;
