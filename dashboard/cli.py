@@ -75,7 +75,9 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--access trusts identity headers, so the dashboard must be reachable only "
                               f"through the proxy: --address must be loopback, not {args.address}")
     if not isinstance(db, str):   # a file; a lake is named as given
-        db = db.resolve()
+        # absolute, but not resolved: the readers' PATH is a link that ingest switches
+        # between two data files, and the dashboard must follow it, not stay on one of them
+        db = Path(os.path.abspath(db))
     argv = streamlit_argv(db, args.port, args.address, args.tenant, access)
     env = dict(os.environ, SLICEMETER_DB=str(db))
     scope = f" for tenant {args.tenant}" if args.tenant else ""

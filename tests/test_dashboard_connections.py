@@ -108,3 +108,33 @@ def test_a_read_that_reaches_a_file_ingest_is_writing_reads_the_file_the_link_na
     finally:
         holder.stdin.close()
         holder.wait(timeout=60)
+
+
+def test_the_dashboard_is_started_on_the_readers_link_not_the_data_file_it_names(fleet_db, tmp_path, monkeypatch):
+    """`slicemeter dashboard --db SNAPSHOT` hands the app the link itself (made absolute): ingest
+    switches it between two data files and writes the one it does not name, so an app sent
+    to one data file would read every other refresh and meet ingest's lock on the rest."""
+    import argparse
+    import os
+
+    from slicemeter import store
+    from slicemeter.dashboard import cli
+    from slicemeter.store.reader_file import ReaderFile
+
+    con = store.connect(fleet_db)
+    try:
+        reader = ReaderFile(con, tmp_path / "snapshot.duckdb")
+        reader.refresh()
+        reader.refresh()
+    finally:
+        con.close()
+    assert os.readlink(tmp_path / "snapshot.duckdb") == "snapshot.duckdb.b"
+    started = {}
+    monkeypatch.setattr(cli.os, "execve", lambda path, argv, env: started.update(argv=argv, env=env))
+    monkeypatch.chdir(tmp_path)
+    parser = argparse.ArgumentParser()
+    cli.configure(parser)
+    cli.run(parser.parse_args(["--db", "snapshot.duckdb"]))
+    link = str(tmp_path / "snapshot.duckdb")
+    assert started["env"]["SLICEMETER_DB"] == link
+    assert started["argv"][started["argv"].index("--db") + 1] == link
