@@ -33,11 +33,12 @@ CASE = {"seed": 11, "nvml_down": {2, 17, 40}, "move_at": 4, "late_before_close":
 class Worker:
     """One ingest worker's state over a lake connection: what `write_lake` is given."""
 
-    def __init__(self, con):
-        self.con, self.strings, self.inventory, self.offset = con, HashedStringIds(con), InventoryCache(con), 0
+    def __init__(self, con, partition: int):
+        self.con, self.strings, self.inventory = con, HashedStringIds(con), InventoryCache(con)
+        self.partition, self.offset = partition, 0
 
     def write(self, chunks) -> None:
-        b = Batch(next_offsets={("t", id(self) % 1000): self.offset})
+        b = Batch(next_offsets={("t", self.partition): self.offset})
         for _, gpus, slices in chunks:
             b.gpus.append(gpus)
             b.slices.append(slices)
@@ -80,7 +81,7 @@ def _export(db: str, out: Path, prices: Path) -> dict[str, str]:
 
 def test_the_lakes_kept_money_equals_from_scratch_and_a_single_files(lake_db, tmp_path):
     target, case = lake_db[0], CASE
-    workers = [Worker(store.connect(target)), Worker(store.connect(target))]
+    workers = [Worker(store.connect(target), 0), Worker(store.connect(target), 1)]
     single = store.connect(tmp_path / "single.duckdb")
     single_ids = StringIds(single)
     try:
@@ -159,7 +160,7 @@ def test_a_gpu_hour_two_workers_kept_at_once_is_billed_from_the_rollups_until_ke
     target, _ = lake_db
     chunks = [c for c in kept_case_chunks({"seed": 5, "nvml_down": set(), "move_at": 14})
               if _node(c) == "gpu-node-0" and c[0] in (6, 7)]          # Nov 1, 00:00-00:40
-    a, b = Worker(store.connect(target)), Worker(store.connect(target))
+    a, b = Worker(store.connect(target), 0), Worker(store.connect(target), 1)
     try:
         add_tenants(a.con)
         held = _HeldBeforeKeeping(a.con)
