@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from slicemeter.chargeback.prices import parse_prices_text
+from slicemeter.ingest.writer import Batch
 from slicemeter.testkit.cb_rows import ACME, GLOBEX
 from slicemeter.testkit.synth_ticks import SynthNode, node_tables
 
@@ -66,3 +67,14 @@ def arrival_phases(case: dict) -> tuple[list, list, list]:
     n_late = int(len(chunks) * case["late_before_close"])
     cut_late, cut_after = len(chunks) - n_late - n_after, len(chunks) - n_after
     return chunks[:cut_late], chunks[cut_late:cut_after], chunks[cut_after:]
+
+
+def chunks_batch(chunks, partition: int, offset: int) -> Batch:
+    """One consumer batch of `chunks` (segment, GPU rows, slice rows), read from `partition`
+    up to `offset`."""
+    batch = Batch(next_offsets={("t", partition): offset})
+    for _, gpus, slices in chunks:
+        batch.gpus.append(gpus)
+        batch.slices.append(slices)
+        batch.samples += gpus.num_rows + slices.num_rows
+    return batch

@@ -28,9 +28,9 @@ from slicemeter.chargeback.kept import forget_kept, kept_current
 from slicemeter.store.reader_file import ReaderFile
 from slicemeter.common import ConfigError
 from slicemeter.ingest.strings import StringIds
-from slicemeter.ingest.writer import Batch, write_batch
+from slicemeter.ingest.writer import write_batch
 from slicemeter.testkit.cb_rows import add_tenants
-from slicemeter.testkit.kept_case import PRICES, PRICES_FILE_TEXT, SEGMENTS, arrival_phases
+from slicemeter.testkit.kept_case import PRICES, PRICES_FILE_TEXT, SEGMENTS, arrival_phases, chunks_batch
 
 case_st = st.fixed_dictionaries({
     "seed": st.integers(0, 2**31 - 1),
@@ -45,13 +45,8 @@ case_st = st.fixed_dictionaries({
 
 def _ingest(con, chunks, batch: int, fold_every: int, ids: StringIds) -> None:
     for n, i in enumerate(range(0, len(chunks), batch), start=1):
-        b = Batch(next_offsets={("t", 0): i})
-        for _, gpus, slices in chunks[i:i + batch]:
-            b.gpus.append(gpus)
-            b.slices.append(slices)
-            b.samples += gpus.num_rows + slices.num_rows
         last = i + batch >= len(chunks)
-        write_batch(con, b, ids, fold=last or n % fold_every == 0)
+        write_batch(con, chunks_batch(chunks[i:i + batch], 0, i), ids, fold=last or n % fold_every == 0)
 
 
 def _arrive(con, case, reader: ReaderFile) -> bool:

@@ -20,9 +20,9 @@ from slicemeter.chargeback.bill import BASES, IDLE_POLICIES, SHARES, compute_bil
 from slicemeter.chargeback.close import close_month
 from slicemeter.chargeback.kept import forget_kept, keep_hours, kept_current
 from slicemeter.ingest.strings import HashedStringIds, StringIds
-from slicemeter.ingest.writer import Batch, InventoryCache, prepare, write_batch, write_lake
+from slicemeter.ingest.writer import InventoryCache, prepare, write_batch, write_lake
 from slicemeter.testkit.cb_rows import add_tenants
-from slicemeter.testkit.kept_case import PRICES, PRICES_FILE_TEXT, arrival_phases, kept_case_chunks
+from slicemeter.testkit.kept_case import PRICES, PRICES_FILE_TEXT, arrival_phases, chunks_batch, kept_case_chunks
 
 NOVEMBER = parse_month("2026-11")
 # NVML down for a chunk of each node; gpu-node-1's GPUs move to globex's cluster at 23:20 on Oct 31
@@ -38,13 +38,9 @@ class Worker:
         self.partition, self.offset = partition, 0
 
     def write(self, chunks) -> None:
-        b = Batch(next_offsets={("t", self.partition): self.offset})
-        for _, gpus, slices in chunks:
-            b.gpus.append(gpus)
-            b.slices.append(slices)
-            b.samples += gpus.num_rows + slices.num_rows
+        batch = chunks_batch(chunks, self.partition, self.offset)
         self.offset += 1
-        write_lake(self.con, prepare(self.con, b, self.strings, self.inventory))
+        write_lake(self.con, prepare(self.con, batch, self.strings, self.inventory))
 
 
 def _node(chunk) -> str:
@@ -102,11 +98,7 @@ def test_the_lakes_kept_money_equals_from_scratch_and_a_single_files(lake_db, tm
                     mine = [c for c in part if int(_node(c)[-1]) % 2 == w]
                     if mine:
                         worker.write(mine)
-                b = Batch(next_offsets={("t", 0): i})
-                for _, gpus, slices in part:
-                    b.gpus.append(gpus)
-                    b.slices.append(slices)
-                write_batch(single, b, single_ids)
+                write_batch(single, chunks_batch(part, 0, i), single_ids)
         with store.connect(target, read_only=True) as reader:
             assert kept_current(reader, *NOVEMBER)
             assert reader.execute("SELECT count(*) FROM kept_gpu_hour").fetchone()[0] == \
