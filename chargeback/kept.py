@@ -3,8 +3,9 @@
 Ingest keeps the bill's integer inputs of every GPU-hour a fold changes, in the fold's
 transaction (sql/ingest/keep_money.sql); `compute_bill` reads them for the month it
 invoices when they are current (`kept_current`) and recomputes from the rollups otherwise.
-`keep_hours` keeps a range of hours again: for rollups written by other means than a fold
-(a generated month, a store from before the kept tables).
+`keep_hours` keeps a range of hours again (`slicemeter keep`, chargeback/keep_cli.py, a month):
+for rollups written by other means than a fold (a generated month, a store from before the
+kept tables).
 """
 from __future__ import annotations
 

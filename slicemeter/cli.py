@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "backfill": ("slicemeter.simulator.backfill", "publish simulated history for a scenario to Kafka"),
     "export": ("slicemeter.chargeback.export_cli", "write a month's invoice CSV, Parquet detail and FOCUS 1.2 files"),
     "close": ("slicemeter.chargeback.close_cli", "close a month: later data becomes correction rows"),
+    "keep": ("slicemeter.chargeback.keep_cli", "keep a month's money again from its rollups (ingest keeps what it folds)"),
     "bindings": ("slicemeter.ingest.bindings_cli", "list or move the cluster a GPU UUID or node is bound to"),
     "recommend": ("slicemeter.rightsizing.cli", "right-sizing and consolidation plan for a month"),
     "report": ("slicemeter.chargeback.report_cli", "a month's sharing dividend: GPUs, money, energy and carbon slicing saved"),

@@ -18,7 +18,8 @@ from pathlib import Path
 from slicemeter import store
 from slicemeter.chargeback.bill import BASES, IDLE_POLICIES, SHARES, compute_bill, parse_month
 from slicemeter.chargeback.close import close_month
-from slicemeter.chargeback.kept import forget_kept, keep_hours, kept_current
+from slicemeter.chargeback.kept import forget_kept, kept_current
+from slicemeter.cli import main
 from slicemeter.ingest.strings import HashedStringIds, StringIds
 from slicemeter.ingest.writer import InventoryCache, prepare, write_batch, write_lake
 from slicemeter.testkit.cb_rows import add_tenants
@@ -171,7 +172,7 @@ def test_a_gpu_hour_two_workers_kept_at_once_is_billed_from_the_rollups_until_ke
             samples = reader.execute("SELECT sum(sample_count) FROM slice_hour").fetchone()[0]
             assert samples == sum(c[2].num_rows for c in chunks)      # both batches are in the rollups
             from_rollups = compute_bill(reader, "2026-11", prices=PRICES)
-        keep_hours(b.con, *NOVEMBER)
+        assert main(["keep", "--db", target, "--month", "2026-11"]) == 0   # beside the workers
         with store.connect(target, read_only=True) as reader:
             assert kept_current(reader, *NOVEMBER)
             _same_bill(compute_bill(reader, "2026-11", prices=PRICES), from_rollups)
