@@ -14,7 +14,7 @@ ingest's folds would have kept it). Then, for each run:
   a refresh of the data file readers were not sent to: seconds on the ingest thread (stamp
   and pin) and beside it, up to the switch of the link (median of --repeat intervals, after
   the first interval of each data file, which a whole copy wrote: printed beside the row; it
-  would cost more, once per data file, without the whole copy's second checkpoint).
+  would cost more, once per data file, if the whole copy did not write its latest rows again).
 
 Needs about 3 x (the store) of free disk: the store, two data files and the reference.
 """

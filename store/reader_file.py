@@ -291,7 +291,7 @@ class ReaderFile:
             cur.close()
             aux.execute("DETACH " + _ALIAS)  # checkpoints the file: no WAL beside it
             if tmp is not None:
-                self._second_checkpoint(aux, tmp)
+                self._settle(aux, tmp, tables)
             written = tmp or target
             fsync_path(written)
             if tmp is not None:
@@ -315,14 +315,25 @@ class ReaderFile:
             self._error = exc
 
     @staticmethod
-    def _second_checkpoint(aux, path: Path) -> None:
-        """Checkpoint a file that a whole copy just wrote a second time. A DuckDB file's
-        second checkpoint costs about 1 s per GB of file whatever it changes (1.9 s on a
-        1.9 GB readers' file; the ones after, a few ms): paid here, it is not the first
-        changed-hours refresh's, which would otherwise take 2-5 s (bench/RESULTS.md)."""
+    def _settle(aux, path: Path, tables) -> None:
+        """Write the latest hour's rows of each hour-keyed table, and the latest day's of
+        each day figure, again (the same rows) in a file a whole copy just wrote. The first
+        commits that change a DuckDB table written in bulk cost about 1 s per GB of file
+        (its second checkpoint whatever it changes, then each table's first delete): paid
+        here, not by the first changed-hours refresh, which would take 2-5 s instead of
+        1.3-1.5 s at 8,000 GPUs with 3 months held (bench/RESULTS.md). The latest rows,
+        because the next refreshes replace them anyway."""
         aux.execute(f"ATTACH {quote_literal(str(path))} AS {_ALIAS}")
-        aux.execute(f"CREATE TABLE {_ALIAS}.reader_settle (x INTEGER)")
-        aux.execute(f"DROP TABLE {_ALIAS}.reader_settle")
+        with transaction(aux):
+            for name, with_rows, by_hour, by_day in tables:
+                if not (by_day or by_hour and with_rows):
+                    continue
+                table, key = f"{_ALIAS}.{quote_ident(name)}", READER_DAY_FIGURES[name][1] if by_day else "hour"
+                latest = f"{key} = (SELECT max({key}) FROM {table})"
+                aux.execute(f"CREATE TEMP TABLE reader_settle AS SELECT * FROM {table} WHERE {latest}")
+                aux.execute(f"DELETE FROM {table} WHERE {latest}")
+                aux.execute(f"INSERT INTO {table} SELECT * FROM reader_settle")
+                aux.execute("DROP TABLE reader_settle")
         aux.execute("DETACH " + _ALIAS)
 
     def _attach_to_update(self, cur, aux, target: Path, tables, refresh: int | None,

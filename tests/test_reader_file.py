@@ -72,8 +72,7 @@ def test_readers_see_what_the_live_store_shows_without_raw_samples(live, tmp_pat
     copied = [name for name, with_rows, *_ in store.reader_tables(live)
               if with_rows]
     assert {"gpu_hour", "slice_hour", "tenants", "closed_months", "frozen_gpu_hour", "frozen_slice_hour"} <= set(copied)
-    # the whole copy's second checkpoint leaves nothing behind
-    assert not reader.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'reader_settle'").fetchone()[0]
+    # every row once, as in the store: the whole copy wrote its latest hour's rows a second time (settling)
     for relation in copied + READER_VIEWS:
         assert _rows(reader, relation) == _rows(live, relation), relation
     assert reader.execute("SELECT count(*) FROM frozen_slice_hour").fetchone()[0] > 0
