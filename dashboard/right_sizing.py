@@ -51,9 +51,9 @@ def _prices():
 
 
 @st.cache_data(show_spinner="Planning the month...", max_entries=8)
-def _cached_plan(db_file: str, mtime: float, tenant: str | None, month: str, headroom: float,
+def _cached_plan(db_file: str, version: tuple, tenant: str | None, month: str, headroom: float,
                  prices_key: str, _prices, currency, _con):
-    # keyed on the database file and its mtime (a new snapshot replans), the tenant the
+    # keyed on the database file and its version (a new snapshot replans), the tenant the
     # connection is scoped to (one tenant's plan never answers another), month, headroom
     # and the price catalog's content
     return build_plan(_con, month, headroom=headroom, prices=_prices, currency=currency)
@@ -103,7 +103,7 @@ def _plan(con, month: str, headroom: float) -> tuple[Plan, str | None]:
     path = Path(row[0]) if row and row[0] else None
     if path is None or not path.is_file():
         return build_plan(con, month, headroom=headroom, prices=prices, currency=currency), None
-    return _cached_plan(str(path), path.stat().st_mtime, connection_scope(con), month, headroom,
+    return _cached_plan(str(path), file_version(path), connection_scope(con), month, headroom,
                         price_key(prices, currency), prices, currency, con), None
 
 

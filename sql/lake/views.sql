@@ -44,7 +44,7 @@ CREATE OR REPLACE TEMP VIEW slice_hour AS SELECT * FROM lake_slice_hours('slice_
 -- of its latest commit. A worker keeps what its transaction sees, so two workers touching
 -- one GPU-hour at once (a partition changing hands) may leave it behind the rollups: a bill
 -- then finds the month not current (kept_current) and computes it from the rollups, until
--- a later batch or chargeback.kept.keep_hours keeps the hour again.
+-- a later batch or `slicemeter keep` keeps the hour again.
 CREATE OR REPLACE TEMP VIEW kept_gpu_hour AS
 SELECT * FROM lake.main.kept_gpu_hour
 QUALIFY snapshot_id = max(snapshot_id) OVER (PARTITION BY hour, gpu_uuid);
