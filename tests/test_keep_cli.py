@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from slicemeter import store
 from slicemeter.chargeback.bill import compute_bill, parse_month
-from slicemeter.chargeback.kept import kept_current
+from slicemeter.chargeback.kept import keep_hours, kept_current
 from slicemeter.cli import main
 from slicemeter.store.reader_file import ReaderFile
 from slicemeter.testkit.cb_rows import add_gpu, add_slice, add_tenants
@@ -64,3 +64,21 @@ def test_keep_refuses_a_month_without_hours_and_the_readers_file(tmp_path, capsy
     assert "--month" in capsys.readouterr().err
     with store.connect(db, read_only=True) as con:
         assert con.execute("SELECT count(*) FROM kept_gpu_hour").fetchone()[0] == 0
+
+
+def test_keep_exits_non_zero_when_the_month_changed_while_it_kept(tmp_path, capsys, monkeypatch):
+    """Ingest writing the month meanwhile (a lake's workers go on beside `keep`): the kept
+    money does not match the rollups, and the command says so instead of claiming the month."""
+    import slicemeter.chargeback.keep_cli as keep_cli
+
+    def keep_then_ingest_writes(con, start, end):
+        keep_hours(con, start, end)
+        add_slice(con, "late", alloc=0.25, hour="2026-11-01 01:00:00")
+
+    db = tmp_path / "store.duckdb"
+    _store_without_kept_money(db).close()
+    monkeypatch.setattr(keep_cli, "keep_hours", keep_then_ingest_writes)
+    assert main(["keep", "--db", str(db), "--month", "2026-11"]) == 1
+    assert "no longer matches the rollups" in capsys.readouterr().out
+    with store.connect(db) as con:
+        assert not kept_current(con, *NOVEMBER)
