@@ -14,7 +14,9 @@ ingest's folds would have kept it). Then, for each run:
   a refresh of the data file readers were not sent to: seconds on the ingest thread (stamp
   and pin) and beside it, up to the switch of the link (median of --repeat intervals, after
   the first interval of each data file, which a whole copy wrote: printed beside the row; it
-  would cost more, once per data file, if the whole copy did not write its latest rows again).
+  would cost more, once per data file, if the whole copy did not write its latest rows again);
+  with --repeat 20 or more also the medians of the first and last tenth of the intervals and
+  what the data files grew over them.
 
 Needs about 3 x (the store) of free disk: the store, two data files and the reference.
 """
@@ -80,6 +82,7 @@ def case(gpus: int, months: int, repeat: int, tmp: Path) -> str:
             assert reader.incremental
             if i < slots:   # the first changed-hours refresh of each data file a whole copy wrote
                 firsts.append(reader.pin_s + reader.copy_s)
+                sizes = [os.path.getsize(f) for f in data_files(reader.dest)]
                 continue
             pins.append(reader.pin_s)
             copies.append(reader.copy_s)
@@ -91,11 +94,19 @@ def case(gpus: int, months: int, repeat: int, tmp: Path) -> str:
         con.close()
     size = os.path.getsize(os.path.realpath(reader.dest)) / 1e6
     pin_s, copy_s = statistics.median(pins), statistics.median(copies)
+    drift = ""
+    if repeat >= 20:   # a long run: does a refresh, or a data file, grow with the intervals?
+        totals = [p + c for p, c in zip(pins, copies)]
+        k = repeat // 10
+        grown = sum(os.path.getsize(f) for f in data_files(reader.dest)) - sum(sizes)
+        drift = (f"; over {repeat} intervals, the median refresh of the first and last tenth "
+                 f"{statistics.median(totals[:k]):.3f}, {statistics.median(totals[-k:]):.3f} s, "
+                 f"the data files grew {grown / 1e6:+.1f} MB")
     load = os.getloadavg()[0]
     return (f"{gpus:>6} {months:>6} {gh:>10,} {sh:>12,} {size:>10,.1f} {whole.copy_s:>13.2f} "
             f"{pin_s:>15.4f} {copy_s:>16.3f} {whole.copy_s / (pin_s + copy_s):>15.1f} {load:>5.1f}"
             f"   (store built in {build_s:.0f} s; the first interval of each data file after its whole copy: "
-            f"{', '.join(f'{t:.2f}' for t in firsts)} s)")
+            f"{', '.join(f'{t:.2f}' for t in firsts)} s{drift})")
 
 
 def main(argv: list[str] | None = None) -> int:
