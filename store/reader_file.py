@@ -321,7 +321,7 @@ class ReaderFile:
         commits that change a DuckDB table written in bulk cost about 1 s per GB of file
         (its second checkpoint whatever it changes, then each table's first delete): paid
         here, not by the first changed-hours refresh, which would take 2-5 s instead of
-        1.3-1.5 s at 8,000 GPUs with 3 months held (bench/RESULTS.md). The latest rows,
+        1.2-1.5 s at 8,000 GPUs with 3 months held (bench/RESULTS.md). The latest rows,
         because the next refreshes replace them anyway."""
         aux.execute(f"ATTACH {quote_literal(str(path))} AS {_ALIAS}")
         with transaction(aux):
