@@ -67,12 +67,17 @@ def bill_reads(target: str, single: Path) -> None:
     from slicemeter import store
     from slicemeter.chargeback.bill import compute_bill, parse_month
     from slicemeter.chargeback.kept import forget_kept, kept_current
+    from slicemeter.store import lake
 
     with store.connect(single, read_only=True) as con:
         month = con.execute("SELECT strftime(max(hour), '%Y-%m') FROM gpu_hour").fetchone()[0]
         t = time.perf_counter()
         total = compute_bill(con, month).total
         single_s = time.perf_counter() - t
+    with store.connect(target, read_only=True) as con:
+        # a lake appends each batch's keeping (nothing compacts it): rows held per GPU-hour billed
+        held, billed = con.execute(f"SELECT (SELECT count(*) FROM {lake.ALIAS}.main.kept_gpu_hour), "
+                                   "(SELECT count(*) FROM kept_gpu_hour)").fetchone()
     timings, connects = {}, []
     for kept in (True, False, True):
         t = time.perf_counter()
@@ -95,7 +100,8 @@ def bill_reads(target: str, single: Path) -> None:
     print(f"bill of {month} ({total}) from the lake's kept hours: "
           + ", ".join(f"{x:.2f}" for x in timings[True]) + f" s; from its rollups: {timings[False][0]:.2f} s; "
           f"kept / rollups {min(timings[True]) / timings[False][0]:.2f}; attaching the lake "
-          + ", ".join(f"{x:.2f}" for x in connects) + f" s; the single file's bill {single_s:.2f} s")
+          + ", ".join(f"{x:.2f}" for x in connects) + f" s; the single file's bill {single_s:.2f} s; "
+          f"kept GPU-hour rows held {held:,} for {billed:,} GPU-hours ({held / billed:.1f} per GPU-hour)")
 
 
 def main() -> int:
