@@ -11,7 +11,7 @@ import argparse
 
 from slicemeter.chargeback.bill import parse_month
 from slicemeter.chargeback.close_cli import check_ingest_store
-from slicemeter.chargeback.kept import keep_hours, kept_current
+from slicemeter.chargeback.kept import keep_hours, kept_current, unmeasured_slice_hours
 from slicemeter.common import ConfigError, existing_db, is_lake, named
 from slicemeter.store import connect
 
@@ -30,15 +30,15 @@ def run(args: argparse.Namespace) -> int:
         check_ingest_store(db)   # the readers' file is rewritten from the store by every refresh
     con = connect(db)
     try:
-        gpu_hours, unmeasured = con.execute(
-            "SELECT (SELECT count(*) FROM (SELECT hour, gpu_uuid FROM gpu_hour WHERE hour >= $1 AND hour < $2 "
-            "UNION SELECT hour, gpu_uuid FROM slice_hour WHERE hour >= $1 AND hour < $2)), "
-            "(SELECT count(*) FROM slice_hour WHERE hour >= $1 AND hour < $2 AND usage_unknown_s > 0)",
-            [m_start, m_end]).fetchone()
+        gpu_hours = con.execute(
+            "SELECT count(*) FROM (SELECT hour, gpu_uuid FROM gpu_hour WHERE hour >= $1 AND hour < $2 "
+            "UNION SELECT hour, gpu_uuid FROM slice_hour WHERE hour >= $1 AND hour < $2)",
+            [m_start, m_end]).fetchone()[0]
         if not gpu_hours:
             raise ConfigError(f"--month: {args.month} has no GPU-hours in {args.db}: nothing to keep")
         keep_hours(con, m_start, m_end)
         current = kept_current(con, m_start, m_end)
+        unmeasured = 0 if current else unmeasured_slice_hours(con, m_start, m_end)
     finally:
         con.close()
     if current:

@@ -20,13 +20,19 @@ from slicemeter.store.script import execute_script
 _CHUNK = timedelta(days=1)
 
 
+def unmeasured_slice_hours(con, m_start: date, m_end: date) -> int:
+    """The slice-hours of [m_start, m_end) with usage no reader measured: a month with any
+    is billed from the rollups (kept_current)."""
+    return con.execute("SELECT count(*) FROM slice_hour WHERE hour >= ? AND hour < ? AND usage_unknown_s > 0",
+                       [m_start, m_end]).fetchone()[0]
+
+
 def kept_current(con, m_start: date, m_end: date) -> bool:
     """Whether the kept hours of [m_start, m_end) match the rollups (kept_sources): their row
     counts, sample counts and latest samples agree (rollups only grow when samples are folded).
     A month with usage no reader measured is billed from the rollups: its usage stand-in
     depends on the share kind (docs/dra.md, "In the bill"), and the kept hours keep one usage."""
-    if con.execute("SELECT count(*) FROM slice_hour WHERE hour >= ? AND hour < ? AND usage_unknown_s > 0",
-                   [m_start, m_end]).fetchone()[0]:
+    if unmeasured_slice_hours(con, m_start, m_end):
         return False
     gpu_live, gpu_kept, slice_live, slice_kept = con.execute(
         "SELECT * FROM kept_sources(?, ?)", [m_start, m_end]).fetchone()

@@ -329,9 +329,11 @@ class ReaderFile:
                 if not (by_day or by_hour and with_rows):
                     continue
                 table, key = f"{_ALIAS}.{quote_ident(name)}", READER_DAY_FIGURES[name][1] if by_day else "hour"
-                latest = f"{key} = (SELECT max({key}) FROM {table})"
-                aux.execute(f"CREATE TEMP TABLE reader_settle AS SELECT * FROM {table} WHERE {latest}")
-                aux.execute(f"DELETE FROM {table} WHERE {latest}")
+                latest = aux.execute(f"SELECT max({key}) FROM {table}").fetchone()[0]
+                if latest is None:
+                    continue
+                aux.execute(f"CREATE TEMP TABLE reader_settle AS SELECT * FROM {table} WHERE {key} = ?", [latest])
+                aux.execute(f"DELETE FROM {table} WHERE {key} = ?", [latest])
                 aux.execute(f"INSERT INTO {table} SELECT * FROM reader_settle")
                 aux.execute("DROP TABLE reader_settle")
         aux.execute("DETACH " + _ALIAS)
