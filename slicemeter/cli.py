@@ -11,6 +11,7 @@ import importlib
 import logging
 import sys
 
+from slicemeter import __version__
 from slicemeter.common import ConfigError
 
 # name -> (module, one-line help)
@@ -33,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, dict[str, object]]:
     parser = argparse.ArgumentParser(prog="slicemeter", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"slicemeter {__version__}")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     modules: dict[str, object] = {}

@@ -12,7 +12,6 @@ import copy
 import subprocess
 import sys
 import re
-import tomllib
 from decimal import Decimal
 from pathlib import Path
 
@@ -144,7 +143,7 @@ def test_workloads_selectors_match_their_pod_labels():
 
 def test_containers_have_requests_limits_and_run_as_the_images_non_root_user():
     dockerfile_user = re.search(r"^USER (\d+)", (REPO / "Dockerfile").read_text(), re.M).group(1)
-    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    from slicemeter import __version__ as version   # pyproject.toml reads it from there
     for where, spec in pod_specs():
         psc = spec["securityContext"]
         assert psc["runAsNonRoot"] is True and str(psc["runAsUser"]) == dockerfile_user, where

@@ -25,12 +25,11 @@ SOURCES = ("nvml", "hami", "pods", "dra", "kafka")
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    # the source itself, not the installed metadata: an editable install keeps the version
+    # it was installed with
+    from slicemeter import __version__
 
-    try:
-        return version("slicemeter")
-    except PackageNotFoundError:
-        return "unknown"
+    return __version__
 
 
 @dataclass
