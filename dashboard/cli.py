@@ -19,6 +19,7 @@ from pathlib import Path
 
 from slicemeter.dashboard.access import check_tenant, load_access
 from slicemeter.common import ConfigError, existing_db, named
+from slicemeter.store import schema
 
 APP = Path(__file__).resolve().parent / "app.py"
 
@@ -74,6 +75,9 @@ def run(args: argparse.Namespace) -> int:
         if not is_loopback(args.address):
             raise ConfigError(f"--access trusts identity headers, so the dashboard must be reachable only "
                               f"through the proxy: --address must be loopback, not {args.address}")
+    if not isinstance(db, str) and schema.check_file(db):
+        print(f"dashboard: {db} is a readers' file of an older schema: its pages say it is being upgraded "
+              "until this release's ingest rebuilds it", file=sys.stderr, flush=True)
     if not isinstance(db, str):   # a file; a lake is named as given
         # absolute, but not resolved: the readers' PATH is a link that ingest switches
         # between two data files, and the dashboard must follow it, not stay on one of them

@@ -7,7 +7,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from slicemeter.common import month_window
+from slicemeter.common import SchemaMismatch, month_window
 from slicemeter.dashboard import access, data, fmt
 
 MONTH_KEY = "month"
@@ -33,7 +33,11 @@ def sidebar() -> bool:
         st.sidebar.caption(f"Signed in as {user}")
     if tenant:
         st.sidebar.caption(f"Tenant: **{tenant}** (this dashboard shows only its data)")
-    coverage = data.query("months")
+    try:
+        coverage = data.query("months")
+    except SchemaMismatch as exc:
+        st.info(f"Being upgraded: {exc}")
+        return False
     months = coverage["month"].tolist()
     st.sidebar.caption(f"Database: `{data.db_label(path)}`")
     if not months and tenant:

@@ -144,7 +144,7 @@ def catalog_sources(args: argparse.Namespace) -> list:
 def run(args: argparse.Namespace) -> int:
     from slicemeter import store
     from slicemeter.ingest.catalog_sync import CatalogSync, log_unassigned
-    from slicemeter.ingest.consumer import IngestConfig, Ingestor
+    from slicemeter.ingest.consumer import DEFAULT_DUCKDB_MEMORY, IngestConfig, Ingestor
     from slicemeter.ingest.metrics import IngestMetrics
     from slicemeter.chargeback.prices import load_prices_or_default
     from slicemeter.ingest.trust import load_publishers
@@ -170,7 +170,10 @@ def run(args: argparse.Namespace) -> int:
     if args.bill_interval and prices is None:
         raise ConfigError("--bill-interval needs a price catalog: --prices FILE")
     sources = catalog_sources(args)
-    con = store.connect(args.db, lake_data=args.lake_data)
+    # the memory limit from the first statement: a migration at start runs within it (and
+    # checkpoints, so that no migrated table is left pinned in memory past the limit)
+    con = store.connect(args.db, lake_data=args.lake_data, upgrade=True,
+                        memory_limit=args.duckdb_memory or DEFAULT_DUCKDB_MEMORY)
     catalog_sync = None
     if args.tenants or sources:
         catalog_sync = CatalogSync(con.cursor(), args.tenants, sources, args.catalog_interval)

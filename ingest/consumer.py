@@ -120,7 +120,7 @@ class Ingestor:
         kafka_batches.install()   # before any consumer: refuses to start without the internals it needs
         self.cfg = cfg
         self.metrics = metrics or IngestMetrics()
-        self.con = con or store.connect(cfg.db)
+        self.con = con or store.connect(cfg.db, upgrade=True, memory_limit=cfg.duckdb_memory)
         configure_writes(self.con, cfg.duckdb_memory)
         # a DuckLake shared by the workers of the group (store/lake.py): string ids every
         # worker derives alike, appends only, no slice rows held back, no retention pass

@@ -12,7 +12,7 @@ import logging
 import sys
 
 from slicemeter import __version__
-from slicemeter.common import ConfigError
+from slicemeter.common import ConfigError, SchemaMismatch
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bindings": ("slicemeter.ingest.bindings_cli", "list or move the cluster a GPU UUID or node is bound to"),
     "recommend": ("slicemeter.rightsizing.cli", "right-sizing and consolidation plan for a month"),
     "report": ("slicemeter.chargeback.report_cli", "a month's sharing dividend: GPUs, money, energy and carbon slicing saved"),
+    "migrate": ("slicemeter.store.migrate_cli", "bring a store to this release's schema, or show it (--status)"),
     "dashboard": ("slicemeter.dashboard.cli", "serve the Streamlit dashboard on an existing database"),
     "demo": ("slicemeter.demo", "the local demo: broker, backfill, exporter, ingest, dashboard, exports"),
 }
@@ -61,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     module = modules.get(args.command) or importlib.import_module(COMMANDS[args.command][0])
     try:
         return int(module.run(args) or 0)
+    except SchemaMismatch as exc:
+        print(f"slicemeter {args.command}: {exc}", file=sys.stderr)
+        return 2
     except ConfigError as exc:
         print(f"slicemeter {args.command}: configuration error: {exc}", file=sys.stderr)
         return 2

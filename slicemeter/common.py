@@ -14,6 +14,11 @@ class ConfigError(Exception):
     """A bad option or config value; the message names the offending key."""
 
 
+class SchemaMismatch(ConfigError):
+    """A store whose schema is not this release's, opened by a command that does not migrate
+    (slicemeter.store.schema): one sentence, exit status 2."""
+
+
 # A month as every command and page takes it: 'YYYY-MM'.
 MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])\Z")
 # A Kubernetes DNS-1123 label (namespace, container and tenant names): at most 63

@@ -133,24 +133,11 @@ def is_reader_file(con: duckdb.DuckDBPyConnection) -> bool:
                        [len(_READER_FILE_TABLES), list(_READER_FILE_TABLES)]).fetchone()[0]
 
 
-def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """Apply pending migrations; returns the names applied."""
-    con.execute(
-        "CREATE TABLE IF NOT EXISTS schema_migrations (name VARCHAR PRIMARY KEY, applied_at TIMESTAMP DEFAULT now())"
-    )
-    done = {row[0] for row in con.execute("SELECT name FROM schema_migrations").fetchall()}
-    applied = []
-    for path in _numbered("schema"):
-        if path.name in done:
-            continue
-        with transaction(con):
-            con.execute(path.read_text())
-            con.execute("INSERT INTO schema_migrations (name) VALUES (?)", [path.name])
-        applied.append(path.name)
-    if applied:   # reader_changes is among them or already there (080_reader_changes.sql)
-        # a migration may change any table: the readers' files are copied whole next
-        con.execute("INSERT INTO reader_changes (hour) VALUES (NULL)")
-    return applied
+def migrate(con: duckdb.DuckDBPyConnection, progress=None) -> list[str]:
+    """Apply pending migrations in one transaction (store/schema.py); returns the names applied."""
+    from slicemeter.store import schema
+
+    return schema.migrate(con, progress)
 
 
 def fold_pending_rollups(con: duckdb.DuckDBPyConnection) -> None:
@@ -176,22 +163,38 @@ def has_pending_rollups(con: duckdb.DuckDBPyConnection) -> bool:
     return con.execute("SELECT " + " OR ".join(f"EXISTS (FROM {name})" for name in sorted(present))).fetchall()[0][0]
 
 
-def connect(path: str | Path, read_only: bool = False, lake_data: str | Path | None = None) -> duckdb.DuckDBPyConnection:
-    """Open the store; every connection gets the views. Read-write connections migrate first
-    and fold the rollup deltas an ingest that crashed left pending.
+def connect(path: str | Path, read_only: bool = False, lake_data: str | Path | None = None,
+            upgrade: bool = False, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
+    """Open the store; every connection gets the views. A new file is created with the
+    schema; a store whose schema is not this release's raises schema.SchemaMismatch unless
+    `upgrade` (ingest, `slicemeter migrate`) migrates it first. Read-write connections fold
+    the rollup deltas an ingest that crashed left pending.
 
     `path` may name a DuckLake instead of a file, `ducklake:postgres:<conninfo>`
     (store/lake.py; `lake_data`: its Parquet folder, needed to create it).
+
+    `memory_limit`: DuckDB's, set before anything runs, the migration included.
 
     A read-only connection must not show gpu_hour / slice_hour without those deltas (an
     export would bill short): where it finds some, no ingest holds the file (DuckDB lets a
     reader in only then; a running or cleanly stopped ingest leaves none behind), so the
     file is opened read-write once to fold them, then read-only again."""
+    from slicemeter.store import schema
+
     if is_lake(path):
         from slicemeter.store import lake
 
-        return lake.connect(str(path), read_only=read_only, data_path=lake_data)
-    con = duckdb.connect(str(path), read_only=read_only)
+        return lake.connect(str(path), read_only=read_only, data_path=lake_data, upgrade=upgrade)
+    config = {"memory_limit": memory_limit} if memory_limit else {}
+    con = duckdb.connect(str(path), read_only=read_only, config=config)
+    try:
+        found = schema.state(con)
+        if found is not None and not found.current and not (upgrade and not found.unknown and not read_only):
+            copy = not found.unknown and schema.is_readers_copy(con)
+            raise schema.SchemaMismatch(schema.mismatch_sentence(path, found, copy))
+    except BaseException:
+        con.close()
+        raise
     if read_only and has_pending_rollups(con):
         con.close()
         try:
@@ -200,7 +203,7 @@ def connect(path: str | Path, read_only: bool = False, lake_data: str | Path | N
             raise RuntimeError(f"{path} holds rollup deltas an ingest left pending (it crashed?), and they "
                                f"could not be folded: {exc}. Open it read-write once, e.g. by restarting "
                                "`slicemeter ingest` on it.") from exc
-        con = duckdb.connect(str(path), read_only=True)
+        con = duckdb.connect(str(path), read_only=True, config=config)
     if not read_only:
         migrate(con)
     apply_views(con)

@@ -18,6 +18,7 @@ latest row per partition, strings are distinct, rollups are the deltas merged.
 from __future__ import annotations
 
 import atexit
+import logging
 import importlib.util
 import shutil
 import tempfile
@@ -34,6 +35,25 @@ _WHEELS = {"ducklake": "duckdb_extension_ducklake", "postgres_scanner": "duckdb_
 # commit retries: DuckLake retries a commit that lost the race for the next snapshot id
 # (appends never conflict otherwise); two busy workers need more than the default 10
 _MAX_RETRIES = 50
+
+
+log = logging.getLogger("slicemeter.store")
+
+
+def _migrate_progress(done: int, total: int, what: str, seconds: float) -> None:
+    log.info("migrate: %d/%d %s", done, total, what)
+
+
+def _mismatch_sentence(target: str, found) -> str:
+    from slicemeter import __version__
+
+    if found.unknown:
+        return (f"{target} was migrated by a newer release than slicemeter {__version__} "
+                f"({', '.join(found.unknown)}): run that release, or restore a backup taken before the upgrade "
+                "(docs/operations.md, Upgrades).")
+    return (f"{target} lacks {len(found.pending)} table(s) or column(s) slicemeter {__version__} needs "
+            f"({', '.join(found.pending[:5])}), from an older release: run `slicemeter migrate --db {target}` "
+            "(or start this release's ingest on it, which migrates).")
 
 
 class LakeError(RuntimeError):
@@ -107,31 +127,65 @@ def _lake_columns() -> dict[str, list[tuple[str, str]]]:
     return tables
 
 
-def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
+def _schema_ddl(con: duckdb.DuckDBPyConnection) -> tuple[list[str], list[str]]:
+    """What the lake lacks of this release's tables and columns: (DDL, what each adds)."""
+    have: dict[str, set[str]] = {}
+    for table, column in con.execute(
+            "SELECT table_name, column_name FROM duckdb_columns() WHERE database_name = ? AND schema_name = 'main'",
+            [ALIAS]).fetchall():
+        have.setdefault(table, set()).add(column)
+    ddl, adds = [], []
+    wanted = _lake_columns()
+    for table, columns in wanted.items():
+        if table not in have:
+            ddl.append(f"CREATE TABLE {ALIAS}.main.{quote_ident(table)} ("
+                       + ", ".join(f"{quote_ident(c)} {t}" for c, t in columns) + ")")
+            adds.append(f"table {table}")
+        else:
+            for c, t in columns:
+                if c not in have[table]:
+                    ddl.append(f"ALTER TABLE {ALIAS}.main.{quote_ident(table)} ADD COLUMN {quote_ident(c)} {t}")
+                    adds.append(f"column {table}.{c}")
+    return ddl, adds
+
+
+def schema_state(con: duckdb.DuckDBPyConnection):
+    """The lake's schema against this release's (store/schema.py SchemaState): pending are
+    the tables and columns it lacks, unknown the newer releases that migrated it (a lake
+    keeps tables of its own beside the store's, so its tables alone cannot tell)."""
+    from slicemeter.store.schema import SchemaState, newer_releases
+
+    _, adds = _schema_ddl(con)
+    releases = []
+    if con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND table_name = 'schema_releases'",
+                   [ALIAS]).fetchone()[0]:
+        releases = con.execute(f"SELECT release, applied, holds, migrated_at FROM {ALIAS}.main.schema_releases "
+                               "ORDER BY migrated_at").fetchall()
+    held = len(_lake_columns()) - sum(a.startswith("table ") for a in adds)
+    return SchemaState(applied=[f"{held} tables"], pending=adds, unknown=newer_releases(releases), releases=releases)
+
+
+def ensure_schema(con: duckdb.DuckDBPyConnection, progress=None) -> list[str]:
     """Create the lake's tables, and add columns later migrations brought, in one lake
-    transaction; a worker that lost the race to another reads what that one created."""
+    transaction with the release's record (schema_releases); a worker that lost the race
+    to another reads what that one created. Returns what it added."""
+    from slicemeter import __version__
+
     for attempt in range(5):
-        have: dict[str, set[str]] = {}
-        for table, column in con.execute(
-                "SELECT table_name, column_name FROM duckdb_columns() WHERE database_name = ? AND schema_name = 'main'",
-                [ALIAS]).fetchall():
-            have.setdefault(table, set()).add(column)
-        ddl = []
-        for table, columns in _lake_columns().items():
-            if table not in have:
-                ddl.append(f"CREATE TABLE {ALIAS}.main.{quote_ident(table)} ("
-                           + ", ".join(f"{quote_ident(c)} {t}" for c, t in columns) + ")")
-            else:
-                ddl += [f"ALTER TABLE {ALIAS}.main.{quote_ident(table)} ADD COLUMN {quote_ident(c)} {t}"
-                        for c, t in columns if c not in have[table]]
+        ddl, adds = _schema_ddl(con)
         if not ddl:
-            return
+            return []
         try:
             con.execute("BEGIN TRANSACTION")
-            for statement in ddl:
+            for number, statement in enumerate(ddl, 1):
                 con.execute(statement)
+                if progress:
+                    progress(number, len(ddl), adds[number - 1], 0.0)
+            con.execute(f"INSERT INTO {ALIAS}.main.schema_releases (release, applied, holds, migrated_at) "
+                        f"SELECT ?, ?, count(*), now() FROM duckdb_tables() WHERE database_name = ?",
+                        [__version__, adds, ALIAS])
             con.execute("COMMIT")
-            return
+            return adds
         except duckdb.Error:
             try:
                 con.execute("ROLLBACK")
@@ -139,6 +193,24 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
                 pass   # a failed COMMIT (lost the race) has ended the transaction already
             if attempt == 4:
                 raise
+    return []
+
+
+def migrate_command(target: str, status: bool) -> int:
+    """`slicemeter migrate --db ducklake:...`: the lake's tables and columns brought to this
+    release's in one lake transaction, or shown (--status)."""
+    from slicemeter.store import schema
+
+    con = connect(target, read_only=status, upgrade=not status, check=False)
+    try:
+        found = schema_state(con)
+        if status:
+            print("\n".join(schema.describe(target, found)))
+            return 0 if found.current else 1
+        print(f"migrated {target}: the lake holds slicemeter's tables and columns")
+    finally:
+        con.close()
+    return 0
 
 
 def is_lake_connection(con: duckdb.DuckDBPyConnection) -> bool:
@@ -164,13 +236,17 @@ def _attach(con: duckdb.DuckDBPyConnection, statement: str, attempts: int = 5) -
             time.sleep(0.2 * attempt)
 
 
-def connect(target: str, read_only: bool = False, data_path: str | Path | None = None) -> duckdb.DuckDBPyConnection:
+def connect(target: str, read_only: bool = False, data_path: str | Path | None = None, upgrade: bool = True,
+            check: bool = True) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB (TEMP views, batch tables) with the lake attached as `lake` and
     made the default, so the store's SQL reads and appends the lake's tables.
 
     `data_path`: where Parquet files go, needed when the lake is created (a lake keeps it
-    in its catalog). Read-write connections create the lake's tables where missing;
-    read-only ones hold one snapshot (a transaction) until closed."""
+    in its catalog). `upgrade` (ingest, `slicemeter migrate`; a new lake is always created):
+    a read-write connection creates the lake's tables and columns where missing; otherwise
+    a lake whose schema is not this release's raises SchemaMismatch (unless not `check`).
+    Read-only ones hold one snapshot (a transaction) until closed."""
+    from slicemeter.common import SchemaMismatch
     from slicemeter.store import apply_views
 
     target = _check_target(str(target))
@@ -188,8 +264,19 @@ def connect(target: str, read_only: bool = False, data_path: str | Path | None =
         _attach(con, f"ATTACH {quote_literal(target)} AS {ALIAS}{suffix}")
         con.execute(f"USE {ALIAS}")
         con.execute(f"SET GLOBAL ducklake_max_retry_count = {_MAX_RETRIES}")
-        if not read_only:
-            ensure_schema(con)
+        new = not con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = ?", [ALIAS]).fetchone()[0]
+        if not read_only and (upgrade or new):
+            added = ensure_schema(con, _migrate_progress if upgrade and not new else None)
+            if added and not new:
+                log.info("migrated %s: %d table(s) or column(s) added", target, len(added))
+        elif check:
+            from slicemeter.store import schema
+
+            found = schema_state(con)
+            if not found.current:
+                raise SchemaMismatch(_mismatch_sentence(target, found))
+        if not check:
+            return con
         apply_views(con)
         if read_only:
             # a reader sees one committed snapshot for as long as it is connected, as a
