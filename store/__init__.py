@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import importlib.resources
+import logging
 from pathlib import Path
 
 import duckdb
 
+from slicemeter import __version__
 from slicemeter.common import cluster_key, is_lake
+
+log = logging.getLogger("slicemeter.store")
 
 
 SQL_DIR = Path(str(importlib.resources.files("slicemeter.sql")))
@@ -205,7 +209,9 @@ def connect(path: str | Path, read_only: bool = False, lake_data: str | Path | N
                                "`slicemeter ingest` on it.") from exc
         con = duckdb.connect(str(path), read_only=True, config=config)
     if not read_only:
-        migrate(con)
+        applied = migrate(con)
+        if applied and found is not None:
+            log.info("migrated %s to slicemeter %s's schema: %s", path, __version__, ", ".join(applied))
     apply_views(con)
     if not read_only and has_pending_rollups(con):
         fold_pending_rollups(con)
