@@ -32,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
     import duckdb
 
     con = duckdb.connect(str(db), read_only=args.status, config={"memory_limit": args.memory})
+    con.execute("SET enable_progress_bar = false")   # the log lines say what runs
     try:
         found = schema.state(con)
         if args.status:

@@ -182,3 +182,25 @@ def test_ingest_first_start_on_the_older_store_migrates_rebuilds_the_readers_fil
     finally:
         con.close()
     assert releases == [(schema.UNRECORDED,), (slicemeter.__version__,)]
+
+
+def _layout(path: Path) -> tuple[list, list, list]:
+    with duckdb.connect(str(path), read_only=True) as con:
+        tables = con.execute("SELECT table_name, sql FROM duckdb_tables() ORDER BY 1").fetchall()
+        columns = con.execute("SELECT table_name, column_name, data_type, column_default, is_nullable "
+                              "FROM duckdb_columns() ORDER BY table_name, column_index").fetchall()
+        rows = con.execute("SELECT count(*), sum(hash(COLUMNS(*))) FROM raw_slice_rows").fetchall()
+    return [t for t in tables if not t[0].startswith("schema_")], columns, rows
+
+
+def test_columns_added_to_a_large_table_by_rewriting_it_equal_the_alter_tables(tmp_path, monkeypatch):
+    """The runner adds columns to a table of more than REWRITE_ROWS rows by moving its rows
+    into an empty copy (within the memory limit); the table it leaves is the one ALTER TABLE
+    would have: the same CREATE statement, columns, defaults and rows."""
+    altered = unpack("store.duckdb", tmp_path / "altered.duckdb")
+    rewritten = unpack("store.duckdb", tmp_path / "rewritten.duckdb")
+    monkeypatch.setattr(schema, "REWRITE_ROWS", 10 ** 12)
+    store.connect(altered, upgrade=True).close()
+    monkeypatch.setattr(schema, "REWRITE_ROWS", 0)
+    store.connect(rewritten, upgrade=True, memory_limit="24MB").close()
+    assert _layout(rewritten) == _layout(altered)
