@@ -40,9 +40,10 @@ log = logging.getLogger("slicemeter.store")
 
 RUNNER_SQL = "schema/migrations.sql"
 UNRECORDED = "unrecorded"
-# A test hook: where `SLICEMETER_MIGRATE_PAUSE` names a point of migrate() (`before:NAME`,
-# `after:NAME`, `commit`, `checkpoint`), the migration logs "migrate paused at POINT" and
-# waits there for good, so a test can kill it at that exact point.
+# A test hook: where `SLICEMETER_MIGRATE_PAUSE` names a point of migrate() (`before:NAME`
+# of a migration file, `rewritten:TABLE` once a large table's rows are in its copy,
+# `commit`, `checkpoint`), the migration logs "migrate paused at POINT" and waits there
+# for good, so a test can kill it at that exact point.
 PAUSE_ENV = "SLICEMETER_MIGRATE_PAUSE"
 REWRITE_ROWS = 100_000
 _ADD_COLUMN = re.compile(r"^\s*ALTER\s+TABLE\s+(\w+)\s+ADD\s+COLUMN\s", re.IGNORECASE)
@@ -213,6 +214,7 @@ class _Rewrites:
             started = time.monotonic()
             rows = self.con.execute(f"INSERT INTO {quote_ident(copy)} BY NAME SELECT * FROM {quote_ident(table)}"
                                     ).fetchone()[0]
+            _pause(f"rewritten:{table}")
             self.con.execute(f"DROP TABLE {quote_ident(table)}")
             self.con.execute(f"ALTER TABLE {quote_ident(copy)} RENAME TO {quote_ident(table)}")
             log.info("migrate: %s rewritten with its new columns (%d rows, %.1f s)", table, rows,

@@ -7,7 +7,9 @@ import csv
 import gzip
 import os
 import shutil
+import signal
 import subprocess
+import time
 from collections import defaultdict
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -204,3 +206,32 @@ def test_columns_added_to_a_large_table_by_rewriting_it_equal_the_alter_tables(t
     monkeypatch.setattr(schema, "REWRITE_ROWS", 0)
     store.connect(rewritten, upgrade=True, memory_limit="24MB").close()
     assert _layout(rewritten) == _layout(altered)
+
+
+KILL_POINTS = ["before:021_dead_letter_digest.sql", "before:031_tick_1_2.sql", "before:060_kept_money.sql",
+               "commit", "checkpoint"]
+
+
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_migrate_killed_at_any_point_leaves_the_old_or_the_new_schema_and_a_rerun_completes(old_store, tmp_path,
+                                                                                            point):
+    log = tmp_path / "migrate.log"
+    with open(log, "w") as err:
+        proc = subprocess.Popen([*SLICEMETER, "migrate", "--db", str(old_store)], cwd=REPO, stdout=subprocess.DEVNULL,
+                                stderr=err, env={**os.environ, schema.PAUSE_ENV: point})
+    try:
+        deadline = time.monotonic() + 120
+        while f"migrate paused at {point}" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    with duckdb.connect(str(old_store), read_only=True) as con:
+        found = schema.state(con)
+    # committed or not: never part of the migrations
+    assert len(found.applied) == (len(schema.shipped()) if point == "checkpoint" else OLD_MIGRATIONS)
+    done = slicemeter_cli("migrate", "--db", str(old_store))
+    assert done.returncode == 0, done.stderr[-3000:]
+    for month in ("2026-10", "2026-11"):
+        assert export_money(old_store, month, tmp_path / month) == money_per_tenant(FIXTURE / f"invoice-{month}.csv")
