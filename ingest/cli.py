@@ -53,6 +53,10 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="drain and exit: stop once every partition of the topic is stored up to its end "
                         "(or after S seconds without a record); exit 1 naming what is left if any is not, "
                         "or if the store rejected a message")
+    p.add_argument("--drain-wait", type=float, metavar="S",
+                   help="with --until-idle: once idle, wait up to S seconds for partitions other members hold "
+                        "(a dead member's come when its session times out) before exiting 1 naming them "
+                        "(default: twice --session-timeout-ms)")
     p.add_argument("--recommend-interval", type=float, default=0.0, metavar="S",
                    help="serve the current month's right-sizing and sharing-dividend figures "
                         "(slicemeter_recommend_*, slicemeter_dividend_*), "
@@ -112,6 +116,8 @@ def _check(args: argparse.Namespace) -> None:
     for name in ("max_interval_seconds", "clock_slack_seconds", "dedupe_window_seconds"):
         if getattr(args, name) <= 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
+    if args.drain_wait is not None and (args.drain_wait < 0 or args.until_idle is None):
+        raise ConfigError(f"--drain-wait must be >= 0 and goes with --until-idle, got {args.drain_wait}")
     if args.recommend_interval < 0:
         raise ConfigError(f"--recommend-interval must be >= 0, got {args.recommend_interval}")
     if args.recommend_interval and not args.snapshot:
@@ -195,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
         bootstrap=args.kafka, db=args.db, topic=args.topic, group=args.group or None,
         group_instance_id=args.instance_id or None,
         batch_samples=args.batch_samples, batch_max_s=args.batch_max_seconds,
-        max_poll_records=args.max_poll_records, until_idle_s=args.until_idle,
+        max_poll_records=args.max_poll_records, until_idle_s=args.until_idle, drain_wait_s=args.drain_wait,
         **({"duckdb_memory": args.duckdb_memory} if args.duckdb_memory else {}),
         raw_retention_days=args.raw_retention_days, snapshot=args.snapshot,
         snapshot_interval_s=args.snapshot_interval, session_timeout_ms=args.session_timeout_ms,

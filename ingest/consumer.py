@@ -65,6 +65,9 @@ class IngestConfig:
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 3_000
     until_idle_s: float | None = None           # exit once caught up, or after this long without records
+    # a drain idle while other members hold partitions waits this long for them to come to
+    # it (a dead member's, once its session times out); None: twice the session timeout
+    drain_wait_s: float | None = None
     raw_retention_days: float = 35.0
     retention_every_s: float = 600.0
     snapshot: Path | None = None
@@ -480,6 +483,21 @@ class Ingestor:
         self._others_checked_at = time.monotonic()
         return not self.unstored()
 
+    def _held_by_others(self) -> list[int]:
+        """The topic's partitions this worker does not hold (none without a group)."""
+        if not self.cfg.group:
+            return []
+        parts = self.consumer.partitions_for_topic(self.cfg.topic) or set()
+        return sorted(set(parts) - {tp.partition for tp in self.consumer.assignment()})
+
+    def _drain_wait_s(self) -> float:
+        """How long an idle drain waits for other members' partitions: by default twice the
+        session timeout (a dead member's session ends, then the group rebalances, which on
+        Tansu takes about half a session timeout more: docs/operations.md)."""
+        if self.cfg.drain_wait_s is not None:
+            return self.cfg.drain_wait_s
+        return 2 * self.cfg.session_timeout_ms / 1000
+
     def unstored(self) -> list[tuple[int, int, int | None]]:
         """(partition, offset stored up to, high watermark or None where the broker did not
         tell) of every partition of the topic with records not stored. A partition this
@@ -566,6 +584,7 @@ class Ingestor:
             self._assign_all()
         last_record = time.monotonic()
         held: set[TopicPartition] = set()
+        waiting_since = None   # a drain idle, waiting for partitions other members hold
         last_snapshot = last_retention = time.monotonic()
         reader = ReaderFile(self.con, cfg.snapshot) if cfg.snapshot else None
         try:
@@ -614,9 +633,25 @@ class Ingestor:
                 if self.consumer.assignment() != held:
                     held = set(self.consumer.assignment())
                     last_record = now  # partitions handed over (a dead worker's too): idle from here
+                    waiting_since = None
                 if cfg.until_idle_s is not None and not self.batch and not polled and self.writer.idle():
-                    if self._caught_up() or now - last_record >= cfg.until_idle_s:
+                    if self._caught_up():
                         break
+                    if now - last_record >= cfg.until_idle_s:
+                        # idle counts only while this drain holds every partition: others
+                        # may be held by a dead member until its session times out
+                        others = self._held_by_others()
+                        if not others:
+                            break
+                        if waiting_since is None:
+                            waiting_since = now
+                            log.warning("drain idle, waiting up to %.0f s for partitions %s held by other members "
+                                        "(a dead member's come to this drain when its session times out)",
+                                        self._drain_wait_s(), others)
+                        elif now - waiting_since >= self._drain_wait_s():
+                            log.error("drain: partitions %s still held by other members after %.0f s",
+                                      others, now - waiting_since)
+                            break
             self.flush()
             self._finish()
             if reader:

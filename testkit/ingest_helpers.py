@@ -136,3 +136,34 @@ def poll(condition, what: str, timeout: float = 30.0):
             return value
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def group_committed(bootstrap: str, group: str, partitions: int) -> dict[int, int]:
+    """partition -> the group's committed offset (0 where none) of the ticks topic."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        return {p: consumer.committed(TopicPartition("slicemeter.ticks", p)) or 0 for p in range(partitions)}
+    finally:
+        consumer.close()
+
+
+def drain_after_killed_members(bootstrap: str, folder: Path, members: int = 4) -> tuple[int, str]:
+    """`members` ingest workers of one group, each SIGKILLed once the group gave it
+    partitions (so that it dies holding them, its session running on), then a drain of the
+    group: (its exit status, its log). Every partition has records before the members start."""
+    group = ["--kafka", bootstrap, "--group", "g", "--session-timeout-ms", "6000"]
+    logs = [folder / f"member-{i}.log" for i in range(members)]
+    procs = [subprocess.Popen([*SLICEMETER, "ingest", *group, "--db", str(folder / f"member-{i}.duckdb")],
+                              stdout=subprocess.DEVNULL, stderr=open(logs[i], "w")) for i in range(members)]
+    try:
+        for proc, log in zip(procs, logs):
+            wait_for_line(proc, log, "slicemeter.ingest: assigned partitions [", 1, deadline_s=90)
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+    drain = subprocess.run([*SLICEMETER, "ingest", *group, "--db", str(folder / "drain.duckdb"), "--until-idle", "5"],
+                           capture_output=True, text=True, timeout=240)
+    return drain.returncode, drain.stderr

@@ -16,7 +16,8 @@ import pytest
 from slicemeter import store
 from slicemeter.store.reader_file import ReaderFile
 from slicemeter.testkit.cb_rows import ACME, add_gpu, add_slice, add_tenants
-from slicemeter.testkit.ingest_helpers import (SLICEMETER, create_topic, expected_checksum, produce_chunks,
+from slicemeter.testkit.ingest_helpers import (SLICEMETER, create_topic, drain_after_killed_members,
+                                               expected_checksum, group_committed, produce_chunks,
                                                stored_checksum, wait_for_line)
 from slicemeter.testkit.synth_month import synthesize_month
 from slicemeter.testkit.synth_ticks import fleet, messages, recent_midnight_ms
@@ -55,7 +56,10 @@ def test_a_drain_beside_a_dead_member_names_the_partitions_it_could_not_store(br
     drain = ["ingest", *group, "--db", str(db), "--session-timeout-ms", "6000"]
     try:
         wait_for_line(member, member_log, "assigned partitions [0, 1, 2, 3]", 1)
-        first = subprocess.Popen([*SLICEMETER, *drain, "--until-idle", "8"], cwd=REPO, stdout=subprocess.DEVNULL,
+        # idle, it waits 2 s (not its default, twice its session timeout) for the dead
+        # member's partitions, then gives up naming them
+        first = subprocess.Popen([*SLICEMETER, *drain, "--until-idle", "8", "--drain-wait", "2"], cwd=REPO,
+                                 stdout=subprocess.DEVNULL,
                                  stderr=open(drain_log, "w"))
         deadline = time.monotonic() + 60
         while not (_assigned(drain_log) and _assigned(member_log) != [0, 1, 2, 3]):   # the group split
@@ -71,6 +75,7 @@ def test_a_drain_beside_a_dead_member_names_the_partitions_it_could_not_store(br
     assert first.wait(timeout=60) == 1, drain_log.read_text()[-3000:]
     assert time.monotonic() - killed_at < 25, "the dead member's session ended during the first drain"
     text = drain_log.read_text()
+    assert re.search(r"drain idle, waiting up to 2 s for partitions \[[\d, ]+\] held by other members", text), text[-3000:]
     left = re.findall(r"drain incomplete: partition slicemeter\.ticks/(\d) stored up to offset 0 of (\d+)", text)
     # the dead member's partitions that have records, each named with its high watermark:
     # with what the drain stored, every message of the topic
@@ -86,6 +91,26 @@ def test_a_drain_beside_a_dead_member_names_the_partitions_it_could_not_store(br
     assert second.returncode == 0, second.stderr[-3000:]
     assert "drain incomplete" not in second.stderr
     assert stored_checksum(db) == expected_checksum(chunks)
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("run", range(3))
+def test_a_drain_after_members_were_killed_holding_partitions_waits_for_them_and_stores_every_one(broker, tmp_path,
+                                                                                                 run):
+    create_topic(broker.bootstrap, partitions=4)
+    chunks = list(messages(fleet(8, [ACME]), START, 20, 10))
+    sent, _ = produce_chunks(broker.bootstrap, chunks)
+    rc, log = drain_after_killed_members(broker.bootstrap, tmp_path)
+    assert rc == 0, log[-4000:]
+    assert "drain incomplete" not in log
+    # every partition stored to its end, in the drain's store or (committed) in a dead member's
+    con = store.connect(tmp_path / "drain.duckdb", read_only=True)
+    try:
+        stored = dict(con.execute('SELECT "partition", next_offset FROM ingest_offsets').fetchall())
+    finally:
+        con.close()
+    committed = group_committed(broker.bootstrap, "g", 4)
+    assert sum(max(stored.get(p, 0), committed[p]) for p in range(4)) == sent
 
 
 @pytest.mark.broker
