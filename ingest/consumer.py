@@ -28,6 +28,7 @@ from slicemeter import store
 from slicemeter.ingest import kafka_batches
 from slicemeter.ingest.kafka_batches import RefusedBatch
 from slicemeter.ingest.metrics import IngestMetrics
+from slicemeter.store.backup import BackupServer
 from slicemeter.store.reader_file import ReaderFile
 from slicemeter.ingest.strings import HashedStringIds, StringIds
 from slicemeter.ingest.trust import Bindings, Publisher, RecentInstants, verify
@@ -157,6 +158,8 @@ class Ingestor:
         self.instants = RecentInstants(self.con, int(cfg.dedupe_window_s * 1000))
         # (topic, partition, offset, error) of every message the store rejected in this run
         self.store_rejected: list[tuple[str, int, int, str]] = []
+        # (topic, partition, first, last) offsets gone from the log before ingest read them
+        self.records_gone: list[tuple[str, int, int, int]] = []
         self._others_checked_at = float("-inf")
         self._lock = threading.RLock()
         self.writer = BatchWriterThread(self.con, write_lake if self.lake else None)
@@ -271,7 +274,7 @@ class Ingestor:
                 self._log_mismatch(topic, partition, "the record below the stored offset differs: "
                                    "the broker's log was replaced")
                 return True
-            self._log_event(topic, partition, offset, f"log starts at {offset}, past the stored offset "
+            self._log_event(topic, partition, at + 1, offset, f"log starts at {offset}, past the stored offset "
                             f"{at + 1}: {offset - at - 1} message(s) were deleted before ingest read them")
             return False
         nxt = self._next.get(partition)
@@ -280,7 +283,7 @@ class Ingestor:
             self._log_mismatch(topic, partition, f"the log restarted below the stored offset {nxt}")
             return True
         if nxt is not None and offset > nxt:
-            self._log_event(topic, partition, offset, f"offsets {nxt}..{offset - 1} are gone from the log")
+            self._log_event(topic, partition, nxt, offset, f"offsets {nxt}..{offset - 1} are gone from the log")
         return False
 
     def _log_mismatch(self, topic: str, partition: int, reason: str, high_watermark: int | None = None) -> None:
@@ -302,10 +305,12 @@ class Ingestor:
             self._seeks += 1
             self._seek_back()
 
-    def _log_event(self, topic: str, partition: int, offset: int, reason: str) -> None:
-        """Records below `offset` that ingest never read are gone (the log start moved past
-        them): nothing can bring them back; said and counted, and ingest goes on."""
+    def _log_event(self, topic: str, partition: int, first: int, offset: int, reason: str) -> None:
+        """Records `first`..`offset`-1 that ingest never read are gone (the log start moved
+        past them, e.g. a store restored from a backup older than the topic's retention):
+        nothing can bring them back; said and counted, ingest goes on, and a drain exits 1."""
         log.error("partition %s/%d: %s; continuing at %d", topic, partition, reason, offset)
+        self.records_gone.append((topic, partition, first, offset - 1))
         self.metrics.offset_resets.labels(partition=str(partition), reason="records_gone").inc()
 
     def _check_high_watermarks(self) -> None:
@@ -555,9 +560,12 @@ class Ingestor:
         for topic, partition, offset, error in self.store_rejected:
             log.error("drain incomplete: the store rejected %s/%d offset %d (kept as a dead letter): %s",
                       topic, partition, offset, error)
-        if left or self.store_rejected:
-            log.error("drain incomplete: %d partition(s) not stored to their end, %d message(s) rejected by the store",
-                      len(left), len(self.store_rejected))
+        for topic, partition, first, last in self.records_gone:
+            log.error("drain incomplete: partition %s/%d offsets %d..%d are gone from Kafka (deleted before ingest "
+                      "read them: a restored backup older than the topic's retention?)", topic, partition, first, last)
+        if left or self.store_rejected or self.records_gone:
+            log.error("drain incomplete: %d partition(s) not stored to their end, %d message(s) rejected by the store, "
+                      "%d range(s) gone from Kafka", len(left), len(self.store_rejected), len(self.records_gone))
             return 1
         return 0
 
@@ -587,6 +595,8 @@ class Ingestor:
         waiting_since = None   # a drain idle, waiting for partitions other members hold
         last_snapshot = last_retention = time.monotonic()
         reader = ReaderFile(self.con, cfg.snapshot) if cfg.snapshot else None
+        backups = None if self.lake else BackupServer(self.con, Path(cfg.db))
+        last_backup_look = time.monotonic()
         try:
             while not self.stopping:
                 kafka_batches.start_poll()
@@ -628,6 +638,9 @@ class Ingestor:
                         self.flush()  # folds the rollup deltas; the copy then runs beside ingest
                         reader.start()
                     last_snapshot = now
+                if backups and now - last_backup_look >= 1.0:
+                    backups.poll()   # `slicemeter backup` asks for a copy (store/backup.py)
+                    last_backup_look = now
                 if not polled and not self.consumer.assignment():
                     last_record = now  # still joining the group: not idle yet
                 if self.consumer.assignment() != held:
@@ -663,6 +676,8 @@ class Ingestor:
         finally:
             if reader:
                 reader.join()
+            if backups:
+                backups.join()
             self.writer.stop()
             self.consumer.close(autocommit=False)
         return 0

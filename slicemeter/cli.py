@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "recommend": ("slicemeter.rightsizing.cli", "right-sizing and consolidation plan for a month"),
     "report": ("slicemeter.chargeback.report_cli", "a month's sharing dividend: GPUs, money, energy and carbon slicing saved"),
     "migrate": ("slicemeter.store.migrate_cli", "bring a store to this release's schema, or show it (--status)"),
+    "backup": ("slicemeter.store.backup_cli", "copy ingest's store consistently, while ingest writes to it"),
     "dashboard": ("slicemeter.dashboard.cli", "serve the Streamlit dashboard on an existing database"),
     "demo": ("slicemeter.demo", "the local demo: broker, backfill, exporter, ingest, dashboard, exports"),
 }
