@@ -1,8 +1,18 @@
 """The DuckDB store: open a database file with the schema applied.
 
 `sql/schema/NNN_name.sql` are migrations, applied once each, in order, and recorded in
-`schema_migrations`. `sql/views/NNN_name.sql` define TEMP views and macros and are applied
-on every connection (read-write or read-only), so views always match the code reading them.
+`schema_migrations`; store/schema.py applies every pending one in one transaction, records
+the release in `schema_releases`, and makes every command but ingest and `slicemeter
+migrate` refuse a store that lacks one (or holds one this release does not ship). A new
+migration is a new file with the next free number of its range: never edit or renumber a
+file a release has shipped (stores record them by name). Its statements run in the
+migration transaction: no BEGIN/COMMIT or CHECKPOINT of its own, and DDL only of kinds
+DuckDB rolls back. `ALTER TABLE t ADD COLUMN` on a large table is rewritten by the runner
+to stay within ingest's memory limit (store/schema.py); keep such statements one per line,
+in the form `ALTER TABLE name ADD COLUMN ...`. A lake gets new tables and columns from the
+same files (store/lake.py ensure_schema); data changes there need code of their own.
+`sql/views/NNN_name.sql` define TEMP views and macros and are applied on every connection
+(read-write or read-only), so views always match the code reading them.
 Numbering: 001-099 ingest, 100-199 chargeback and exports, 200-299 recommend,
 300-399 dashboard.
 """
