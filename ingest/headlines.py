@@ -22,7 +22,7 @@ from typing import Callable, Iterator
 
 from slicemeter.ingest.metrics import Headline, RecommendHeadline
 from slicemeter import clock
-from slicemeter.common import file_version
+from slicemeter.common import SchemaMismatch, file_version
 
 log = logging.getLogger("slicemeter.ingest.recommend")
 
@@ -121,6 +121,9 @@ class HeadlineRefresher:
             started = time.monotonic()
             try:
                 planned = self.refresh()
+            except SchemaMismatch as exc:   # an older release's readers' file, until the first refresh
+                log.warning("%s: %s", self._thread.name, exc)
+                planned = False
             except Exception:  # a bad snapshot costs this round's figures, not ingest
                 log.exception("%s: computing from %s failed", self._thread.name, self.snapshot)
                 planned = True
