@@ -15,10 +15,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from slicemeter import store
 from slicemeter.broker import TansuBroker
 from slicemeter.testkit.cb_rows import ACME
-from slicemeter.testkit.ingest_helpers import create_topic, drain_after_killed_members, group_committed, produce_chunks
+from slicemeter.testkit.ingest_helpers import (create_topic, drain_after_killed_members, messages_accounted,
+                                               produce_chunks)
 from slicemeter.testkit.synth_ticks import fleet, messages, recent_midnight_ms
 
 
@@ -29,13 +29,7 @@ def one_run(folder: Path) -> tuple[int, bool, float]:
         started = time.monotonic()
         rc, _ = drain_after_killed_members(broker.bootstrap, folder)
         took = time.monotonic() - started
-        con = store.connect(folder / "drain.duckdb", read_only=True)
-        try:
-            stored = dict(con.execute('SELECT "partition", next_offset FROM ingest_offsets').fetchall())
-        finally:
-            con.close()
-        committed = group_committed(broker.bootstrap, "g", 4)
-        complete = sum(max(stored.get(p, 0), committed[p]) for p in range(4)) == sent
+        complete = messages_accounted(broker.bootstrap, folder / "drain.duckdb", "g", 4) == sent
     return rc, complete, took
 
 

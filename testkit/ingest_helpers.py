@@ -138,13 +138,19 @@ def poll(condition, what: str, timeout: float = 30.0):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def group_committed(bootstrap: str, group: str, partitions: int) -> dict[int, int]:
-    """partition -> the group's committed offset (0 where none) of the ticks topic."""
+def messages_accounted(bootstrap: str, db: Path, group: str, partitions: int) -> int:
+    """Messages of the ticks topic stored: per partition, the store's offset or the group's
+    committed one (a dead member's store), whichever is further; ingest has exited."""
     from kafka import KafkaConsumer, TopicPartition
 
+    con = store.connect(db, read_only=True)
+    try:
+        stored = dict(con.execute('SELECT "partition", next_offset FROM ingest_offsets').fetchall())
+    finally:
+        con.close()
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
     try:
-        return {p: consumer.committed(TopicPartition("slicemeter.ticks", p)) or 0 for p in range(partitions)}
+        return sum(max(stored.get(p, 0), consumer.committed(TopicPartition(TOPIC, p)) or 0) for p in range(partitions))
     finally:
         consumer.close()
 

@@ -126,6 +126,15 @@ def test_the_dashboard_on_an_older_readers_file_says_it_is_being_upgraded(tmp_pa
     assert [i.value for i in at.info if i.value.startswith("Being upgraded: ")], [e.value for e in at.error]
 
 
+def test_the_dashboard_on_the_migrated_store_shows_its_months(old_store, monkeypatch):
+    from slicemeter.testkit.dashboard_app import run_app
+
+    assert slicemeter_cli("migrate", "--db", str(old_store)).returncode == 0
+    at = run_app(old_store, monkeypatch)
+    assert not at.info and not at.error, ([i.value for i in at.info], [e.value for e in at.error])
+    assert {"2026-10", "2026-11"} <= set(at.sidebar.selectbox[0].options)
+
+
 def test_a_migration_leaves_nothing_pinned_in_memory_and_runs_within_a_small_limit(old_store):
     """The reported crash: ingest migrated with DuckDB's default limit (80 % of the
     machine), then could not lower it, because the migrated tables waited in memory for a
