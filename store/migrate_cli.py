@@ -38,8 +38,10 @@ def run(args: argparse.Namespace) -> int:
         if args.status:
             print("\n".join(schema.describe(db, found)))
             return 0 if found is not None and found.current else 1
-        if found is not None and found.unknown:
-            print(f"slicemeter migrate: {schema.mismatch_sentence(db, found)}", file=sys.stderr)
+        if found is not None and not found.current and (found.unknown or schema.is_readers_copy(con)):
+            # a newer release's store, or a readers' file (its ingest rebuilds it, migrated or not)
+            copy = not found.unknown
+            print(f"slicemeter migrate: {schema.mismatch_sentence(db, found, copy)}", file=sys.stderr)
             return 2
         if found is not None and found.current:
             print(f"{db}: already at slicemeter's schema ({len(found.applied)} migrations); nothing to do")

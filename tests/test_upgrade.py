@@ -113,9 +113,11 @@ def test_every_command_refuses_the_older_store_with_one_sentence_then_works_afte
 
 def test_a_readers_file_of_the_older_release_is_refused_as_being_upgraded(tmp_path):
     snapshot = unpack("snapshot.duckdb", tmp_path / "snapshot.duckdb")
-    done = slicemeter_cli("export", "--db", str(snapshot), "--month", "2026-10", "--out", str(tmp_path / "e"))
-    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert "is a readers' file" in done.stderr and "being upgraded" in done.stderr
+    for argv in (["export", "--db", str(snapshot), "--month", "2026-10", "--out", str(tmp_path / "e")],
+                 ["migrate", "--db", str(snapshot)]):
+        done = slicemeter_cli(*argv)
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert "is a readers' file" in done.stderr and "being upgraded" in done.stderr
 
 
 def test_the_dashboard_on_an_older_readers_file_says_it_is_being_upgraded(tmp_path, monkeypatch):
