@@ -44,16 +44,17 @@ def _migrate_progress(done: int, total: int, what: str, seconds: float) -> None:
     log.info("migrate: %d/%d %s", done, total, what)
 
 
-def _mismatch_sentence(target: str, found) -> str:
+def _mismatch_sentence(found) -> str:
+    """Like store/schema.py's, without the lake's name: it may hold a password."""
     from slicemeter import __version__
 
     if found.unknown:
-        return (f"{target} was migrated by a newer release than slicemeter {__version__} "
+        return (f"The lake was migrated by a newer release than slicemeter {__version__} "
                 f"({', '.join(found.unknown)}): run that release, or restore a backup taken before the upgrade "
                 "(docs/operations.md, Upgrades).")
-    return (f"{target} lacks {len(found.pending)} table(s) or column(s) slicemeter {__version__} needs "
-            f"({', '.join(found.pending[:5])}), from an older release: run `slicemeter migrate --db {target}` "
-            "(or start this release's ingest on it, which migrates).")
+    return (f"The lake lacks {len(found.pending)} table(s) or column(s) slicemeter {__version__} needs "
+            f"({', '.join(found.pending[:5])}), from an older release: run `slicemeter migrate --db` naming "
+            "the lake (or start this release's ingest on it, which migrates).")
 
 
 class LakeError(RuntimeError):
@@ -205,9 +206,9 @@ def migrate_command(target: str, status: bool) -> int:
     try:
         found = schema_state(con)
         if status:
-            print("\n".join(schema.describe(target, found)))
+            print("\n".join(schema.describe("the lake", found)))
             return 0 if found.current else 1
-        print(f"migrated {target}: the lake holds slicemeter's tables and columns")
+        print("migrated the lake: it holds slicemeter's tables and columns")
     finally:
         con.close()
     return 0
@@ -268,13 +269,13 @@ def connect(target: str, read_only: bool = False, data_path: str | Path | None =
         if not read_only and (upgrade or new):
             added = ensure_schema(con, _migrate_progress if upgrade and not new else None)
             if added and not new:
-                log.info("migrated %s: %d table(s) or column(s) added", target, len(added))
+                log.info("migrated the lake: %d table(s) or column(s) added", len(added))
         elif check:
             from slicemeter.store import schema
 
             found = schema_state(con)
             if not found.current:
-                raise SchemaMismatch(_mismatch_sentence(target, found))
+                raise SchemaMismatch(_mismatch_sentence(found))
         if not check:
             return con
         apply_views(con)

@@ -186,7 +186,8 @@ class _Rewrites:
             return False
         indexed = self.con.execute("SELECT count(*) FROM duckdb_indexes() WHERE database_name = current_database() "
                                    "AND table_name = ?", [table]).fetchone()[0]
-        return not indexed and self.con.execute(f"SELECT count(*) FROM {quote_ident(table)}").fetchone()[0] > REWRITE_ROWS
+        rows = self.con.execute(f"SELECT count(*) FROM {quote_ident(table)}").fetchone()[0]
+        return not indexed and rows > REWRITE_ROWS
 
     def statement(self, text: str) -> None:
         from slicemeter.store import quote_ident
@@ -201,8 +202,8 @@ class _Rewrites:
             copy = f"{table}__migrating"
             create = self.con.execute("SELECT sql FROM duckdb_tables() WHERE database_name = current_database() "
                                       "AND schema_name = 'main' AND table_name = ?", [table]).fetchone()[0]
-            head = re.match(r"CREATE TABLE\s+(?:main\.)?" + re.escape(quote_ident(table)) + r"|CREATE TABLE\s+(?:main\.)?"
-                            + re.escape(table) + r"\b", create)
+            name = re.escape(quote_ident(table)) + "|" + re.escape(table) + r"\b"
+            head = re.match(r"CREATE TABLE\s+(?:main\.)?(?:" + name + ")", create)
             self.con.execute(f"CREATE TABLE {quote_ident(copy)}" + create[head.end():])
             self.open[table] = copy
         self.con.execute(quote_ident(self.open[table]).join(text.split(match.group(1), 1)))

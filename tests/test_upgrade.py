@@ -82,7 +82,8 @@ def test_every_command_refuses_the_older_store_with_one_sentence_then_works_afte
         assert done.returncode == 2, (name, done.stdout, done.stderr)
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in done.stderr, (name, done.stderr)
-        assert (f"holds {OLD_MIGRATIONS} of the {total} schema migrations slicemeter {slicemeter.__version__} needs" in lines[0]
+        holds = f"holds {OLD_MIGRATIONS} of the {total} schema migrations slicemeter {slicemeter.__version__} needs"
+        assert (holds in lines[0]
                 and f"run `slicemeter migrate --db {old_store}`" in lines[0]), (name, lines[0])
     assert old_store.read_bytes() == before, "a refusing command changed the store"
 
@@ -173,7 +174,8 @@ def test_ingest_first_start_on_the_older_store_migrates_rebuilds_the_readers_fil
     snapshot = unpack("snapshot.duckdb", tmp_path / "snapshot.duckdb")
     later = {"SLICEMETER_NOW": "2026-11-02T12:00Z"}
     done = slicemeter_cli("backfill", "--scenario", str(REPO / "examples/demo.yaml"), "--start", "2026-11-02T00:00",
-                          "--days", "0.25", "--interval", "300", "--kafka", broker.bootstrap, "--no-progress", env=later)
+                          "--days", "0.25", "--interval", "300", "--kafka", broker.bootstrap, "--no-progress",
+                          env=later)
     assert done.returncode == 0, done.stderr[-3000:]
     done = slicemeter_cli("ingest", "--kafka", broker.bootstrap, "--db", str(old_store),
                           "--tenants", str(REPO / "examples/demo.yaml"), "--snapshot", str(snapshot),

@@ -56,7 +56,8 @@ def main() -> int:
         with TansuBroker(log_path=tmp / "tansu.log") as broker:
             run("backfill", "--scenario", str(tree / "examples/demo.yaml"), "--start", args.start, "--days", args.days,
                 "--interval", args.interval, "--kafka", broker.bootstrap, "--no-progress")
-            run("ingest", "--kafka", broker.bootstrap, "--db", str(store), "--tenants", str(tree / "examples/demo.yaml"),
+            run("ingest", "--kafka", broker.bootstrap, "--db", str(store),
+                "--tenants", str(tree / "examples/demo.yaml"),
                 "--snapshot", str(snapshot), "--snapshot-interval", "1", "--until-idle", "5")
         prices = ("--prices", str(tree / "examples/prices.yaml"))
         run("close", "--db", str(store), "--month", "2026-10", *prices)

@@ -37,6 +37,7 @@ def test_an_older_lake_is_refused_then_migrated_and_recorded(lake_db):
     done = slicemeter_cli("report", "--db", target, "--month", "2026-11")
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "lacks 2 table(s) or column(s)" in done.stderr and "slicemeter migrate --db" in done.stderr
+    assert "postgres" not in done.stderr   # the lake's name may hold a password
     status = slicemeter_cli("migrate", "--db", target, "--status")
     assert status.returncode == 1 and "pending: table tenant_budgets" in status.stdout
     assert "pending: column slice_hour.usage_unverified_s" in status.stdout
