@@ -18,6 +18,7 @@ latest row per partition, strings are distinct, rollups are the deltas merged.
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import importlib.util
 import shutil
@@ -108,6 +109,7 @@ def load_extensions(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"LOAD {quote_literal(str(path))}")
 
 
+@functools.cache   # the release's schema: every connection's check and migration reads it
 def _lake_columns() -> dict[str, list[tuple[str, str]]]:
     """The store's tables (sql/schema, applied to an empty in-memory database), as the lake
     holds them: no keys or defaults (DuckLake has none), string ids 64-bit (hashes of the
