@@ -27,6 +27,7 @@ from slicemeter.exporter.assemble.attribution import (AnnotationStrategy, Cgroup
                                                       GpuProcesses, MigStrategy, ProcOwner, RegionStrategy, Sources,
                                                       Strategy, Tolerance)
 from slicemeter.exporter.sources.dra import HAMI_DRIVER, ResourceSlice, SplitPolicy, allocation_slices, device_model
+from slicemeter.exporter.sources.device_health import DeviceReport, health_by_gpu
 from slicemeter.exporter.sources.dra_source import DraCache
 from slicemeter.exporter.sources.hami import (ClaimRegionFile, RegionError, RegionSource, discover_claims, parse_dir_name,
                                               read_claim_regions)
@@ -209,6 +210,8 @@ class TickBuilder:
             if uuid not in src.gpus:
                 row.slice_count = counts.get(uuid, 0)
                 res.tick.gpus.append(row)
+        claims = self.dra.get().claims if src.dra is not None else ()
+        _mark_device_health(res.tick.gpus, snap.gpus, pods, src.dra, claims)
         res.duration_s = time.perf_counter() - t0
         return res
 
@@ -294,6 +297,22 @@ class TickBuilder:
         if key not in self._logged:   # one log line per container and reason, not one per tick
             self._logged.add(key)
             log.warning("HAMi region %s rejected: %s", entry, err)
+
+
+def _mark_device_health(rows: list[GpuReading], gpus: list[GpuSample], pods: PodIndex, dra: DraInputs | None,
+                        claims) -> None:
+    """Each GPU row's `device_health`: the worst the kubelet reports for its device in any
+    pod's status, or a DRA driver in its claim's device conditions
+    (exporter/sources/device_health.py); null where none does."""
+    reports = [r for p in pods.pods.values() if p.device_health for r in p.device_health]
+    reports += [DeviceReport(f"claim:{c.name}", f"{driver}/{pool}/{device}", code)
+                for c in claims for driver, pool, device, code in c.device_health]
+    if not reports:
+        return
+    by_uuid = {row.gpu_uuid: row for row in rows}
+    mig_parent = {m.uuid: g.uuid for g in gpus for m in g.mig or ()}
+    for uuid, code in health_by_gpu(reports, by_uuid, mig_parent, dra.gpu_of if dra is not None else {}).items():
+        by_uuid[uuid].device_health = code
 
 
 _NVML_SOURCES = frozenset({"cgroup", "mig"})   # slices whose every figure is NVML's, through cgroups

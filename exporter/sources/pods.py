@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from slicemeter.common import GPU_UUID, HAMI_ALLOCATED_ANNOTATION, ConfigError, parse_yaml
+from slicemeter.exporter.sources.device_health import DeviceReport, parse_resources_status
 from slicemeter.exporter.sources.dra import Pod as DraPod, parse_pods
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,8 @@ class PodInfo:
     whole_gpus: dict[str, int] = field(default_factory=dict)    # container -> nvidia.com/gpu with no gpumem/gpucores
     container_ids: dict[str, str] = field(default_factory=dict)   # runtime container id -> name
     annotation_error: str | None = None
+    # the kubelet's health of the containers' devices (allocatedResourcesStatus: exporter/sources/device_health.py)
+    device_health: list[DeviceReport] = field(default_factory=list)
 
     @property
     def hami(self) -> bool:
@@ -187,10 +190,15 @@ def index_pods(pod_list: dict) -> PodIndex:
                 n = lim.get("nvidia.com/gpu")
                 if n and not any(k in lim for k in ("nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores")):
                     info.whole_gpus[c["name"]] = int(str(n))   # whole GPUs (with or without HAMi in the path)
-            for cs in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or []):
+            statuses = (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or [])
+            for cs in statuses:
                 cid = str(cs.get("containerID") or "")
                 if "://" in cid:
                     info.container_ids[_text(cid.split("://", 1)[1])] = _text(cs.get("name"))
+            info.device_health, health_errors = parse_resources_status(statuses)
+            idx.errors += len(health_errors)
+            for err in health_errors:
+                log.warning("pod %s/%s, device health: %s", info.namespace, info.name, err)
             idx.pods[info.uid] = info
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             idx.errors += 1
