@@ -54,6 +54,8 @@ class BuildResult:
     disagreement: dict[tuple[str, str, str], bool] = field(default_factory=dict)
     # (pod uid, container, parent GPU uuid) -> the MIG device the slice ran on
     mig: dict[tuple[str, str, str], MigSample] = field(default_factory=dict)
+    # (pod uid, container, parent GPU uuid) -> how HAMi's MIG allocation and NVML's MIG devices differ
+    mig_disagreement: dict[tuple[str, str, str], str] = field(default_factory=dict)
     pods: PodIndex | None = None   # the pod list the Tick was attributed with (HAMi's grants)
     nvml_unsupported: frozenset[tuple[int | None, str]] = frozenset()   # (GPU index, call) NVML does not offer
     dra_errors: int = 0   # DRA refreshes failed and claims or devices refused since the last Tick
@@ -192,10 +194,15 @@ class TickBuilder:
 
         src = self._collect(res, snap, pods, ts_ms)
         draft = Draft(slices=res.tick.slices, region_error=lambda *a: self._region_error(res, *a), hami_ok=res.hami_ok,
-                      hami_partial=res.hami_partial, disagreement=res.disagreement, mig=res.mig)
+                      hami_partial=res.hami_partial, disagreement=res.disagreement, mig=res.mig,
+                      mig_disagreement=res.mig_disagreement)
         for strategy in self.strategies:
             strategy.attribute(src, draft)
         self._mark_verified(res.tick.slices, snap.gpus, draft.hami_pids)
+        for key, what in res.mig_disagreement.items():
+            if (key, what) not in self._logged:   # once per slice and difference
+                self._logged.add((key, what))
+                log.warning("pod %s container %s on %s: HAMi's MIG allocation and NVML disagree: %s", *key, what)
 
         counts: dict[str, int] = {}
         for s in res.tick.slices:

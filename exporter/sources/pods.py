@@ -23,6 +23,8 @@ from typing import Any, Callable
 from slicemeter.common import GPU_UUID, HAMI_ALLOCATED_ANNOTATION, ConfigError, parse_yaml
 from slicemeter.exporter.sources.device_health import DeviceReport, parse_resources_status
 from slicemeter.exporter.sources.dra import Pod as DraPod, parse_pods
+from slicemeter.exporter.sources.hami_mig import (MIG_ALLOCATIONS_ANNOTATION, MigAllocation, MigAllocationError,
+                                                  by_container, parse_mig_allocations)
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +119,8 @@ class PodInfo:
     annotation_error: str | None = None
     # the kubelet's health of the containers' devices (allocatedResourcesStatus: exporter/sources/device_health.py)
     device_health: list[DeviceReport] = field(default_factory=list)
+    # HAMi's dynamic MIG reservations per container (exporter/sources/hami_mig.py)
+    mig_allocations: dict[str, list[MigAllocation]] = field(default_factory=dict)
 
     @property
     def hami(self) -> bool:
@@ -182,6 +186,14 @@ def index_pods(pod_list: dict) -> PodIndex:
                 try:
                     info.grants = assign_grants(parse_vgpu_allocated(ann), init_names, names)
                 except AnnotationError as exc:
+                    info.annotation_error = str(exc)
+                    idx.errors += 1
+                    log.warning("pod %s/%s: %s", info.namespace, info.name, exc)
+            mig = (meta.get("annotations") or {}).get(MIG_ALLOCATIONS_ANNOTATION)
+            if mig:
+                try:
+                    info.mig_allocations = by_container(parse_mig_allocations(mig), init_names, names)
+                except MigAllocationError as exc:
                     info.annotation_error = str(exc)
                     idx.errors += 1
                     log.warning("pod %s/%s: %s", info.namespace, info.name, exc)
