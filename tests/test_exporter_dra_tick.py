@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import datetime as dt
 import json
 import os
@@ -387,14 +386,12 @@ def test_the_exporters_tick_of_the_dra_node_bills_an_hour_by_hand(node, tmp_path
     from slicemeter.cli import main
     from slicemeter.store import connect
     from slicemeter.testkit.cb_rows import ACME, add_tenants
-    from slicemeter.testkit.ingest_helpers import store_ticks
+    from slicemeter.testkit.ingest_helpers import an_hour_of, store_ticks
 
     claim_region(node.hami, TRAIN_CLAIM_UID, devices=[(HAMI_GPU, 20 * GiB, 30)],
                  procs=[Proc(pid=1, hostpid=TRAIN_PID, mem=[(GiB, GiB, 4 * GiB)], sm_util=[12])])
-    tick = node.tick().tick
-    hour_ms = tick.ts_ms - tick.ts_ms % 3_600_000
-    ticks = [dataclasses.replace(tick, cluster=ACME, ts_ms=hour_ms + i * 60_000, interval_ms=60_000)
-             for i in range(60)]
+    ticks = an_hour_of(node.tick().tick, ACME)
+    hour_ms = ticks[0].ts_ms
     db = tmp_path / "dra.duckdb"
     con = connect(db)
     add_tenants(con)
@@ -466,13 +463,11 @@ def test_unhealthy_devices_are_degraded_hours_credited_and_on_the_gpus_page(node
     from slicemeter.store import connect
     from slicemeter.testkit.cb_rows import ACME, add_tenants
     from slicemeter.testkit.dashboard_app import run_app
-    from slicemeter.testkit.ingest_helpers import store_ticks
+    from slicemeter.testkit.ingest_helpers import an_hour_of, store_ticks
 
     reported_node(node)
-    tick = node.tick().tick
-    hour_ms = tick.ts_ms - tick.ts_ms % 3_600_000
-    ticks = [dataclasses.replace(tick, cluster=ACME, ts_ms=hour_ms + i * 60_000, interval_ms=60_000)
-             for i in range(60)]
+    ticks = an_hour_of(node.tick().tick, ACME)
+    hour_ms = ticks[0].ts_ms
     db = tmp_path / "health.duckdb"
     con = connect(db)
     add_tenants(con)

@@ -8,7 +8,6 @@ UUIDs (`GPU-a`, `MIG-a`) replaced by UUIDs of NVIDIA's format (docs/upstream.md)
 """
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
 from decimal import Decimal
@@ -135,15 +134,14 @@ def test_a_mig_allocation_is_billed(tmp_path):
     from slicemeter.cli import main
     from slicemeter.store import connect
     from slicemeter.testkit.cb_rows import ACME, add_tenants
-    from slicemeter.testkit.ingest_helpers import store_ticks
+    from slicemeter.testkit.ingest_helpers import an_hour_of, store_ticks
 
-    tick = build(tmp_path, REALIZED).tick
-    hour_ms = tick.ts_ms - tick.ts_ms % 3_600_000
+    ticks = an_hour_of(build(tmp_path, REALIZED).tick, ACME)
+    hour_ms = ticks[0].ts_ms
     db = tmp_path / "mig.duckdb"
     con = connect(db)
     add_tenants(con)
-    store_ticks(con, [dataclasses.replace(tick, cluster=ACME, ts_ms=hour_ms + i * 60_000, interval_ms=60_000)
-                      for i in range(60)])
+    store_ticks(con, ticks)
     con.close()
     month = dt.datetime.fromtimestamp(hour_ms / 1000, dt.timezone.utc).strftime("%Y-%m")
     assert main(["export", "--db", str(db), "--month", month, "--out", str(tmp_path / "out")]) == 0

@@ -181,22 +181,11 @@ def index_pods(pod_list: dict) -> PodIndex:
             info = PodInfo(uid=_text(meta["uid"]), name=_text(meta["name"]), namespace=_text(meta.get("namespace", "default")),
                            phase=phase, containers=names, init_containers=init_names,
                            finished=_terminated(status.get("initContainerStatuses")))
-            ann = (meta.get("annotations") or {}).get(HAMI_ALLOCATED_ANNOTATION)
-            if ann:
-                try:
-                    info.grants = assign_grants(parse_vgpu_allocated(ann), init_names, names)
-                except AnnotationError as exc:
-                    info.annotation_error = str(exc)
-                    idx.errors += 1
-                    log.warning("pod %s/%s: %s", info.namespace, info.name, exc)
-            mig = (meta.get("annotations") or {}).get(MIG_ALLOCATIONS_ANNOTATION)
-            if mig:
-                try:
-                    info.mig_allocations = by_container(parse_mig_allocations(mig), init_names, names)
-                except MigAllocationError as exc:
-                    info.annotation_error = str(exc)
-                    idx.errors += 1
-                    log.warning("pod %s/%s: %s", info.namespace, info.name, exc)
+            annotations = meta.get("annotations") or {}
+            info.grants = _annotation(idx, info, annotations.get(HAMI_ALLOCATED_ANNOTATION), {},
+                                      lambda v: assign_grants(parse_vgpu_allocated(v), init_names, names))
+            info.mig_allocations = _annotation(idx, info, annotations.get(MIG_ALLOCATIONS_ANNOTATION), {},
+                                               lambda v: by_container(parse_mig_allocations(v), init_names, names))
             for c in spec.get("containers") or []:
                 lim = _limits(c)
                 n = lim.get("nvidia.com/gpu")
@@ -216,6 +205,20 @@ def index_pods(pod_list: dict) -> PodIndex:
             idx.errors += 1
             log.warning("skipping a malformed pod in the pod list: %s", exc)
     return idx
+
+
+def _annotation(idx: PodIndex, info: PodInfo, value: str | None, empty, parse: Callable[[str], Any]) -> Any:
+    """A HAMi annotation's grants (`empty` without it); one that does not parse costs the pod
+    its grants, counted and logged (AnnotationError, MigAllocationError: ValueErrors)."""
+    if not value:
+        return empty
+    try:
+        return parse(value)
+    except (AnnotationError, MigAllocationError) as exc:
+        info.annotation_error = str(exc)
+        idx.errors += 1
+        log.warning("pod %s/%s: %s", info.namespace, info.name, exc)
+        return empty
 
 
 # ------------------------------------------------------------------ cgroup -> pod
