@@ -15,6 +15,9 @@ $(STAMP): pyproject.toml
 	# the editable install maps the slicemeter.* namespace onto the top folders through an import
 	# hook, and setuptools warns on every install that local folders could shadow it: they are it
 	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/python -m pip install -q -e '.[dev]'
+	# the deprecated `pynvml` wrapper (an older install's) hooks every import of NVIDIA's
+	# `pynvml` module to print a FutureWarning; nvidia-ml-py alone provides the module
+	$(BIN)/python -m pip uninstall -q -y pynvml 2>/dev/null || true
 	touch $@
 
 # The DuckLake environment (.venv-lake: the `lake` extra pins DuckDB 1.5.5, the one version
@@ -27,6 +30,7 @@ $(LAKE_STAMP): pyproject.toml
 	test -x $(LAKE_VENV)/bin/python || $(PY) -m venv $(LAKE_VENV)
 	$(LAKE_VENV)/bin/python -m pip install -q --upgrade pip
 	PYTHONWARNINGS='ignore:Editable installation' $(LAKE_VENV)/bin/python -m pip install -q -e '.[all,lake,test]'
+	$(LAKE_VENV)/bin/python -m pip uninstall -q -y pynvml 2>/dev/null || true
 	touch $@
 
 # Debian packages the tests drive for real: Prometheus (server and promtool), Chromium, and

@@ -22,7 +22,7 @@ import pandas as pd
 import pyarrow as pa
 
 from slicemeter.chargeback import money
-from slicemeter.chargeback.kept import kept_current
+from slicemeter.chargeback.kept import kept_current, unverified_slice_hours
 from slicemeter.chargeback.prices import DEFAULT_PRICES, PriceCatalog, load_prices, parse_prices_text
 from slicemeter.store import is_reader_file, registered, sql_text
 from slicemeter.common import ConfigError, check_choice, month_bounds, named
@@ -35,7 +35,7 @@ IDLE_NAMESPACE = "(idle)"        # not a valid Kubernetes namespace, so never a 
 
 # Raw line fields that are summed and differenced (all exact ints).
 _SUMS = ("cost_raw", "charge_raw", "waste_raw", "alloc_u", "used_u", "billed_u", "idle_u", "energy_mj", "unverified_u",
-         "unknown_u")
+         "unknown_u", "unverified_alloc_u")
 # A line's identity inside a month.
 _KEY = ("kind", "tenant", "namespace", "pod", "pod_uid", "container", "cluster", "node", "gpu_uuid", "model")
 _line_key = itemgetter(*_KEY)
@@ -49,6 +49,13 @@ parse_month = month_bounds   # '2026-11' -> (2026-11-01, 2026-12-01); ValueError
 
 def month_str(d: date) -> str:
     return f"{d.year:04d}-{d.month:02d}"
+
+
+def billed_basis(basis: str, catalog: PriceCatalog) -> str:
+    """The basis the SQL bills (sql/views/100_chargeback.sql cb_slice_shares): the usage basis
+    under the catalog's `unverified_usage: allocation` is `usage_checked`, where a slice-hour's
+    unchecked usage is billed at least at its allocation share."""
+    return "usage_checked" if basis == "usage" and catalog.unverified_usage == "allocation" else basis
 
 
 def check_options(basis: str, idle: str, share: str) -> None:
@@ -78,7 +85,7 @@ def apply_idle(slice_lines: list[dict], gpu_lines: list[dict], idle: str) -> lis
             "gpu_uuid": g["gpu_uuid"], "model": g["model"], "price_micro": g["price_micro"],
             "cost_raw": 0 if parts else g["idle_raw"], "charge_raw": 0, "waste_raw": 0,
             "alloc_u": 0, "used_u": 0, "billed_u": 0, "idle_u": g["idle_u"],
-            "energy_mj": g["idle_energy_mj"], "unverified_u": 0, "unknown_u": 0,
+            "energy_mj": g["idle_energy_mj"], "unverified_u": 0, "unknown_u": 0, "unverified_alloc_u": 0,
             "claim": "", "driver": g.get("driver", ""),
         })
     return lines
@@ -117,7 +124,7 @@ def credit_lines(degraded: list[dict], fraction: Decimal) -> list[dict]:
             out.append({c: d[c] for c in _KEY[1:]} | {
                 "kind": "credit", "price_micro": d["price_micro"], "cost_raw": -raw, "charge_raw": -raw,
                 "waste_raw": 0, "alloc_u": 0, "used_u": 0, "billed_u": 0, "idle_u": 0, "energy_mj": 0,
-                "unverified_u": 0})
+                "unverified_u": 0, "unverified_alloc_u": 0})
     return out
 
 
@@ -321,7 +328,11 @@ def month_lines(con, month_start: date, src_asof: date | None, catalog: PriceCat
     `report_hours`."""
     m_end = parse_month(month_str(month_start))[1]
     args = [month_start, m_end, src_asof]
-    kept = use_kept and src_asof is None and kept_current(con, month_start, m_end)
+    plain_basis, basis = basis, billed_basis(basis, catalog)
+    # the kept hours keep usage as reported: a month with usage NVML could not check is billed
+    # from the rollups where the basis puts the allocation in its place
+    kept = (use_kept and src_asof is None and kept_current(con, month_start, m_end)
+            and not (basis == "usage_checked" and unverified_slice_hours(con, month_start, m_end)))
     days = (kept and by_day and catalog.credit_degraded_hour is None and is_reader_file(con)
             and con.execute("SELECT kept_days_billable(?, ?)", [month_start, m_end]).fetchone()[0])
     spans = fill_hours(con, args, share, basis, kept, hours=not days or report_hours)
@@ -368,7 +379,9 @@ def month_lines(con, month_start: date, src_asof: date | None, catalog: PriceCat
         s["idle_u"] = 0
         unverified_u, s["unknown_u"], s["claim"], s["driver"] = notes.get(_slice_key(s), _NO_NOTES)
         # the allocation basis rests on no usage, checked or not
-        s["unverified_u"] = unverified_u if basis != "allocation" else 0
+        s["unverified_u"] = unverified_u if plain_basis != "allocation" else 0
+        # on `usage_checked` every unchecked second was billed at least at the allocation share
+        s["unverified_alloc_u"] = unverified_u if basis == "usage_checked" else 0
     drivers = _gpu_drivers(con, args, days)
     for g in gpus:
         g["driver"] = drivers.get(_placement_of(g), "")
@@ -551,6 +564,9 @@ def _line_records(rows: list[dict], keys: list[str], catalog: PriceCatalog, with
             "usage_unverified_hours": money.micro_share_to_hours(ln["unverified_u"]),
             # hours of the line's slices whose usage no reader measured (allocation stood in)
             "usage_unknown_hours": money.micro_share_to_hours(ln["unknown_u"]),
+            # of its unverified hours, those billed at least at the allocation share (the usage
+            # basis under `unverified_usage: allocation`)
+            "unverified_at_allocation_hours": money.micro_share_to_hours(ln["unverified_alloc_u"]),
             "cost_raw": ln["cost_raw"],
         })
         out.append(row)
@@ -560,7 +576,8 @@ def _line_records(rows: list[dict], keys: list[str], catalog: PriceCatalog, with
 def _frame(records: list[dict], keys: list[str], with_price: bool) -> pd.DataFrame:
     cols = keys + (["gpu_hour_price"] if with_price else []) + [
         "gpu_hours_allocated", "gpu_hours_used", "gpu_hours_billed", "gpu_hours_idle", *_MONEY,
-        "kwh", "energy_cost", "gco2e", "currency", "usage_unverified_hours", "usage_unknown_hours", "cost_raw"]
+        "kwh", "energy_cost", "gco2e", "currency", "usage_unverified_hours", "usage_unknown_hours",
+        "unverified_at_allocation_hours", "cost_raw"]
     return pd.DataFrame(records, columns=cols)
 
 

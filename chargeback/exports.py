@@ -37,6 +37,7 @@ INVOICE_COLUMNS = [
     ("charge", "charge"), ("idle_share", "idle_share"), ("cost", "cost"), ("waste", "waste"),
     ("kwh", "kwh"), ("energy_cost", "energy_cost"), ("gco2e", "gco2e"), ("currency", "currency"),
     ("usage_unverified_hours", "usage_unverified_hours"), ("usage_unknown_hours", "usage_unknown_hours"),
+    ("unverified_at_allocation_hours", "unverified_at_allocation_hours"),
 ]
 
 
@@ -132,7 +133,7 @@ def _write_parquet(table: pa.Table, path: Path) -> None:
 DETAIL_MONEY = {"gpu_hour_price": 6, "charge": 2, "idle_share": 2, "cost": 2, "waste": 2, "energy_cost": 2}
 DETAIL_DEC = {"gpu_hours_allocated": 4, "gpu_hours_used": 4, "gpu_hours_billed": 4, "gpu_hours_idle": 4,
               "kwh": 6, "gco2e": 1, "usage_unverified_hours": 4,
-              "usage_unknown_hours": 4}
+              "usage_unknown_hours": 4, "unverified_at_allocation_hours": 4}
 
 
 def detail_records(bill: Bill) -> list[dict]:
@@ -175,10 +176,13 @@ FOCUS_COLUMNS = [
     # the DRA claim and driver of the line's slices (of its GPU on an idle line; null for the
     # device plugin's), and its slice-hours whose usage no reader measured (docs/dra.md)
     "x_Claim", "x_Driver", "x_UsageUnknownHours",
+    # of x_UsageUnverifiedHours, the hours billed at least at the allocation share (the usage
+    # basis under the catalog's `unverified_usage: allocation`)
+    "x_UnverifiedAtAllocationHours",
 ]
 _FOCUS_MONEY = {"BilledCost", "ContractedCost", "EffectiveCost", "ListCost"}
 _FOCUS_PRICE = {"ContractedUnitPrice", "ListUnitPrice"}
-_FOCUS_QTY = {"ConsumedQuantity", "x_UsageUnverifiedHours", "x_UsageUnknownHours"}
+_FOCUS_QTY = {"ConsumedQuantity", "x_UsageUnverifiedHours", "x_UsageUnknownHours", "x_UnverifiedAtAllocationHours"}
 # PricingQuantity = cost / unit price: 12 decimals keep ListUnitPrice x PricingQuantity
 # within 1e-9 of ListCost for any catalog price below 2000 per GPU-hour
 PRICING_QUANTITY_PLACES = 12
@@ -244,6 +248,9 @@ def focus_rows(bill: Bill, names: dict[str, str]) -> list[dict]:
             "gpu-hours-used": _text(r["gpu_hours_used"]), "waste": _text(r["waste"]),
             "idle-share": _text(r["idle_share"]), "kwh": _text(r["kwh"]), "gco2e": _text(r["gco2e"]),
         }
+        if r["unverified_at_allocation_hours"]:
+            # the line's unchecked usage was billed at its allocation share (docs/chargeback.md)
+            tags["unverified-usage"] = "allocation"
         price = _text(r["gpu_hour_price"])
         sku_key = (r["model"], price)
         if sku_key not in skus:
@@ -280,6 +287,7 @@ def focus_rows(bill: Bill, names: dict[str, str]) -> list[dict]:
             "x_UsageUnverifiedHours": None if idle else r["usage_unverified_hours"],
             "x_Claim": r["claim"] or None, "x_Driver": r["driver"] or None,
             "x_UsageUnknownHours": None if idle else r["usage_unknown_hours"],
+            "x_UnverifiedAtAllocationHours": None if idle else r["unverified_at_allocation_hours"],
         })
     return out
 

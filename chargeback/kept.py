@@ -27,6 +27,14 @@ def unmeasured_slice_hours(con, m_start: date, m_end: date) -> int:
                        [m_start, m_end]).fetchone()[0]
 
 
+def unverified_slice_hours(con, m_start: date, m_end: date) -> int:
+    """The slice-hours of [m_start, m_end) with usage NVML could not check: on the usage basis
+    under `unverified_usage: allocation` a month with any is billed from the rollups
+    (chargeback/bill.py month_lines)."""
+    return con.execute("SELECT count(*) FROM slice_hour WHERE hour >= ? AND hour < ? AND usage_unverified_s > 0",
+                       [m_start, m_end]).fetchone()[0]
+
+
 def kept_current(con, m_start: date, m_end: date) -> bool:
     """Whether the kept hours of [m_start, m_end) match the rollups (kept_sources): their row
     counts, sample counts and latest samples agree (rollups only grow when samples are folded).

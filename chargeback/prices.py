@@ -9,6 +9,7 @@ Format (examples/prices.yaml):
     electricity: {price_per_kwh: "0.14", carbon_g_per_kwh: 320}
     degraded: {throttled_share: "0.25"}     # optional: when a throttled GPU-hour is degraded
     credits: {degraded_hour: "1.0"}         # optional: credit that fraction of degraded hours
+    unverified_usage: allocation            # optional: allocation (default) | usage, below
 
 Prices are parsed as Decimal (quote them in YAML so they never pass through a float).
 The format is a schema (slicemeter.config_schema); a bad value raises ConfigError naming
@@ -22,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, PlainValidator, model_validator
 
@@ -31,6 +32,10 @@ from slicemeter.config_schema import NonEmpty, Schema, exact_decimal, key_path, 
 
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
 DEFAULT_THROTTLED_SHARE = Decimal("0.25")
+# How the usage basis bills a slice-hour whose usage NVML could not check (docs/chargeback.md):
+# `allocation` at its allocation share where that is more (as the max basis would), so a
+# tenant hiding its processes pays what it holds; `usage` as reported.
+UNVERIFIED_USAGE_POLICIES = ("allocation", "usage")
 
 
 def _currency(code: Any) -> str:
@@ -72,6 +77,7 @@ class PriceCatalog:
     throttled_share: Decimal = DEFAULT_THROTTLED_SHARE
     # the fraction of a degraded hour's charge credited; None: no credit policy
     credit_degraded_hour: Decimal | None = None
+    unverified_usage: str = "allocation"
 
     def price(self, model: str | None, node: str, cluster: str) -> Decimal:
         """Hourly price of one GPU; ConfigError naming the missing key if none applies."""
@@ -139,13 +145,14 @@ class _PriceFile(Schema):
     electricity: _Electricity = _Electricity()
     degraded: _Degraded = _Degraded()
     credits: _Credits | None = None
+    unverified_usage: Literal[UNVERIFIED_USAGE_POLICIES] = "allocation"
 
 
 def _catalog(spec: _PriceFile, source_text: str) -> PriceCatalog:
     overrides = tuple(Override(o.gpu_hour, node=o.node, pool=o.pool, model=o.model) for o in spec.overrides)
     return PriceCatalog(spec.currency, dict(spec.gpu_hour), overrides, spec.electricity.price_per_kwh,
                         spec.electricity.carbon_g_per_kwh, source_text, spec.degraded.throttled_share,
-                        spec.credits.degraded_hour if spec.credits else None)
+                        spec.credits.degraded_hour if spec.credits else None, spec.unverified_usage)
 
 
 def parse_prices(doc: Any, source_text: str = "") -> PriceCatalog:

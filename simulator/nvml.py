@@ -24,13 +24,9 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-import warnings
 from typing import Callable, Protocol
 
-with warnings.catch_warnings():
-    # the `pynvml` wrapper warns that it is deprecated in favour of nvidia-ml-py; same module
-    warnings.simplefilter("ignore", FutureWarning)
-    import pynvml
+import pynvml   # nvidia-ml-py's module: its exception classes, constants and structures
 
 NVMLError = pynvml.NVMLError
 DRIVER_VERSION = "550.90.07"

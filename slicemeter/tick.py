@@ -32,7 +32,7 @@ import pyarrow.ipc as ipc
 
 MAGIC = b"SMTK"
 SCHEMA_MAJOR = 1
-SCHEMA_MINOR = 2
+SCHEMA_MINOR = 3
 SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
 _HEADER = struct.Struct("<4sHH")
 _LEN = struct.Struct("<I")
@@ -82,6 +82,10 @@ GPU_SCHEMA = pa.schema(
         pa.field("xid_last_code", pa.int32()),                # the last of them
         pa.field("xid_critical_code", pa.int32()),            # the last of a critical class
         pa.field("gpu_lost", pa.bool_()),                     # NVML: fell off the bus / lost
+        # 1.3: the device's health as Kubernetes reports it (pod status allocatedResourcesStatus,
+        # ResourceClaim device conditions), any vendor: 0 Healthy, 1 Unhealthy, 2 Unknown;
+        # null where nothing reports it (docs/health.md)
+        pa.field("device_health", pa.int8()),
     ],
     metadata={b"slicemeter.table": b"gpu", b"slicemeter.schema": SCHEMA_VERSION.encode()},
 )
@@ -163,6 +167,7 @@ class GpuReading:
     xid_last_code: int | None = None
     xid_critical_code: int | None = None
     gpu_lost: bool | None = None
+    device_health: int | None = None
 
 
 @dataclass(slots=True)
@@ -591,7 +596,7 @@ class Limits:
 _GPU_BOUNDS = (
     ("memory_total_bytes", 0, None), ("memory_used_bytes", 0, None), ("sm_util_ratio", 0.0, 1.0),
     ("mem_util_ratio", 0.0, 1.0), ("power_watts", 0.0, None), ("energy_joules", 0.0, None),
-    ("slice_count", 0, None),
+    ("slice_count", 0, None), ("device_health", 0, 2),
 )
 _SLICE_BOUNDS = (
     ("hami_memory_limit_bytes", 0, None), ("hami_memory_used_bytes", 0, None), ("hami_context_bytes", 0, None),

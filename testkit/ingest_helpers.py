@@ -88,6 +88,15 @@ def store_ticks(con, ticks, offset: int = 0) -> None:
                            slice_rows=tb.slices.num_rows, next_offsets={("t", 0): offset}), StringIds(con))
 
 
+def an_hour_of(tick, cluster: str) -> list:
+    """The same Tick every minute of its hour, sent for `cluster` (a tenant's API server)."""
+    import dataclasses
+
+    hour_ms = tick.ts_ms - tick.ts_ms % 3_600_000
+    return [dataclasses.replace(tick, cluster=cluster, ts_ms=hour_ms + i * 60_000, interval_ms=60_000)
+            for i in range(60)]
+
+
 def _plain(table: pa.Table) -> pa.Table:
     return pa.table({n: pc.dictionary_decode(c) if pa.types.is_dictionary(c.type) else c
                      for n, c in zip(table.column_names, table.columns)})

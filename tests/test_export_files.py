@@ -306,7 +306,7 @@ def test_focus_unit_prices_quantities_and_custom_columns(month_db, tmp_path):
     text = (tmp_path / "o" / "focus-2026-11.csv").read_text()
     header = text.splitlines()[0].split(",")
     custom = ["x_Cluster", "x_Namespace", "x_Pod", "x_Container", "x_Node", "x_GpuUuid", "x_GpuModel",
-              "x_UsageUnverifiedHours", "x_Claim", "x_Driver", "x_UsageUnknownHours"]
+              "x_UsageUnverifiedHours", "x_Claim", "x_Driver", "x_UsageUnknownHours", "x_UnverifiedAtAllocationHours"]
     assert header[-len(custom):] == custom and not any(c.startswith("x_") for c in header[:-len(custom)])
     rows = read_csv(tmp_path / "o" / "focus-2026-11.csv")
     parquet = pq.read_table(tmp_path / "o" / "focus-2026-11.parquet").to_pylist()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import datetime as dt
 import json
 import os
@@ -387,14 +386,12 @@ def test_the_exporters_tick_of_the_dra_node_bills_an_hour_by_hand(node, tmp_path
     from slicemeter.cli import main
     from slicemeter.store import connect
     from slicemeter.testkit.cb_rows import ACME, add_tenants
-    from slicemeter.testkit.ingest_helpers import store_ticks
+    from slicemeter.testkit.ingest_helpers import an_hour_of, store_ticks
 
     claim_region(node.hami, TRAIN_CLAIM_UID, devices=[(HAMI_GPU, 20 * GiB, 30)],
                  procs=[Proc(pid=1, hostpid=TRAIN_PID, mem=[(GiB, GiB, 4 * GiB)], sm_util=[12])])
-    tick = node.tick().tick
-    hour_ms = tick.ts_ms - tick.ts_ms % 3_600_000
-    ticks = [dataclasses.replace(tick, cluster=ACME, ts_ms=hour_ms + i * 60_000, interval_ms=60_000)
-             for i in range(60)]
+    ticks = an_hour_of(node.tick().tick, ACME)
+    hour_ms = ticks[0].ts_ms
     db = tmp_path / "dra.duckdb"
     con = connect(db)
     add_tenants(con)
@@ -422,3 +419,86 @@ def test_the_exporters_tick_of_the_dra_node_bills_an_hour_by_hand(node, tmp_path
         mine = [r for r in detail if r["gpu_uuid"] == uuid]
         assert sum(r["cost"] for r in mine) == price, uuid
     assert not any(r["pod"] == "gpu-monitor" for r in detail)   # adminAccess: not billed
+
+
+# ---- device health from the pod status (core/v1 ContainerStatus.allocatedResourcesStatus)
+
+def report_health(p: dict, container: str, resource: str, resource_id: str, health: str) -> None:
+    """The kubelet's report on a container's device, shaped as k8s.io/api core/v1 ResourceStatus
+    and ResourceHealth: `{name, resources: [{resourceID, health}]}`."""
+    status = next(cs for cs in p["status"]["containerStatuses"] if cs["name"] == container)
+    status.setdefault("allocatedResourcesStatus", []).append(
+        {"name": resource, "resources": [{"resourceID": resource_id, "health": health}]})
+
+
+def reported_node(node) -> None:
+    """The Ascend NPU (DRA) and HAMi's device-plugin GPU reported Unhealthy, NVIDIA's shared
+    GPU (DRA) Unknown; a device plugin ID naming no GPU of the node is left out."""
+    report_health(node.pod("npu-job"), "app", "claim:npu", f"{ASCEND}/npu-node-1/npu-0-0", "Unhealthy")
+    report_health(node.pod("chat"), "main", "nvidia.com/gpu", f"{PLUGIN_GPU}-0", "Unhealthy")   # HAMi's device id
+    report_health(node.pod("notebook"), "jupyter", "claim:gpu", f"{NVIDIA}/gpu-node-2/gpu-0", "Unknown")
+    report_health(node.pod("train"), "trainer", "huawei.com/Ascend910", "Ascend910-3", "Unhealthy")
+    node.write_pods()
+
+
+def test_kubernetes_device_health_marks_the_row_of_any_vendors_device(node):
+    res = node.tick()
+    assert {g.device_health for g in res.tick.gpus} == {None}     # nothing reported
+    reported_node(node)
+    res = node.tick()
+    health = {g.gpu_uuid: g.device_health for g in res.tick.gpus}
+    assert health.pop(NPU) == 1 and health.pop(PLUGIN_GPU) == 1 and health.pop(NV_SHARE) == 2
+    assert set(health.values()) == {None}
+    from slicemeter import tick as wire
+    decoded = wire.decode(wire.encode_ticks([res.tick])).gpus
+    assert dict(zip(decoded.column("gpu_uuid").to_pylist(), decoded.column("device_health").to_pylist()))[NPU] == 1
+
+
+def test_unhealthy_devices_are_degraded_hours_credited_and_on_the_gpus_page(node, tmp_path, monkeypatch):
+    """An hour of Ticks with the Ascend NPU (DRA) and the device-plugin GPU reported Unhealthy
+    and NVIDIA's shared GPU Unknown: the first two GPU-hours are degraded and their slices'
+    charges credited in full under `credits: {degraded_hour: "1.0"}`; the Unknown hour is
+    shown on the GPUs page, never credited."""
+    from slicemeter.cli import main
+    from slicemeter.store import connect
+    from slicemeter.testkit.cb_rows import ACME, add_tenants
+    from slicemeter.testkit.dashboard_app import run_app
+    from slicemeter.testkit.ingest_helpers import an_hour_of, store_ticks
+
+    reported_node(node)
+    ticks = an_hour_of(node.tick().tick, ACME)
+    hour_ms = ticks[0].ts_ms
+    db = tmp_path / "health.duckdb"
+    con = connect(db)
+    add_tenants(con)
+    store_ticks(con, ticks)
+    got = dict(con.execute("SELECT gpu_uuid, (unhealthy_s, health_unknown_s) FROM gpu_hour").fetchall())
+    assert got[NPU] == got[PLUGIN_GPU] == (3600.0, 0.0) and got[NV_SHARE] == (0.0, 3600.0)
+    assert {v for k, v in got.items() if k not in (NPU, PLUGIN_GPU, NV_SHARE)} == {(0.0, 0.0)}
+    con.close()
+    month = dt.datetime.fromtimestamp(hour_ms / 1000, dt.timezone.utc).strftime("%Y-%m")
+    prices = tmp_path / "prices.yaml"
+    prices.write_text((Path(__file__).parent.parent / "examples" / "prices.yaml").read_text()
+                      + 'credits: {degraded_hour: "1.0"}\n')
+    assert main(["export", "--db", str(db), "--month", month, "--out", str(tmp_path / "out"),
+                 "--prices", str(prices)]) == 0
+    detail = pq.read_table(tmp_path / "out" / f"detail-{month}.parquet").to_pylist()
+    credits = {(r["pod"], r["gpu_uuid"]): r["cost"] for r in detail if r["kind"] == "credit"}
+    # chat: a quarter of a $2.40 GPU-hour; npu-job: 0.4 of a $1.60 one (the hand-worked figures above)
+    assert credits == {("chat", PLUGIN_GPU): Decimal("-0.60"), ("npu-job", NPU): Decimal("-0.64")}
+
+    at = run_app(db, monkeypatch, "gpus")
+    (events,) = [d.value for d in at.dataframe if {"what", "gpu_uuid", "tenants"} <= set(d.value.columns)]
+    shown = {r.gpu_uuid: (r.what, bool(r.degraded)) for r in events.itertuples()}
+    assert shown == {NPU: ("Unhealthy 3600 s", True), PLUGIN_GPU: ("Unhealthy 3600 s", True),
+                     NV_SHARE: ("health Unknown 3600 s", False)}
+
+
+def test_a_drivers_healthy_condition_on_the_claim_marks_its_device(node):
+    """resource/v1 AllocatedDeviceStatus on the claim, from the recorded API server."""
+    node.claim("npu-share")["status"]["devices"] = [
+        {"driver": ASCEND, "pool": "npu-node-1", "device": "npu-0-0",
+         "conditions": [{"type": "Healthy", "status": "False", "reason": "HbmEccError", "message": "",
+                         "lastTransitionTime": "2026-11-20T09:00:00Z"}]}]
+    health = {g.gpu_uuid: g.device_health for g in node.tick().tick.gpus}
+    assert health.pop(NPU) == 1 and set(health.values()) == {None}

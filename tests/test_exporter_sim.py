@@ -467,3 +467,22 @@ print(len(gone))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) >= 30, out.stdout   # of 60 watched cycles, those older than the last gen0 collection
+
+
+def test_the_exporter_starts_without_a_warning_and_names_missing_calls_once(tmp_path):
+    """Started as on a node (a process of its own, warnings as errors): no FutureWarning from
+    the NVML binding, and the calls the boards lack on one line, not one per GPU and call."""
+    text = SCENARIO.replace("    hami_layout: v0\n", "    hami_layout: v0\n    nvml_unsupported: [nvmlDeviceGetFanSpeed, "
+                            "nvmlDeviceGetPcieReplayCounter, nvmlDeviceGetTotalEccErrors]\n")
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    run = subprocess.run([sys.executable, "-W", "error::FutureWarning", "-W", "error::DeprecationWarning:pynvml",
+                          "-m", "slicemeter.cli", "exporter", "--simulate", str(path), "--node", "node-v0",
+                          "--hami-dir", str(tmp_path / "h"), "--once"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "Warning" not in run.stderr, run.stderr
+    (line,) = [ln for ln in run.stderr.splitlines() if "NVML" in ln]
+    ecc = ", ".join(f"nvmlDeviceGetTotalEccErrors/{t}/{c}" for t in ("corrected", "uncorrected")
+                    for c in ("volatile", "aggregate"))
+    assert line.endswith(f"boards lack (not asked again): GPU 0,1 (NVIDIA L4): nvmlDeviceGetFanSpeed, "
+                         f"{ecc}, nvmlDeviceGetPcieReplayCounter"), line

@@ -445,3 +445,37 @@ def test_a_bad_fault_names_its_key(fault, key, words):
         parse_scenario(text)
     assert f"faults[0].{key}" in str(e.value) or (key == "gpu" and "faults" in str(e.value)), str(e.value)
     assert words in str(e.value)
+
+
+def lacking_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.name == "slicemeter.exporter.sources.nvml" and "boards lack" in r.getMessage()]
+
+
+def test_the_calls_a_board_lacks_are_one_line_at_start_up(lib, caplog):
+    """An H100 without a fan or a memory sensor: one line for the node, naming each call once
+    per kind of board, and nothing on later reads."""
+    caplog.set_level("INFO", logger="slicemeter.exporter.sources.nvml")
+    lib.fail["nvmlDeviceGetFanSpeed"] = NOT_SUPPORTED
+    lib.memory_sensor = False
+    reader, _ = read(lib)
+    read(lib, reader)
+    read(lib, reader)
+    (line,) = lacking_lines(caplog)
+    node, part = line.split(": ", 1)[1].split("; ")       # the stub has no nvmlSystemGetDriverVersion
+    assert node == "node: nvmlSystemGetDriverVersion" and part.startswith("GPU 0,1: "), line
+    for call in ("nvmlDeviceGetFanSpeed", "nvmlDeviceGetFieldValues/memory_temperature",
+                 "nvmlDeviceGetName", "nvmlDeviceGetMemoryInfo"):   # the last two: absent from the stub's library
+        assert part.count(call) == 1, line
+    assert "nvmlDeviceGetTemperature" not in part   # its NVML 13 entry point answered
+
+
+def test_a_call_first_found_missing_later_is_one_more_line(lib, caplog):
+    caplog.set_level("INFO", logger="slicemeter.exporter.sources.nvml")
+    reader, _ = read(lib)
+    lib.fail["nvmlDeviceGetPcieReplayCounter"] = NOT_SUPPORTED    # (a new reader would ask it anew)
+    reader.unsupported.discard((0, "nvmlDeviceGetPcieReplayCounter"))
+    reader.unsupported.discard((1, "nvmlDeviceGetPcieReplayCounter"))
+    read(lib, reader)
+    first, second = lacking_lines(caplog)
+    assert second.endswith(": GPU 0,1: nvmlDeviceGetPcieReplayCounter"), second

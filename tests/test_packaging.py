@@ -70,3 +70,13 @@ def test_the_exporter_runs_where_duckdb_pandas_and_streamlit_cannot_be_imported(
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "is not in the node image" not in proc.stderr
+
+
+def test_nvml_comes_from_nvidias_own_binding_without_its_deprecated_wrapper():
+    """nvidia-ml-py provides the `pynvml` module; the `pynvml` package wraps it and hooks every
+    import of it to print a FutureWarning on each exporter start."""
+    base = [d.split(">")[0].split("=")[0].strip().lower() for d in PROJECT["dependencies"]]
+    assert "nvidia-ml-py" in base and "pynvml" not in base
+    run = subprocess.run([sys.executable, "-W", "error", "-c", "import pynvml; print(pynvml.__file__)"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and not run.stderr, f"`make setup` removes the pynvml wrapper: {run.stderr}"

@@ -98,7 +98,7 @@ def test_a_1_0_message_without_usage_verified_decodes_as_unknown():
     g, s = wire._ipc_bytes(gpus), wire._ipc_bytes(slices)
     payload = struct.pack("<4sHH", b"SMTK", 1, 0) + struct.pack("<I", len(g)) + g + struct.pack("<I", len(s)) + s
     batch = wire.decode(payload)
-    assert batch.minor == 0 and wire.SCHEMA_VERSION == "1.2"
+    assert batch.minor == 0 and wire.SCHEMA_VERSION == "1.3"
     assert batch.slices.column("usage_verified").to_pylist() == [None] * slices.num_rows
 
 
@@ -111,8 +111,21 @@ def test_a_1_1_message_without_dra_or_health_columns_decodes_as_unknown():
     g, s = wire._ipc_bytes(gpus.drop_columns(new_gpu)), wire._ipc_bytes(slices.drop_columns(new_slice))
     payload = struct.pack("<4sHH", b"SMTK", 1, 1) + struct.pack("<I", len(g)) + g + struct.pack("<I", len(s)) + s
     batch = wire.decode(payload)
-    assert batch.minor == 1 and len(new_gpu) == 19 and len(new_slice) == 5
+    assert batch.minor == 1 and len(new_gpu) == 19 + 1 and len(new_slice) == 5   # + 1.3's device_health
     for name in new_gpu:
         assert batch.gpus.column(name).to_pylist() == [None] * gpus.num_rows, name
     for name in new_slice:
         assert batch.slices.column(name).to_pylist() == [None] * slices.num_rows, name
+
+
+def test_a_1_2_message_without_device_health_decodes_as_not_reported():
+    """A 1.2 exporter does not read Kubernetes' device health: null, never Healthy."""
+    tick = sample_tick()
+    tick.gpus[0].device_health = 1
+    gpus, slices = wire.ticks_to_tables([tick])
+    assert gpus.column("device_health").to_pylist()[0] == 1
+    g, s = wire._ipc_bytes(gpus.drop_columns(["device_health"])), wire._ipc_bytes(slices)
+    payload = struct.pack("<4sHH", b"SMTK", 1, 2) + struct.pack("<I", len(g)) + g + struct.pack("<I", len(s)) + s
+    batch = wire.decode(payload)
+    assert batch.minor == 2 and batch.gpus.column("device_health").to_pylist() == [None] * gpus.num_rows
+    assert wire.decode(wire.encode_ticks([tick])).gpus.column("device_health").to_pylist()[0] == 1

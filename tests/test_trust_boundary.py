@@ -69,6 +69,7 @@ IMPOSSIBLE = {
     "negative bytes": (dict(slice=dict(hami_memory_used_bytes=-1)), "slice.hami_memory_used_bytes: -1 below"),
     "NaN share": (dict(slice=dict(alloc_cores_ratio=math.nan)), "slice.alloc_cores_ratio: 1 non-finite"),
     "share above 1": (dict(slice=dict(sm_limit_ratio=1.5)), "slice.sm_limit_ratio: 1.5 above 1.0"),
+    "health code": (dict(gpu=dict(device_health=7)), "gpu.device_health: 7 above 2"),
     "negative interval": (dict(tick=dict(interval_ms=-10_000)), "interval_ms -10000 outside (0, 3600000]"),
     "huge interval": (dict(tick=dict(interval_ms=2**31 - 1)), "interval_ms 2147483647 outside"),
     "1970": (dict(tick=dict(ts=0)), "ts_ms 0 outside the accepted window"),

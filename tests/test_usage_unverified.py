@@ -149,15 +149,33 @@ def wait_for(cond, timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def publish_an_hour(tmp_path, bootstrap: str) -> str:
-    """An exporter without host pids ticks an hour of the reported case into Kafka; returns
-    its /metrics text."""
+GPU1 = "GPU-8b7c6d5e-4f30-4a21-9b12-c3d4e5f60718"
+TWIN_UID = "0c9d8e7f-6a5b-4c3d-8e2f-1a0b9c8d7e6f"
+TWIN_PID = 5151
+
+
+def honest_twin(hami) -> dict:
+    """The same grant on the next GPU, its region naming its host pid and the bytes NVML
+    shows: verified without host PIDs."""
+    write_region(hami, TWIN_UID, "main", devices=[(GPU1, 20 * GiB, 25)],
+                 procs=[Proc(pid=1, hostpid=TWIN_PID, mem=[(1 << 20, 0, USED - (1 << 20))], sm_util=[0])])
+    return pod(TWIN_UID, "llm-twin", "team-y", ["main"], allocated=f"{GPU1},NVIDIA,20480,25:;")
+
+
+def publish_an_hour(tmp_path, bootstrap: str, twin: bool = False) -> str:
+    """An exporter without host pids ticks an hour of the reported case into Kafka (`twin`:
+    beside its honest twin on a second GPU); returns its /metrics text."""
     hami, proc = tmp_path / "hami", tmp_path / "proc"
     proc.mkdir()
     item = tenant_pod()
     region_claiming_nothing(hami)
     n = node(ProcNow(pid=PID, used_bytes=USED, sm_pct=60, mem_util_pct=20))
-    b = builder(n, hami, [item], proc_root=proc)
+    items = [item]
+    if twin:
+        items.append(honest_twin(hami))
+        n.gpus.append(gpu(GPU1, used=USED, sm=0))
+        n.procs[1] = [ProcNow(pid=TWIN_PID, used_bytes=USED, sm_pct=60, mem_util_pct=20)]
+    b = builder(n, hami, items, proc_root=proc)
     stats = ExporterStats(tenant="acme")
     publisher = Publisher(Spool(str(tmp_path / "spool"), 10 << 20), "slicemeter.ticks", b.node,
                           lambda: kafka_producer(bootstrap), on_error=lambda e: stats.count_error("kafka"))
@@ -210,6 +228,67 @@ def test_the_reported_case_is_flagged_from_metrics_to_invoice(broker, tmp_path):
         focus = {r["x_Pod"]: r for r in csv.DictReader((out / "focus-2026-11.csv").open())}
         assert focus["llm"]["x_UsageUnverifiedHours"] == hours, basis
         assert focus[""]["x_UsageUnverifiedHours"] == ""   # the GPU's idle line rests on no slice's usage
+
+
+def export(tmp_path, db, basis: str, prices: Path) -> tuple[dict, dict, dict]:
+    """`slicemeter export` of November: invoice rows by namespace, detail and FOCUS rows by pod
+    (FOCUS's idle rows by GPU)."""
+    out = tmp_path / f"{basis}-{prices.stem}"
+    ex = slicemeter("export", "--db", str(db), "--month", "2026-11", "--out", str(out), "--basis", basis,
+                    "--prices", str(prices), env={"SLICEMETER_NOW": "2026-12-01T09:00Z"})
+    assert ex.returncode == 0, ex.stderr
+    invoice = {r["namespace"]: r for r in csv.DictReader((out / "invoice-2026-11.csv").open())}
+    detail = {r["pod"]: r for r in pq.read_table(out / "detail-2026-11.parquet").to_pylist()}
+    focus = {r["x_Pod"] or r["x_GpuUuid"]: r for r in csv.DictReader((out / "focus-2026-11.csv").open())}
+    return invoice, detail, focus
+
+
+@pytest.mark.broker
+def test_unverified_usage_is_billed_at_its_allocation_share_unless_the_catalog_says_usage(broker, tmp_path):
+    """From the exporter's own Ticks (no host PIDs) through Kafka and ingest to the files: on
+    the usage basis the region claiming nothing pays its allocation share by default, what
+    it paid before under `unverified_usage: usage`; its honest twin pays the same either way."""
+    publish_an_hour(tmp_path, broker.bootstrap, twin=True)
+    tenants, db = tmp_path / "tenants.yaml", tmp_path / "live.duckdb"
+    tenants.write_text(TENANTS)
+    ing = slicemeter("ingest", "--kafka", broker.bootstrap, "--db", str(db), "--tenants", str(tenants),
+                     "--group", "", "--until-idle", "3", env={"SLICEMETER_NOW": "2026-12-01T09:00Z"})
+    assert ing.returncode == 0, ing.stderr
+    con = store.connect(db, read_only=True)
+    assert con.execute("SELECT pod, usage_unverified_s FROM slice_hour ORDER BY pod").fetchall() == [
+        ("llm", 3600.0), ("llm-twin", 0.0)]
+    con.close()
+    catalog = (REPO / "examples/prices.yaml").read_text()
+    default, as_reported = tmp_path / "default.yaml", tmp_path / "as-reported.yaml"
+    default.write_text(catalog)
+    as_reported.write_text(catalog + "unverified_usage: usage\n")
+
+    inv, detail, focus = export(tmp_path, db, "usage", default)
+    inv_old, detail_old, focus_old = export(tmp_path, db, "usage", as_reported)
+    inv_alloc, detail_alloc, _ = export(tmp_path, db, "allocation", default)
+
+    # the hidden slice: $0.60 (a quarter of a $2.40 GPU-hour, its grant) instead of $0.00
+    assert detail_old["llm"]["cost"] == Decimal("0.00") and inv_old["team-x"]["cost"] == "0.00"
+    assert detail["llm"]["cost"] == detail_alloc["llm"]["cost"] == Decimal("0.60")
+    assert inv["team-x"]["cost"] == "0.60" and inv["team-x"]["gpu_hours_billed"] == "0.2500"
+    assert detail["llm"]["gpu_hours_used"] == detail_old["llm"]["gpu_hours_used"]   # usage stays as reported
+    # the files say which hours were billed so
+    assert inv["team-x"]["usage_unverified_hours"] == inv_old["team-x"]["usage_unverified_hours"] == "1.0000"
+    assert inv["team-x"]["unverified_at_allocation_hours"] == "1.0000"
+    assert inv_old["team-x"]["unverified_at_allocation_hours"] == "0.0000"
+    assert inv_alloc["team-x"]["unverified_at_allocation_hours"] == "0.0000"
+    assert focus["llm"]["x_UnverifiedAtAllocationHours"] == "1.0000"
+    assert '"slicemeter/unverified-usage":"allocation"' in focus["llm"]["Tags"]
+    assert focus_old["llm"]["x_UnverifiedAtAllocationHours"] == "0.0000"
+    assert "unverified-usage" not in focus_old["llm"]["Tags"]
+    # the honest twin: untouched to the cent, on every file
+    assert detail["llm-twin"] == detail_old["llm-twin"] and detail["llm-twin"]["cost"] > Decimal("0.50")
+    assert inv["team-y"] == inv_old["team-y"] and focus["llm-twin"] == focus_old["llm-twin"]
+    # what the hidden slice now pays comes off its GPU's idle: the month still adds up to two GPU-hours
+    assert Decimal(focus[GPU0]["BilledCost"]) == Decimal(focus_old[GPU0]["BilledCost"]) - Decimal("0.60")
+    assert focus[GPU1] == focus_old[GPU1]
+    for rows in (focus, focus_old):
+        assert sum(Decimal(r["BilledCost"]) for r in rows.values()) == Decimal("4.80")
 
 
 # ---- dashboard: the Tenants page says when usage-basis money rests on unverified usage

@@ -54,8 +54,9 @@ st.dataframe(common.as_pct(gpus.drop(columns=["gpu_uuid"]), "allocation", "utili
 events = data.query("gpu_events", throttled_share=data.throttled_share(), **b)
 if not events.empty:
     st.subheader("Health events")
-    st.caption("Hours with an Xid, an uncorrectable ECC error, throttling or the GPU lost, and the tenants "
-               "whose slices were on it then; a degraded hour may be credited (docs/health.md).")
+    st.caption("Hours with an Xid, an uncorrectable ECC error, throttling, the GPU lost or its device reported "
+               "Unhealthy or Unknown by Kubernetes, and the tenants whose slices were on it then; a degraded hour "
+               "may be credited (docs/health.md).")
     st.dataframe(events, hide_index=True, width="stretch", key="health_events",
                  column_config={"gpu_uuid": "GPU", "what": "what happened", "tenants": "tenants on it"})
 

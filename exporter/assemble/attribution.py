@@ -143,6 +143,8 @@ class Draft:
     mig: dict[tuple[str, str, str], MigSample]   # (pod uid, container, parent GPU uuid) -> its MIG device
     seen: set[tuple[str, str, str]] = field(default_factory=set)   # (pod uid, container, GPU uuid) reported
     hami_pids: set[int] = field(default_factory=set)   # host pids a region accounts for
+    # slices whose HAMi MIG allocation NVML's MIG devices contradict -> what differs
+    mig_disagreement: dict[tuple[str, str, str], str] = field(default_factory=dict)
 
 
 class Strategy(Protocol):
@@ -242,10 +244,78 @@ class RegionStrategy:
         out.disagreement[key] = self.tolerance.disagrees(used, nv.memory_bytes)
 
 
+# MIG slices of a GPU whose count NVML did not give (A100 and H100 have 7)
+DEFAULT_MIG_SLICES = 7
+
+
 class MigStrategy:
+    """MIG devices' slices from two grant sources: NVML's MIG devices with their processes
+    placed by cgroup, and HAMi's dynamic MIG allocations (`hami.io/vgpu-mig-allocations`).
+    Where the two disagree the slice is reported and flagged (`Draft.mig_disagreement`)."""
+
     name = "mig"
 
     def attribute(self, src: Sources, out: Draft) -> None:
+        self._from_processes(src, out)
+        self._from_allocations(src, out)
+
+    def _from_allocations(self, src: Sources, out: Draft) -> None:
+        for pod in src.pods.pods.values():
+            for cname, allocations in pod.mig_allocations.items():
+                if cname in pod.finished:
+                    continue
+                on_gpu: dict[str, list] = {}
+                for a in allocations:
+                    on_gpu.setdefault(a.gpu_uuid, []).append(a)
+                for gpu_uuid, mine in on_gpu.items():
+                    self._allocated_slice(src, out, pod, cname, gpu_uuid, mine)
+
+    @staticmethod
+    def _allocated_slice(src: Sources, out: Draft, pod: PodInfo, cname: str, gpu_uuid: str, mine: list) -> None:
+        g = src.gpus.get(gpu_uuid)
+        devices = {m.uuid: m for m in (g.mig or ())} if g is not None else {}
+        problems, found = [], []
+        if g is None and src.gpus:
+            problems.append("GPU not on this node")
+        elif g is not None and not g.mig:
+            problems.append("GPU not in MIG mode")
+        for a in mine:
+            m = devices.get(a.mig_uuid) if a.mig_uuid else None
+            if a.mig_uuid and m is None and g is not None and g.mig is not None:
+                problems.append(f"{a.mig_uuid} not among NVML's MIG devices")
+            if m is not None:
+                found.append(m)
+                if m.slices is not None and m.slices != a.compute_slices:
+                    problems.append(f"{a.mig_uuid}: profile {a.profile}, NVML {m.slices} slices")
+                if m.gpu_instance_id is not None and m.gpu_instance_id != a.gpu_instance_id:
+                    problems.append(f"{a.mig_uuid}: GPU instance {a.gpu_instance_id}, NVML {m.gpu_instance_id}")
+        key = (pod.uid, cname, gpu_uuid)
+        seen_by_nvml = out.mig.get(key)
+        if seen_by_nvml is not None and found and seen_by_nvml not in found:
+            problems.append(f"its processes run on {seen_by_nvml.uuid}")
+        if problems:
+            out.mig_disagreement[key] = "; ".join(problems)
+        if key in out.seen:
+            return   # NVML's processes placed it already: one slice per container and GPU
+        out.seen.add(key)
+        if found:
+            out.mig[key] = found[0]
+        slices = (g.mig_slices if g is not None else None) or DEFAULT_MIG_SLICES
+        share = min(1.0, sum(a.compute_slices for a in mine) / slices)
+        total = g.memory_total if g is not None else None
+        used = [m.memory_used for m in found]
+        counts = [len(m.processes) if m.processes is not None else None for m in found]
+        every = len(found) == len(mine)   # each instance read: its figures are the slice's
+        out.slices.append(SliceReading(
+            pod_uid=pod.uid, container=cname, gpu_uuid=gpu_uuid, pod=pod.name, namespace=pod.namespace,
+            vdevice_index=0, process_count=sum(counts) if every and None not in counts else None,
+            nvml_memory_used_bytes=sum(used) if every and None not in used else None,
+            alloc_memory_bytes=int(share * total) if total else None, alloc_cores_ratio=share, whole_gpu=False,
+            source="mig",
+        ))
+
+    @staticmethod
+    def _from_processes(src: Sources, out: Draft) -> None:
         if src.owner_of is None:
             return
         for g in src.snapshot.gpus:

@@ -27,6 +27,7 @@ from slicemeter.exporter.assemble.attribution import (AnnotationStrategy, Cgroup
                                                       GpuProcesses, MigStrategy, ProcOwner, RegionStrategy, Sources,
                                                       Strategy, Tolerance)
 from slicemeter.exporter.sources.dra import HAMI_DRIVER, ResourceSlice, SplitPolicy, allocation_slices, device_model
+from slicemeter.exporter.sources.device_health import DeviceReport, health_by_gpu
 from slicemeter.exporter.sources.dra_source import DraCache
 from slicemeter.exporter.sources.hami import (ClaimRegionFile, RegionError, RegionSource, discover_claims, parse_dir_name,
                                               read_claim_regions)
@@ -53,6 +54,8 @@ class BuildResult:
     disagreement: dict[tuple[str, str, str], bool] = field(default_factory=dict)
     # (pod uid, container, parent GPU uuid) -> the MIG device the slice ran on
     mig: dict[tuple[str, str, str], MigSample] = field(default_factory=dict)
+    # (pod uid, container, parent GPU uuid) -> how HAMi's MIG allocation and NVML's MIG devices differ
+    mig_disagreement: dict[tuple[str, str, str], str] = field(default_factory=dict)
     pods: PodIndex | None = None   # the pod list the Tick was attributed with (HAMi's grants)
     nvml_unsupported: frozenset[tuple[int | None, str]] = frozenset()   # (GPU index, call) NVML does not offer
     dra_errors: int = 0   # DRA refreshes failed and claims or devices refused since the last Tick
@@ -191,10 +194,15 @@ class TickBuilder:
 
         src = self._collect(res, snap, pods, ts_ms)
         draft = Draft(slices=res.tick.slices, region_error=lambda *a: self._region_error(res, *a), hami_ok=res.hami_ok,
-                      hami_partial=res.hami_partial, disagreement=res.disagreement, mig=res.mig)
+                      hami_partial=res.hami_partial, disagreement=res.disagreement, mig=res.mig,
+                      mig_disagreement=res.mig_disagreement)
         for strategy in self.strategies:
             strategy.attribute(src, draft)
         self._mark_verified(res.tick.slices, snap.gpus, draft.hami_pids)
+        for key, what in res.mig_disagreement.items():
+            if (key, what) not in self._logged:   # once per slice and difference
+                self._logged.add((key, what))
+                log.warning("pod %s container %s on %s: HAMi's MIG allocation and NVML disagree: %s", *key, what)
 
         counts: dict[str, int] = {}
         for s in res.tick.slices:
@@ -209,6 +217,8 @@ class TickBuilder:
             if uuid not in src.gpus:
                 row.slice_count = counts.get(uuid, 0)
                 res.tick.gpus.append(row)
+        claims = self.dra.get().claims if src.dra is not None else ()
+        _mark_device_health(res.tick.gpus, snap.gpus, pods, src.dra, claims)
         res.duration_s = time.perf_counter() - t0
         return res
 
@@ -294,6 +304,22 @@ class TickBuilder:
         if key not in self._logged:   # one log line per container and reason, not one per tick
             self._logged.add(key)
             log.warning("HAMi region %s rejected: %s", entry, err)
+
+
+def _mark_device_health(rows: list[GpuReading], gpus: list[GpuSample], pods: PodIndex, dra: DraInputs | None,
+                        claims) -> None:
+    """Each GPU row's `device_health`: the worst the kubelet reports for its device in any
+    pod's status, or a DRA driver in its claim's device conditions
+    (exporter/sources/device_health.py); null where none does."""
+    reports = [r for p in pods.pods.values() if p.device_health for r in p.device_health]
+    reports += [DeviceReport(f"claim:{c.name}", f"{driver}/{pool}/{device}", code)
+                for c in claims for driver, pool, device, code in c.device_health]
+    if not reports:
+        return
+    by_uuid = {row.gpu_uuid: row for row in rows}
+    mig_parent = {m.uuid: g.uuid for g in gpus for m in g.mig or ()}
+    for uuid, code in health_by_gpu(reports, by_uuid, mig_parent, dra.gpu_of if dra is not None else {}).items():
+        by_uuid[uuid].device_health = code
 
 
 _NVML_SOURCES = frozenset({"cgroup", "mig"})   # slices whose every figure is NVML's, through cgroups

@@ -116,6 +116,11 @@ _ROWS = [
            "NVML memory of the slice's processes (its cgroup's and its slots' host pids)"),
     Family("slicemeter_slice_memory_disagreement", "gauge", "1 when HAMi and NVML memory differ beyond tolerance", SLICE,
            "slice"),
+    Family("slicemeter_slice_mig_disagreement", "gauge",
+           "1 when HAMi's MIG allocation and NVML's MIG devices disagree about the slice", SLICE, "slice",
+           "1 when HAMi's MIG allocation (`hami.io/vgpu-mig-allocations`) and NVML's MIG devices disagree about "
+           "the slice (its MIG device missing, another profile or GPU instance, its processes on another "
+           "instance); the slice is still metered, by the allocation; absent for slices without one"),
     Family("slicemeter_slice_usage_verified", "gauge",
            "1 when the slice's usage was checked against NVML's processes, 0 when it could not be", SLICE, "slice",
            "1 when the slice's usage was checked against NVML's processes (each placed by its cgroup or a region "

@@ -127,6 +127,7 @@ class SliceCollector(FamilyCollector):
         allocation, usage = out["slicemeter_slice_allocation_ratio"].rows, out["slicemeter_slice_usage_ratio"].rows
         disagree = out["slicemeter_slice_memory_disagreement"].rows
         disagreement = view.last.disagreement
+        mig_rows, mig_flags = out["slicemeter_slice_mig_disagreement"].rows, view.last.mig_disagreement
         verified = out["slicemeter_slice_usage_verified"].rows
         for sv in view.slices:
             s, lv = sv.reading, sv.labels
@@ -140,6 +141,8 @@ class SliceCollector(FamilyCollector):
             d = disagreement.get((s.pod_uid, s.container, s.gpu_uuid))
             if d is not None:
                 disagree.append((lv, 1 if d else 0))
+            if s.source == "mig" and mig_flags is not None:
+                mig_rows.append((lv, 1 if (s.pod_uid, s.container, s.gpu_uuid) in mig_flags else 0))
             if s.usage_verified is not None:
                 verified.append((lv, 1 if s.usage_verified else 0))
         ok = out["slicemeter_hami_region_ok"].rows

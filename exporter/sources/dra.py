@@ -21,6 +21,7 @@ from fractions import Fraction
 from typing import Any, Generic, Iterable, TypeVar
 
 from slicemeter.common import DNS_LABEL_RE
+from slicemeter.exporter.sources.device_health import HEALTHY, UNHEALTHY, UNKNOWN
 
 T = TypeVar("T")
 
@@ -150,6 +151,9 @@ class ResourceClaim:
     node_name: str | None
     results: tuple[AllocationResult, ...]
     reserved_for: tuple[ClaimConsumer, ...]
+    # `status.devices[]` whose driver wrote a `Healthy` condition: (driver, pool, device,
+    # health code of exporter/sources/device_health.py)
+    device_health: tuple[tuple[str, str, str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,8 +366,33 @@ def _claim(obj: Any, where: str) -> tuple[ResourceClaim, list[str]]:
     for i, r in enumerate(_get(status, "reservedFor", f"{where}.status", list)):
         rw = f"{where}.status.reservedFor[{i}]"
         reserved.append(ClaimConsumer(_get(r, "apiGroup", rw, str) or "", _get(r, "resource", rw, str, True), _get(r, "name", rw, str, True), _get(r, "uid", rw, str, True)))
+    health, errors = _device_conditions(_get(status, "devices", f"{where}.status", list), f"{where}.status.devices")
     return ResourceClaim(namespace, name, uid, bool(allocation), _node_of(allocation.get("nodeSelector")),
-                         results, tuple(reserved)), []
+                         results, tuple(reserved), health), errors
+
+
+# A driver's `Healthy` condition on an allocated device: Kubernetes names no health condition
+# type (AllocatedDeviceStatus.Conditions; `Ready` is about configuration), so only this one is read.
+HEALTH_CONDITION = "Healthy"
+_CONDITION_HEALTH = {"True": HEALTHY, "False": UNHEALTHY, "Unknown": UNKNOWN}
+
+
+def _device_conditions(devices: list, where: str) -> tuple[tuple[tuple[str, str, str, int], ...], list[str]]:
+    """(driver, pool, device, health) of the devices with a `Healthy` condition; a malformed
+    entry costs that entry, named in the errors."""
+    out, errors = [], []
+    for i, d in enumerate(devices[:64]):
+        dw = f"{where}[{i}]"
+        try:
+            conditions = _get(d, "conditions", dw, list)
+            healthy = [c for c in conditions[:8] if isinstance(c, dict) and c.get("type") == HEALTH_CONDITION]
+            if healthy:
+                out.append((_name(d, "driver", dw, _DNS_SUBDOMAIN, limit=63), _name(d, "pool", dw, _POOL),
+                            _name(d, "device", dw, DNS_LABEL_RE, limit=63),
+                            _CONDITION_HEALTH.get(healthy[0].get("status"), UNKNOWN)))
+        except DraInputError as exc:
+            errors.append(str(exc))
+    return tuple(out), errors
 
 
 def _pod(obj: Any, where: str) -> tuple[Pod, list[str]]:

@@ -148,6 +148,7 @@ class NvmlReader:
         self._event_set: Any = None                 # the Xid event set; False: NVML offers none
         self._xid_handles: dict[Any, int] = {}      # registered device handle (its address) -> GPU index
         self._xids: dict[int, gh.XidTally] = {}
+        self._lacking: list[tuple[int | None, str]] = []   # found unsupported since the last log line
 
     def _call(self, snap: NvmlSnapshot, gpu: int | None, fn: str, *args: Any, not_found: Any = _MISSING,
               optional: bool = False, figure: str | None = None) -> Any:
@@ -173,7 +174,7 @@ class NvmlReader:
             if optional:
                 return None
             snap.errors += 1
-            log.info("NVML %s on GPU %s is not supported (code %s); not asked again", fn, gpu, code)
+            self._lacking.append(key)
             return None
         snap.errors += 1
         if code == NVML_ERROR_GPU_IS_LOST:
@@ -206,7 +207,25 @@ class NvmlReader:
                 h = g.health
                 h.xid_events, h.xid_last_code, h.xid_critical_code = tally.take()
                 h.xid_totals, h.xid_last_ever = dict(tally.totals), tally.last
+        self._log_lacking(snap)
         return snap
+
+    def _log_lacking(self, snap: NvmlSnapshot) -> None:
+        """One line for the calls the boards turned out to lack in this read (on the first read,
+        all of them; later, only a call first made then): boards lacking the same calls share
+        their part of it. A node of eight H100s without a fan is one line, not eight times nine."""
+        if not self._lacking:
+            return
+        calls: dict[int | None, list[str]] = {}
+        for gpu, name in self._lacking:
+            calls.setdefault(gpu, []).append(name)
+        self._lacking.clear()
+        models = {g.index: g.name for g in snap.gpus}
+        boards: dict[tuple[str | None, tuple[str, ...]], list[int | None]] = {}
+        for gpu in sorted(calls, key=lambda g: -1 if g is None else g):
+            boards.setdefault((models.get(gpu) if gpu is not None else None, tuple(calls[gpu])), []).append(gpu)
+        log.info("NVML calls these boards lack (not asked again): %s", "; ".join(
+            _board_text(gpus, model) + ": " + ", ".join(names) for (model, names), gpus in boards.items()))
 
     def _read_gpu(self, snap: NvmlSnapshot, i: int) -> GpuSample | None:
         handle = self._call(snap, i, "nvmlDeviceGetHandleByIndex", i)
@@ -283,7 +302,7 @@ class NvmlReader:
         if code in _PERMANENT:
             self.unsupported.add((i, key))
             snap.errors += 1
-            log.info("NVML field %s on GPU %s is not supported (code %s); not asked again", figure, i, code)
+            self._lacking.append((i, key))
             return None
         if code == NVML_ERROR_GPU_IS_LOST:
             snap.errors += 1
@@ -392,6 +411,13 @@ class NvmlReader:
             except Exception:
                 pass
             self._initialised = False
+
+
+def _board_text(gpus: list[int | None], model: str | None) -> str:
+    if gpus == [None]:
+        return "node"
+    text = "GPU " + ",".join(str(g) for g in gpus)
+    return f"{text} ({model})" if model else text
 
 
 def _handle_key(handle: Any) -> Any:

@@ -21,7 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from slicemeter.common import GPU_UUID, HAMI_ALLOCATED_ANNOTATION, ConfigError, parse_yaml
+from slicemeter.exporter.sources.device_health import DeviceReport, parse_resources_status
 from slicemeter.exporter.sources.dra import Pod as DraPod, parse_pods
+from slicemeter.exporter.sources.hami_mig import (MIG_ALLOCATIONS_ANNOTATION, MigAllocation, MigAllocationError,
+                                                  by_container, parse_mig_allocations)
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +117,10 @@ class PodInfo:
     whole_gpus: dict[str, int] = field(default_factory=dict)    # container -> nvidia.com/gpu with no gpumem/gpucores
     container_ids: dict[str, str] = field(default_factory=dict)   # runtime container id -> name
     annotation_error: str | None = None
+    # the kubelet's health of the containers' devices (allocatedResourcesStatus: exporter/sources/device_health.py)
+    device_health: list[DeviceReport] = field(default_factory=list)
+    # HAMi's dynamic MIG reservations per container (exporter/sources/hami_mig.py)
+    mig_allocations: dict[str, list[MigAllocation]] = field(default_factory=dict)
 
     @property
     def hami(self) -> bool:
@@ -174,28 +181,44 @@ def index_pods(pod_list: dict) -> PodIndex:
             info = PodInfo(uid=_text(meta["uid"]), name=_text(meta["name"]), namespace=_text(meta.get("namespace", "default")),
                            phase=phase, containers=names, init_containers=init_names,
                            finished=_terminated(status.get("initContainerStatuses")))
-            ann = (meta.get("annotations") or {}).get(HAMI_ALLOCATED_ANNOTATION)
-            if ann:
-                try:
-                    info.grants = assign_grants(parse_vgpu_allocated(ann), init_names, names)
-                except AnnotationError as exc:
-                    info.annotation_error = str(exc)
-                    idx.errors += 1
-                    log.warning("pod %s/%s: %s", info.namespace, info.name, exc)
+            annotations = meta.get("annotations") or {}
+            info.grants = _annotation(idx, info, annotations.get(HAMI_ALLOCATED_ANNOTATION), {},
+                                      lambda v: assign_grants(parse_vgpu_allocated(v), init_names, names))
+            info.mig_allocations = _annotation(idx, info, annotations.get(MIG_ALLOCATIONS_ANNOTATION), {},
+                                               lambda v: by_container(parse_mig_allocations(v), init_names, names))
             for c in spec.get("containers") or []:
                 lim = _limits(c)
                 n = lim.get("nvidia.com/gpu")
                 if n and not any(k in lim for k in ("nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores")):
                     info.whole_gpus[c["name"]] = int(str(n))   # whole GPUs (with or without HAMi in the path)
-            for cs in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or []):
+            statuses = (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or [])
+            for cs in statuses:
                 cid = str(cs.get("containerID") or "")
                 if "://" in cid:
                     info.container_ids[_text(cid.split("://", 1)[1])] = _text(cs.get("name"))
+            info.device_health, health_errors = parse_resources_status(statuses)
+            idx.errors += len(health_errors)
+            for err in health_errors:
+                log.warning("pod %s/%s, device health: %s", info.namespace, info.name, err)
             idx.pods[info.uid] = info
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             idx.errors += 1
             log.warning("skipping a malformed pod in the pod list: %s", exc)
     return idx
+
+
+def _annotation(idx: PodIndex, info: PodInfo, value: str | None, empty, parse: Callable[[str], Any]) -> Any:
+    """A HAMi annotation's grants (`empty` without it); one that does not parse costs the pod
+    its grants, counted and logged (AnnotationError, MigAllocationError: ValueErrors)."""
+    if not value:
+        return empty
+    try:
+        return parse(value)
+    except (AnnotationError, MigAllocationError) as exc:
+        info.annotation_error = str(exc)
+        idx.errors += 1
+        log.warning("pod %s/%s: %s", info.namespace, info.name, exc)
+        return empty
 
 
 # ------------------------------------------------------------------ cgroup -> pod

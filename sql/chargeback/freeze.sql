@@ -29,9 +29,10 @@ FROM gpu_hour
 WHERE hour >= $m_start::TIMESTAMP AND hour < $m_end::TIMESTAMP AND driver IS NOT NULL;
 
 INSERT INTO frozen_gpu_health BY NAME
-SELECT $as_of::DATE AS as_of, hour, gpu_uuid, xid_critical_count, ecc_uncorrected_increase, throttled_s, lost_s
+SELECT $as_of::DATE AS as_of, hour, gpu_uuid, xid_critical_count, ecc_uncorrected_increase, throttled_s, lost_s,
+       unhealthy_s
 FROM gpu_health($m_start::TIMESTAMP, $m_end::TIMESTAMP)
-WHERE xid_critical_count > 0 OR ecc_uncorrected_increase > 0 OR throttled_s > 0 OR lost_s > 0;
+WHERE xid_critical_count > 0 OR ecc_uncorrected_increase > 0 OR throttled_s > 0 OR lost_s > 0 OR unhealthy_s > 0;
 
 -- the month's hours changed in the frozen tables, for the readers' file (sql/schema/080_reader_changes.sql)
 INSERT INTO reader_changes (hour)

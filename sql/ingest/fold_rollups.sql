@@ -14,13 +14,14 @@ INSERT INTO gpu_hour (hour, cluster, node, gpu_uuid, model, memory_total_bytes, 
                       first_power_j, last_ts_ms, last_energy_j, latest_ts_ms, driver, xid_events, xid_critical_count,
                       xid_critical_ts_ms, xid_critical_code, ecc_agg_first_ts_ms, ecc_agg_first, ecc_agg_last_ts_ms,
                       ecc_agg_last, ecc_agg_max, ecc_vol_first_ts_ms, ecc_vol_first, ecc_vol_last_ts_ms,
-                      ecc_vol_last, ecc_vol_max, throttled_s, lost_s, temperature_max_celsius)
+                      ecc_vol_last, ecc_vol_max, throttled_s, lost_s, temperature_max_celsius, unhealthy_s,
+                      health_unknown_s)
 SELECT bucket, cluster, node, gpu_uuid, model, memory_total_bytes, least(3600, metered_s), sample_count,
        sm_util_s, memory_used_byte_s, NULL, power_j, first_ts_ms, first_energy_j,
        first_power_j, last_ts_ms, last_energy_j, latest_ts_ms, driver, xid_events, xid_critical_count,
        xid_critical_ts_ms, xid_critical_code, ecc_agg_first_ts_ms, ecc_agg_first, ecc_agg_last_ts_ms,
        ecc_agg_last, ecc_agg_max, ecc_vol_first_ts_ms, ecc_vol_first, ecc_vol_last_ts_ms,
-       ecc_vol_last, ecc_vol_max, throttled_s, lost_s, temperature_max_celsius
+       ecc_vol_last, ecc_vol_max, throttled_s, lost_s, temperature_max_celsius, unhealthy_s, health_unknown_s
 FROM gpu_partials_named('gpu_hour_pending_partials')
 ON CONFLICT (hour, gpu_uuid) DO UPDATE SET
     cluster = CASE WHEN excluded.latest_ts_ms >= gpu_hour.latest_ts_ms THEN excluded.cluster ELSE gpu_hour.cluster END,
@@ -66,6 +67,8 @@ ON CONFLICT (hour, gpu_uuid) DO UPDATE SET
     ecc_vol_max = greatest(gpu_hour.ecc_vol_max, excluded.ecc_vol_max),
     throttled_s = coalesce(gpu_hour.throttled_s, 0) + coalesce(excluded.throttled_s, 0),
     lost_s = coalesce(gpu_hour.lost_s, 0) + coalesce(excluded.lost_s, 0),
+    unhealthy_s = coalesce(gpu_hour.unhealthy_s, 0) + coalesce(excluded.unhealthy_s, 0),
+    health_unknown_s = coalesce(gpu_hour.health_unknown_s, 0) + coalesce(excluded.health_unknown_s, 0),
     temperature_max_celsius = greatest(gpu_hour.temperature_max_celsius, excluded.temperature_max_celsius);
 
 UPDATE gpu_hour SET energy_joules = hour_energy(first_energy_j, last_energy_j, first_power_j, power_j)

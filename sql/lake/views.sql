@@ -29,7 +29,7 @@ SELECT bucket AS hour, cluster, node, gpu_uuid, model, memory_total_bytes, least
        first_ts_ms, first_energy_j, first_power_j, last_ts_ms, last_energy_j, latest_ts_ms, driver,
        xid_events, xid_critical_count, xid_critical_ts_ms, xid_critical_code, ecc_agg_first_ts_ms, ecc_agg_first,
        ecc_agg_last_ts_ms, ecc_agg_last, ecc_agg_max, ecc_vol_first_ts_ms, ecc_vol_first, ecc_vol_last_ts_ms,
-       ecc_vol_last, ecc_vol_max, throttled_s, lost_s, temperature_max_celsius
+       ecc_vol_last, ecc_vol_max, throttled_s, lost_s, temperature_max_celsius, unhealthy_s, health_unknown_s
 FROM gpu_partials_named(tbl);
 
 CREATE OR REPLACE TEMP MACRO lake_slice_hours(tbl) AS TABLE

@@ -111,7 +111,10 @@ SELECT make_timestamp(ts_ms // bucket_ms * bucket_ms * 1000) AS bucket, gpu_uuid
        arg_max(ecc_uncorrected_volatile, ts_ms) AS ecc_vol_last, max(ecc_uncorrected_volatile) AS ecc_vol_max,
        coalesce(sum(interval_ms) FILTER (WHERE clock_event_reasons & 232 <> 0), 0) / 1000.0 AS throttled_s,
        coalesce(sum(interval_ms) FILTER (WHERE gpu_lost), 0) / 1000.0 AS lost_s,
-       max(temperature_celsius) AS temperature_max_celsius
+       max(temperature_celsius) AS temperature_max_celsius,
+       -- Kubernetes' device health (sql/schema/110_device_health.sql): 1 Unhealthy, 2 Unknown
+       coalesce(sum(interval_ms) FILTER (WHERE device_health = 1), 0) / 1000.0 AS unhealthy_s,
+       coalesce(sum(interval_ms) FILTER (WHERE device_health = 2), 0) / 1000.0 AS health_unknown_s
 FROM query_table(tbl) WHERE ts_ms < cutoff GROUP BY bucket, gpu_uuid_id;
 
 -- Per-sample shares (semantics: sql/schema/001_contract.sql), summed per slice and bucket.
@@ -183,7 +186,8 @@ SELECT bucket, gpu_uuid_id,
        min(ecc_vol_first_ts_ms) AS ecc_vol_first_ts_ms, arg_min(ecc_vol_first, ecc_vol_first_ts_ms) AS ecc_vol_first,
        max(ecc_vol_last_ts_ms) AS ecc_vol_last_ts_ms, arg_max(ecc_vol_last, ecc_vol_last_ts_ms) AS ecc_vol_last,
        max(ecc_vol_max) AS ecc_vol_max,
-       sum(throttled_s) AS throttled_s, sum(lost_s) AS lost_s, max(temperature_max_celsius) AS temperature_max_celsius
+       sum(throttled_s) AS throttled_s, sum(lost_s) AS lost_s, max(temperature_max_celsius) AS temperature_max_celsius,
+       sum(unhealthy_s) AS unhealthy_s, sum(health_unknown_s) AS health_unknown_s
 FROM query_table(tbl) GROUP BY bucket, gpu_uuid_id;
 
 CREATE OR REPLACE TEMP MACRO slice_partials_merged(tbl) AS TABLE

@@ -8,11 +8,13 @@ CREATE OR REPLACE TEMP MACRO ecc_hour_increase(first_v, max_v, prev_last) AS
     greatest(coalesce(max_v - first_v, 0), 0) + greatest(coalesce(first_v - prev_last, 0), 0);
 
 -- A degraded GPU-hour: a critical Xid, an uncorrectable ECC error, lost (fell off the bus),
--- or throttled for more than `throttled_share` of the hour (the price catalog's
--- `degraded: {throttled_share}`, 0.25 unless set).
-CREATE OR REPLACE TEMP MACRO health_degraded(xid_critical_count, ecc_increase, lost_s, throttled_s, throttled_share) AS
+-- reported Unhealthy by Kubernetes for any second (sql/schema/110_device_health.sql: any
+-- vendor's device), or throttled for more than `throttled_share` of the hour (the price
+-- catalog's `degraded: {throttled_share}`, 0.25 unless set). Unknown health is not degraded.
+CREATE OR REPLACE TEMP MACRO health_degraded(xid_critical_count, ecc_increase, lost_s, throttled_s, unhealthy_s,
+                                             throttled_share) AS
     coalesce(xid_critical_count, 0) > 0 OR coalesce(ecc_increase, 0) > 0 OR coalesce(lost_s, 0) > 0
-    OR coalesce(throttled_s, 0) > throttled_share::DOUBLE * 3600.0;
+    OR coalesce(unhealthy_s, 0) > 0 OR coalesce(throttled_s, 0) > throttled_share::DOUBLE * 3600.0;
 
 -- Each GPU's last ECC readings before h_start (the readers' refresh reads them from its
 -- day figures instead: sql/ingest/reader_ecc_before.sql).
@@ -36,23 +38,28 @@ SELECT hour, gpu_uuid, cluster, node, model, metered_s, coalesce(xid_events, 0) 
        coalesce(xid_critical_count, 0) AS xid_critical_count, xid_critical_code,
        CASE WHEN ecc_agg_max IS NOT NULL THEN ecc_hour_increase(ecc_agg_first, ecc_agg_max, prev_agg)
             ELSE coalesce(ecc_hour_increase(ecc_vol_first, ecc_vol_max, prev_vol), 0) END AS ecc_uncorrected_increase,
-       coalesce(throttled_s, 0) AS throttled_s, coalesce(lost_s, 0) AS lost_s, temperature_max_celsius
+       coalesce(throttled_s, 0) AS throttled_s, coalesce(lost_s, 0) AS lost_s, temperature_max_celsius,
+       coalesce(unhealthy_s, 0) AS unhealthy_s, coalesce(health_unknown_s, 0) AS health_unknown_s
 FROM h;
 
 -- What happened in a GPU-hour, in words ('' where nothing did).
 CREATE OR REPLACE TEMP MACRO health_what(xid_critical_count, xid_critical_code, xid_events, ecc_uncorrected_increase,
-                                         throttled_s, lost_s) AS
+                                         throttled_s, lost_s, unhealthy_s, health_unknown_s) AS
     concat_ws('; ',
         CASE WHEN xid_critical_count > 0 THEN 'Xid ' || xid_critical_code || ' (critical)' END,
         CASE WHEN xid_events > 0 THEN xid_events || ' Xid events' END,
         CASE WHEN ecc_uncorrected_increase > 0 THEN ecc_uncorrected_increase || ' uncorrectable ECC errors' END,
         CASE WHEN throttled_s > 0 THEN 'throttled ' || round(throttled_s)::BIGINT || ' s' END,
-        CASE WHEN lost_s > 0 THEN 'lost ' || round(lost_s)::BIGINT || ' s' END);
+        CASE WHEN lost_s > 0 THEN 'lost ' || round(lost_s)::BIGINT || ' s' END,
+        CASE WHEN unhealthy_s > 0 THEN 'Unhealthy ' || round(unhealthy_s)::BIGINT || ' s' END,
+        CASE WHEN health_unknown_s > 0 THEN 'health Unknown ' || round(health_unknown_s)::BIGINT || ' s' END);
 
 -- gpu_health with whether each hour was degraded and what happened, in words.
 CREATE OR REPLACE TEMP MACRO gpu_health_degraded(h_start, h_end, throttled_share) AS TABLE
-SELECT *, health_degraded(xid_critical_count, ecc_uncorrected_increase, lost_s, throttled_s, throttled_share) AS degraded,
-       health_what(xid_critical_count, xid_critical_code, xid_events, ecc_uncorrected_increase, throttled_s, lost_s) AS what
+SELECT *, health_degraded(xid_critical_count, ecc_uncorrected_increase, lost_s, throttled_s, unhealthy_s,
+                          throttled_share) AS degraded,
+       health_what(xid_critical_count, xid_critical_code, xid_events, ecc_uncorrected_increase, throttled_s, lost_s,
+                   unhealthy_s, health_unknown_s) AS what
 FROM gpu_health(h_start, h_end);
 
 -- The GPU-hours of [h_start, h_end) with something to say (a degraded hour is one of them,
@@ -60,7 +67,8 @@ FROM gpu_health(h_start, h_end);
 -- file keeps both (sql/schema/090_reader_days.sql); sql/views/reader_days.sql reads them.
 CREATE OR REPLACE TEMP MACRO gpu_health_noted_of_hours(h_start, h_end) AS TABLE
 SELECT * FROM gpu_health(h_start, h_end)
-WHERE xid_events > 0 OR xid_critical_count > 0 OR ecc_uncorrected_increase > 0 OR throttled_s > 0 OR lost_s > 0;
+WHERE xid_events > 0 OR xid_critical_count > 0 OR ecc_uncorrected_increase > 0 OR throttled_s > 0 OR lost_s > 0
+   OR unhealthy_s > 0 OR health_unknown_s > 0;
 
 CREATE OR REPLACE TEMP MACRO gpu_health_noted(h_start, h_end) AS TABLE
 SELECT * FROM gpu_health_noted_of_hours(h_start, h_end);
@@ -87,8 +95,10 @@ LEFT JOIN cluster_tenant ct ON ct.cluster = s.cluster;
 
 -- The GPU-hours of [h_start, h_end) with something wrong: the health events.
 CREATE OR REPLACE TEMP MACRO gpu_health_events(h_start, h_end, throttled_share) AS TABLE
-SELECT *, health_degraded(xid_critical_count, ecc_uncorrected_increase, lost_s, throttled_s, throttled_share) AS degraded,
-       health_what(xid_critical_count, xid_critical_code, xid_events, ecc_uncorrected_increase, throttled_s, lost_s) AS what
+SELECT *, health_degraded(xid_critical_count, ecc_uncorrected_increase, lost_s, throttled_s, unhealthy_s,
+                          throttled_share) AS degraded,
+       health_what(xid_critical_count, xid_critical_code, xid_events, ecc_uncorrected_increase, throttled_s, lost_s,
+                   unhealthy_s, health_unknown_s) AS what
 FROM gpu_health_noted(h_start, h_end);
 
 -- Each slice-hour of [h_start, h_end) with its tenant and whether its GPU-hour was degraded.

@@ -56,6 +56,11 @@ CREATE OR REPLACE TEMP MACRO cb_cap_u(metered_s) AS round(metered_s * 1e6)::BIGI
 CREATE OR REPLACE TEMP MACRO cb_energy_mj(joules) AS round(greatest(coalesce(joules, 0), 0) * 1000)::BIGINT;
 CREATE OR REPLACE TEMP MACRO cb_busy(u_tot, cap_u) AS
     CASE WHEN cap_u > 0 THEN least(1.0, u_tot::DOUBLE / cap_u) ELSE 0 END;
+-- What the usage basis bills above a slice-hour's usage over the part of it NVML could not
+-- check, under `unverified_usage: allocation`: the allocation's excess, pro rata (the whole
+-- hour unchecked: max(allocation, usage), to the micro-second).
+CREATE OR REPLACE TEMP MACRO cb_unverified_stand_in(a_u, u_u, unverified_part) AS
+    round(greatest(a_u - u_u, 0) * unverified_part)::BIGINT;
 CREATE OR REPLACE TEMP MACRO cb_slice_energy(energy_mj, u_u, a_u, cap_u, busy) AS
     CASE WHEN cap_u > 0
          THEN round(energy_mj * (u_u::DOUBLE / cap_u) + energy_mj * (1 - busy) * (a_u::DOUBLE / cap_u))
@@ -74,20 +79,25 @@ WHERE as_of = src_asof AND hour >= m_start AND hour < m_end;
 -- Slice-hours of the month with the paying tenant, live or frozen. Only trusted columns
 -- are read: usage_share_s is built by ingest from NVML-checked memory and NVML/HAMi SM
 -- utilisation; HAMi's self-reported memory never reaches it where it disagreed with NVML.
--- usage_unknown_s: the seconds no reader measured the slice's usage (sql/schema/040_dra_rollups.sql).
+-- usage_unknown_s: the seconds no reader measured the slice's usage (sql/schema/040_dra_rollups.sql);
+-- usage_unverified_s: the seconds NVML could not check it (sql/schema/030_usage_verified.sql).
 CREATE OR REPLACE TEMP MACRO cb_slice_src(m_start, m_end, src_asof) AS TABLE
 SELECT tenant, hour, cluster, node, gpu_uuid, namespace, pod, pod_uid, container, whole_gpu,
        metered_s, alloc_mem_share_s, alloc_cores_share_s, alloc_dominant_share_s,
-       usage_share_s, hami_nvml_disagree_s, coalesce(usage_unknown_s, 0) AS usage_unknown_s
+       usage_share_s, hami_nvml_disagree_s, coalesce(usage_unknown_s, 0) AS usage_unknown_s,
+       coalesce(usage_unverified_s, 0) AS usage_unverified_s
 FROM slice_hour_tenant
 WHERE src_asof IS NULL AND hour >= m_start AND hour < m_end
 UNION ALL
 SELECT f.tenant, f.hour, f.cluster, f.node, f.gpu_uuid, f.namespace, f.pod, f.pod_uid, f.container, f.whole_gpu,
        f.metered_s, f.alloc_mem_share_s, f.alloc_cores_share_s, f.alloc_dominant_share_s,
-       f.usage_share_s, f.hami_nvml_disagree_s, coalesce(d.usage_unknown_s, 0) AS usage_unknown_s
+       f.usage_share_s, f.hami_nvml_disagree_s, coalesce(d.usage_unknown_s, 0) AS usage_unknown_s,
+       coalesce(u.usage_unverified_s, 0) AS usage_unverified_s
 FROM frozen_slice_hour f
 LEFT JOIN frozen_slice_dra d ON d.as_of = f.as_of AND d.hour = f.hour AND d.gpu_uuid = f.gpu_uuid
                             AND d.pod_uid = f.pod_uid AND d.container = f.container
+LEFT JOIN frozen_slice_unverified u ON u.as_of = f.as_of AND u.hour = f.hour AND u.gpu_uuid = f.gpu_uuid
+                                   AND u.pod_uid = f.pod_uid AND u.container = f.container
 WHERE f.as_of = src_asof AND f.hour >= m_start AND f.hour < m_end;
 
 -- The GPUs of the month (GPU rows and slices), a dense id each in UUID order.
@@ -110,6 +120,10 @@ JOIN cb_gpu_id_t i USING (gpu_uuid);
 -- Where no reader measured a slice's usage (usage_unknown_s), its allocation over those
 -- seconds stands in for it: usage nobody measured is not billed as none, nor as waste
 -- (docs/dra.md, "In the bill").
+-- Basis `usage_checked` (the usage basis under the catalog's `unverified_usage: allocation`):
+-- over the seconds NVML could not check a slice's usage (usage_unverified_s) the slice is
+-- billed at least its allocation share, as the max basis bills it; its used share stays as
+-- reported (so does its waste). Basis `usage`: as reported throughout.
 CREATE OR REPLACE TEMP MACRO cb_slice_shares(m_start, m_end, src_asof, share_kind, basis) AS TABLE
 WITH x AS (
     SELECT *, greatest(CASE share_kind WHEN 'memory' THEN alloc_mem_share_s
@@ -121,10 +135,16 @@ WITH x AS (
            cb_micro(x.alloc_s) AS a_i,
            cb_micro(greatest(x.usage_share_s, 0)
                     + CASE WHEN x.usage_unknown_s > 0 AND x.metered_s > 0
-                           THEN x.alloc_s * least(1.0, x.usage_unknown_s / x.metered_s) ELSE 0 END) AS u_i
+                           THEN x.alloc_s * least(1.0, x.usage_unknown_s / x.metered_s) ELSE 0 END) AS u_i,
+           CASE WHEN x.usage_unverified_s > 0 AND x.metered_s > 0
+                THEN least(1.0, x.usage_unverified_s / x.metered_s) ELSE 0 END AS unverified_part
     FROM x JOIN cb_gpu_id_t i USING (gpu_uuid)
 )
-SELECT *, CASE basis WHEN 'usage' THEN u_i WHEN 'max' THEN greatest(a_i, u_i) ELSE a_i END AS b_i FROM s;
+SELECT * EXCLUDE (unverified_part),
+       CASE basis WHEN 'usage' THEN u_i
+                  WHEN 'usage_checked' THEN u_i + cb_unverified_stand_in(a_i, u_i, unverified_part)
+                  WHEN 'max' THEN greatest(a_i, u_i) ELSE a_i END AS b_i
+FROM s;
 
 -- Every GPU-hour of [m_start, m_end) that any sample saw: the GPU's own rows (NVML) and the
 -- hours where only its slices reported (NVML down on the node). Metered time is the
@@ -423,5 +443,5 @@ SELECT (SELECT count(*) FROM cb_gpu_src(m_start, m_end, src_asof)) AS gpu_rows,
        (SELECT coalesce(sum(hash(tenant, hour, cluster, node, gpu_uuid, namespace, pod, pod_uid, container,
                                  whole_gpu, metered_s, alloc_mem_share_s, alloc_cores_share_s,
                                  alloc_dominant_share_s, usage_share_s, hami_nvml_disagree_s,
-                                 usage_unknown_s)::HUGEINT), 0)
+                                 usage_unknown_s, usage_unverified_s)::HUGEINT), 0)
           FROM cb_slice_src(m_start, m_end, src_asof)) AS slice_hash;

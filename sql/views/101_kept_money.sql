@@ -115,9 +115,10 @@ CREATE OR REPLACE TEMP MACRO kept_pick(share_kind, dom, mem, cores) AS
     CASE share_kind WHEN 'memory' THEN mem WHEN 'cores' THEN cores ELSE dom END;
 
 -- What a basis bills of a kept row: usage, max(allocation, usage) or allocation, each in the
--- share kind's column.
+-- share kind's column. `usage_checked` is usage: a month with usage NVML could not check is
+-- billed on that basis from the rollups (chargeback/bill.py month_lines).
 CREATE OR REPLACE TEMP MACRO kept_billed(share_kind, basis, a_dom, a_mem, a_cores, u, m_dom, m_mem, m_cores) AS
-    CASE basis WHEN 'usage' THEN u WHEN 'max' THEN kept_pick(share_kind, m_dom, m_mem, m_cores)
+    CASE basis WHEN 'usage' THEN u WHEN 'usage_checked' THEN u WHEN 'max' THEN kept_pick(share_kind, m_dom, m_mem, m_cores)
                ELSE kept_pick(share_kind, a_dom, a_mem, a_cores) END;
 
 -- The month's GPUs and the placements its kept GPU-hours name (cb_gpu_ids, cb_gpu_places);

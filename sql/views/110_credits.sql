@@ -13,7 +13,8 @@ FROM (SELECT hour, gpu_uuid FROM gpu_health_degraded(m_start, m_end, throttled_s
       UNION ALL
       SELECT hour, gpu_uuid FROM frozen_gpu_health
       WHERE as_of = src_asof AND hour >= m_start::TIMESTAMP AND hour < m_end::TIMESTAMP
-        AND health_degraded(xid_critical_count, ecc_uncorrected_increase, lost_s, throttled_s, throttled_share)) d
+        AND health_degraded(xid_critical_count, ecc_uncorrected_increase, lost_s, throttled_s, unhealthy_s,
+                            throttled_share)) d
 JOIN cb_gpu_id_t i USING (gpu_uuid);
 
 -- Per slice line (slice and placement): the micro-seconds it was billed on degraded
