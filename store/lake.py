@@ -107,6 +107,13 @@ def _lake_columns() -> dict[str, list[tuple[str, str]]]:
     return tables
 
 
+# rows a table is created with, in the same commit (two workers creating one table conflict,
+# so exactly one seed is stored): the fence row every partition take-over deletes
+# (sql/lake/take_partitions.sql)
+_SEED_ROWS = {"ingest_partition_owners": [
+    f"INSERT INTO {ALIAS}.main.ingest_partition_owners VALUES ('', -1, 0, '', TIMESTAMP '1970-01-01')"]}
+
+
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     """Create the lake's tables, and add columns later migrations brought, in one lake
     transaction; a worker that lost the race to another reads what that one created."""
@@ -121,6 +128,7 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
             if table not in have:
                 ddl.append(f"CREATE TABLE {ALIAS}.main.{quote_ident(table)} ("
                            + ", ".join(f"{quote_ident(c)} {t}" for c, t in columns) + ")")
+                ddl += _SEED_ROWS.get(table, [])
             else:
                 ddl += [f"ALTER TABLE {ALIAS}.main.{quote_ident(table)} ADD COLUMN {quote_ident(c)} {t}"
                         for c, t in columns if c not in have[table]]
