@@ -491,8 +491,9 @@ class Ingestor:
         if lost.fenced:
             for p, (owner, epoch) in lost.fenced.items():
                 log.error("fenced: partition %s/%d is stored by %s at epoch %s now, no longer by this worker "
-                          "(%s, epoch %s); the batches read from it and not stored are dropped",
-                          self.cfg.topic, p, owner, epoch, self.owner, self.epochs.get((self.cfg.topic, p)))
+                          "(%s, epoch %s; %s); the batches read from it and not stored are dropped",
+                          self.cfg.topic, p, owner, epoch, self.owner, self.epochs.get((self.cfg.topic, p)),
+                          lost.reason)
             self.metrics.fenced.inc(len(lost.fenced))
             # another worker took some: the others may follow (a group that rebalanced while
             # this worker was paused), so it gives up every one, stores nothing more and
