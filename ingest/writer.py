@@ -391,7 +391,8 @@ def write_lake(con: duckdb.DuckDBPyConnection, batch: PreparedBatch) -> float:
     lake's offsets."""
     started = time.perf_counter()
     tables = _batch_tables(batch)
-    owners = owners_table(batch.owner, batch.epochs, batch.next_offsets) if batch.next_offsets else None
+    # a batch with no owner (a bulk load, tests) is not fenced: ingest's always have one
+    owners = owners_table(batch.owner, batch.epochs, batch.next_offsets) if batch.next_offsets and batch.owner else None
     if "batch_gpu" in tables:
         tables["batch_slice_rows"] = batch.slice
         batch.slice = None

@@ -183,23 +183,3 @@ def test_a_lake_worker_with_a_kamaji_import_bills_what_a_file_bills(broker, lake
     assert _invoice_by_tenant(lake_out) == _invoice_by_tenant(file_out)
     assert lake_out == file_out
 
-
-def test_bindings_move_on_a_lake_as_in_a_file(lake_db, tmp_path):
-    """`slicemeter bindings move` (no ON CONFLICT on a lake): a bound GPU moves, keeping
-    where it was; an unbound one is bound."""
-    from slicemeter.ingest.bindings_cli import move_binding
-
-    target, _ = lake_db
-    seen = {}
-    for name, db in (("file", tmp_path / "b.duckdb"), ("lake", target)):
-        con = store.connect(db)
-        try:
-            con.execute("INSERT INTO ingest_bindings (kind, name, cluster, bound_at) "
-                        "VALUES ('gpu', 'GPU-a', 'https://acme:6443', now())")
-            assert move_binding(con, "gpu", "GPU-a", "https://beta:6443") == "https://acme:6443"
-            assert move_binding(con, "node", "node-1", "https://beta:6443") is None
-            seen[name] = con.execute("SELECT kind, name, cluster, moved_from FROM ingest_bindings ORDER BY ALL").fetchall()
-        finally:
-            con.close()
-    assert seen["lake"] == seen["file"] == [("gpu", "GPU-a", "https://beta:6443", "https://acme:6443"),
-                                            ("node", "node-1", "https://beta:6443", None)]
