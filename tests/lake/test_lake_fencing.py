@@ -189,3 +189,79 @@ def test_overlapping_and_paused_workers_bill_what_one_file_bills(broker, lake_db
     lake_out = _export(target, month, tmp_path / "lake-out")
     assert lake_out == _export(plain, month, tmp_path / "file-out")
     assert b"acme" in next(body for name, body in lake_out.items() if name.startswith("invoice-"))
+
+
+def _holds(log: Path) -> list[int]:
+    """The partitions the worker's log last said it was assigned."""
+    lines = [ln for ln in log.read_text().splitlines() if "assigned partitions [" in ln]
+    if not lines:
+        return []
+    inside = lines[-1].split("assigned partitions [", 1)[1].split("]", 1)[0]
+    return [int(x) for x in inside.split(",") if x.strip()]
+
+
+def _stored_samples(target: str) -> int:
+    con = store.connect(target, read_only=True)
+    try:
+        return con.execute("SELECT (SELECT count(*) FROM raw_gpu_rows) + (SELECT count(*) FROM raw_slice_rows)"
+                           ).fetchone()[0]
+    finally:
+        con.close()
+
+
+@pytest.mark.broker
+def test_a_group_member_paused_past_its_session_is_fenced_and_rejoins(broker, lake_db, tmp_path):
+    """Two workers of a group (dynamic members: docs/operations.md, a frozen static member
+    keeps its partitions on Tansu); one SIGSTOPped just after a batch while records flow,
+    past its session: the other takes every partition. SIGCONTed, the paused one is fenced
+    at the batch it held, says so, and takes partitions again once the group rebalances.
+    The lake's export is the plain file's, byte for byte."""
+    target, data = lake_db
+    catalog = tmp_path / "tenants.yaml"
+    catalog.write_text(CATALOG)
+    create_topic(broker.bootstrap, partitions=4)
+    chunks = list(messages(fleet(12, CLUSTERS), START, 480, 30))
+    parts = [chunks[len(chunks) * i // 3: len(chunks) * (i + 1) // 3] for i in range(3)]
+    produce_chunks(broker.bootstrap, parts[0])
+    group = ("--group", "lake", "--session-timeout-ms", "3000", "--tenants", str(catalog))
+
+    def member(log: Path, *extra: str) -> subprocess.Popen:
+        return subprocess.Popen([*SLICEMETER, "ingest", "--kafka", broker.bootstrap, "--db", target, *group,
+                                 "--batch-samples", "4000", "--batch-max-seconds", "0.3", "--catalog-interval", "0",
+                                 *extra], cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+
+    a_log, b_log = tmp_path / "a.log", tmp_path / "b.log"
+    a = member(a_log, "--lake-data", str(data))
+    b = None
+    try:
+        assert wait_for_line(a, a_log, "stored batch", 1, deadline_s=120), a_log.read_text()[-3000:]
+        b = member(b_log)
+        poll(lambda: _holds(b_log) and len(_holds(a_log)) + len(_holds(b_log)) == 4, "the group split in two",
+             timeout=120)
+        producer = threading.Thread(target=produce_chunks, args=(broker.bootstrap, parts[1]))
+        producer.start()
+        assert wait_for_line(a, a_log, "stored batch", a_log.read_text().count("stored batch") + 1, deadline_s=120)
+        a.send_signal(signal.SIGSTOP)
+        poll(lambda: _holds(b_log) == [0, 1, 2, 3], "the other worker holding every partition", timeout=120)
+        producer.join(timeout=120)
+        produce_chunks(broker.bootstrap, parts[2])
+        a.send_signal(signal.SIGCONT)
+        poll(lambda: "fenced: partition" in a_log.read_text(), "the paused worker saying it is fenced", timeout=120)
+        took = a_log.read_text().count("took partitions")
+        poll(lambda: a_log.read_text().count("took partitions") > took, "the paused worker's partitions again",
+             timeout=120)
+        total = sum(g.num_rows + s.num_rows for _, g, s in chunks)
+        poll(lambda: _stored_samples(target) >= total, "every sample in the lake", timeout=300)
+        for proc in (a, b):
+            proc.send_signal(signal.SIGTERM)
+        assert a.wait(timeout=60) == 0 and b.wait(timeout=60) == 0
+    finally:
+        for proc in (a, b):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+    assert _stored_samples(target) == total
+    plain = str(tmp_path / "plain.duckdb")
+    _drain(broker.bootstrap, plain, tmp_path / "plain.log", "--tenants", str(catalog))
+    month = pd.Timestamp(START, unit="ms").strftime("%Y-%m")
+    assert _export(target, month, tmp_path / "lake-out") == _export(plain, month, tmp_path / "file-out")
