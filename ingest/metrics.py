@@ -74,7 +74,7 @@ class IngestMetrics:
             ["partition", "reason"], registry=r)
         self.fenced = Counter(
             "slicemeter_ingest_fenced_partitions", "Partitions another worker took while this one held them, "
-            "on a shared lake: the batches read from them and not stored were dropped (docs/ingest.md, Fencing)",
+            "on a shared lake: the batches read from them and not stored were dropped (docs/lake.md, Fencing)",
             registry=r)
         self.lag = Gauge("slicemeter_ingest_lag_messages", "Messages behind the partition's high watermark",
                          ["partition"], registry=r)

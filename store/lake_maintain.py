@@ -1,5 +1,5 @@
 """`slicemeter lake-maintain`: keep a DuckLake store small while its workers write, never
-changing what it bills (docs/ingest.md, Maintenance).
+changing what it bills (docs/lake.md, Maintenance).
 
 Workers only append (store/lake.py), so a lake grows by rows that readers merge away:
 every batch's hour-rollup deltas, kept money, offsets, owner and inventory rows, each

@@ -1,5 +1,5 @@
 -- Who stores a Kafka partition's batches into a store several ingest workers share (a
--- DuckLake, store/lake.py; docs/ingest.md, Fencing). A worker takes a partition when it is
+-- DuckLake, store/lake.py; docs/lake.md, Fencing). A worker takes a partition when it is
 -- given it (sql/lake/take_partitions.sql: a new epoch, one above the last); each batch
 -- checks in its own transaction that the partition's latest row is still its own and
 -- appends one, so a worker another one took its partitions from stores nothing more.

@@ -1,4 +1,4 @@
-"""Fencing on a DuckLake (docs/ingest.md, Fencing): a worker stores a partition's batch only
+"""Fencing on a DuckLake (docs/lake.md, Fencing): a worker stores a partition's batch only
 while it owns the partition, checked in the batch's own lake commit, so two workers on one
 topic (a rolling update with `--group ''`, a worker paused past its session) never store a
 record twice: the lake bills what a plain file on the same topic bills, to the cent."""
