@@ -162,7 +162,7 @@ class Ingestor:
         self.store_rejected: list[tuple[str, int, int, str]] = []
         self._others_checked_at = float("-inf")
         self._lock = threading.RLock()
-        # on a lake, the partitions this worker took and their epochs (docs/ingest.md,
+        # on a lake, the partitions this worker took and their epochs (docs/lake.md,
         # Fencing): its batches are stored only while they are the partitions' latest
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.epochs: dict[tuple[str, int], int] = {}
