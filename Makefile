@@ -53,6 +53,7 @@ focus-validator: setup
 test: setup lake-setup system-deps focus-validator
 	$(BIN)/pytest -q
 	$(LAKE_VENV)/bin/pytest -q tests/lake
+	$(LAKE_VENV)/bin/pytest -q tests/test_store_parity.py -k lake   # the lake side of the any_store tests
 
 # e.g. make demo DEMO_ARGS="--now 2026-12-01T09:00 --port 8600" (slicemeter demo --help)
 DEMO_ARGS ?=

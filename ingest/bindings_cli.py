@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from slicemeter.store import connect, sql_text
+from slicemeter.store import connect, retry_conflicts, transaction
+from slicemeter.store.script import execute_script
 from slicemeter.common import ConfigError, existing_db
 
 
@@ -28,10 +29,16 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def move_binding(con, kind: str, name: str, cluster: str) -> str | None:
-    """Bind `name` to `cluster`; returns the cluster it was bound to (None: it was not)."""
-    before = con.execute("SELECT cluster FROM ingest_bindings WHERE kind = ? AND name = ?", [kind, name]).fetchall()
-    con.execute(sql_text("ingest/move_binding.sql"), {"kind": kind, "name": name, "cluster": cluster})
-    return before[0][0] if before else None
+    """Bind `name` to `cluster`; returns the cluster it was bound to (None: it was not).
+    One transaction; on a lake, done again where a worker's batch stored bindings meanwhile."""
+    def move() -> str | None:
+        with transaction(con):
+            before = con.execute("SELECT cluster FROM ingest_bindings WHERE kind = ? AND name = ?",
+                                 [kind, name]).fetchall()
+            execute_script(con, "ingest/move_binding.sql", {"kind": kind, "name": name, "cluster": cluster})
+        return before[0][0] if before else None
+
+    return retry_conflicts(move)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,6 +13,9 @@ only use stored or committed offsets, seek_to_beginning and highwater().
 from __future__ import annotations
 
 import logging
+import os
+import secrets
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -34,7 +37,8 @@ from slicemeter.ingest.strings import HashedStringIds, StringIds
 from slicemeter.ingest.trust import Bindings, Publisher, RecentInstants, verify
 from slicemeter.ingest.writer import (Batch, BatchWriterThread, InventoryCache, apply_retention, dead_letter,
                            configure_writes, fold_only, held_after, held_slice_table, prepare, record_digest,
-                           rejected_message, reset_offset, stored_offsets, stored_positions, write_lake)
+                           rejected_message, reset_offset, stored_offsets, stored_positions, take_partitions,
+                           write_lake, LakeCommitLost, owners_table)
 from slicemeter.store import has_pending_rollups, lake
 from slicemeter import clock
 from slicemeter.tick import (MAX_DECODED_BYTES, Limits, TickBatch, TickDecodeError, decode, implausible,
@@ -113,9 +117,10 @@ class _Rebalance(ConsumerRebalanceListener):
     def on_partitions_revoked(self, revoked):
         # Store what we hold before another worker takes the partitions over.
         self.ingestor.flush()
+        self.ingestor.release(revoked)
 
     def on_partitions_assigned(self, assigned):
-        self.ingestor.seek(assigned)
+        self.ingestor.assigned(assigned)
 
 
 class Ingestor:
@@ -150,6 +155,7 @@ class Ingestor:
         # is a batch of its own (_recover_rejected)
         self._one_by_one: dict[tuple[str, int], int] = {}
         self._seeks = 0                  # bumped by every seek back: records polled before are stale
+        self._hw_at_seek: dict[int, int | None] = {}   # partition -> its high watermark when last sought
         # (topic, partition) -> (offset, digest) of the record just below a stored offset: a
         # partition resumes one record early and that record must be the one stored (the log
         # is the same one); see _check_resume
@@ -162,6 +168,11 @@ class Ingestor:
         self.records_gone: list[tuple[str, int, int, int]] = []
         self._others_checked_at = float("-inf")
         self._lock = threading.RLock()
+        # on a lake, the partitions this worker took and their epochs (docs/lake.md,
+        # Fencing): its batches are stored only while they are the partitions' latest
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.epochs: dict[tuple[str, int], int] = {}
+        self.fenced_out = False          # fenced without a group: the worker stops, exit 1
         self.writer = BatchWriterThread(self.con, write_lake if self.lake else None)
 
     # ---- Kafka side -------------------------------------------------------------------
@@ -176,11 +187,34 @@ class Ingestor:
             **({"group_instance_id": c.group_instance_id} if c.group and c.group_instance_id else {}),
         )
 
+    def assigned(self, partitions) -> None:
+        """Partitions given to this worker: on a lake taken first (a new epoch each, which
+        fences whoever stored them before), then positioned at the stored offsets."""
+        partitions = list(partitions)
+        if self.lake and partitions:
+            self.consumer.resume(*partitions)   # a partition fenced before is this worker's again
+            taken = take_partitions(self.con, self.cfg.topic, sorted(tp.partition for tp in partitions), self.owner)
+            self.epochs.update({(self.cfg.topic, p): e for p, e in taken.items()})
+            log.info("took partitions %s at epochs %s as %s", sorted(taken), [taken[p] for p in sorted(taken)],
+                     self.owner)
+        self.seek(partitions)
+
+    def release(self, partitions) -> None:
+        """Partitions taken from this worker by the group (stored up to here: flushed)."""
+        for tp in partitions:
+            self.epochs.pop((tp.topic, tp.partition), None)
+
     def seek(self, partitions) -> None:
-        """Position each partition at the offset stored in DuckDB (the source of truth)."""
+        """Position each partition at the offset stored in DuckDB (the source of truth);
+        on a lake, only those this worker holds (a fenced one waits for the group)."""
+        if self.lake:
+            partitions = [tp for tp in partitions if (tp.topic, tp.partition) in self.epochs]
         positions = stored_positions(self.con, self.cfg.topic)
         stored = {p: o for p, (o, _) in positions.items()}
         for tp in partitions:
+            # the high watermark known now may predate offsets another worker stored since
+            # (a lake): _check_high_watermarks waits for a fetch's newer one
+            self._hw_at_seek[tp.partition] = self.consumer.highwater(tp)
             if tp.partition in stored:
                 offset, digest = positions[tp.partition]
                 if offset > 0 and digest is not None:
@@ -208,7 +242,7 @@ class Ingestor:
             self.consumer.poll(timeout_ms=100)
         tps = [TopicPartition(self.cfg.topic, p) for p in sorted(parts)]
         self.consumer.assign(tps)
-        self.seek(tps)
+        self.assigned(tps)
 
     # ---- batching ---------------------------------------------------------------------
     def add(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
@@ -216,6 +250,8 @@ class Ingestor:
         refused = value if isinstance(value, RefusedBatch) else None   # a record batch that could not be read
         if refused:
             value = refused.identity
+        if self.lake and (topic, partition) not in self.epochs:
+            return   # fetched before this worker was fenced from the partition
         if self._check_resume(topic, partition, offset, key, value):
             return
         b = self.batch
@@ -294,12 +330,20 @@ class Ingestor:
         tp = TopicPartition(topic, partition)
         with self._lock:
             self.flush()
+            if self.lake and (topic, partition) not in self.epochs:
+                return   # fenced meanwhile: the partition is another worker's now
             start = self.consumer.beginning_offsets([tp]).get(tp, 0)
             stored = stored_positions(self.con, topic).get(partition, (None, None))[0]
             log.error("partition %s/%d: %s (stored offset %s, log start %s, high watermark %s); "
                       "reading it again from %d", topic, partition, reason, stored, start, high_watermark, start)
-            reset_offset(self.con, topic, partition, start, stored, start, high_watermark, reason,
-                         *(["lake/reset_offset.sql"] if self.lake else []))
+            try:
+                reset_offset(self.con, topic, partition, start, stored, start, high_watermark, reason,
+                             **({"script": "lake/reset_offset.sql",
+                                 "owners": owners_table(self.owner, self.epochs, [(topic, partition)])}
+                                if self.lake else {}))
+            except LakeCommitLost as lost:
+                self._lost(lost)
+                return
             self.metrics.offset_resets.labels(partition=str(partition), reason="log_replaced").inc()
             self._verify.pop((topic, partition), None)
             self._seeks += 1
@@ -319,6 +363,8 @@ class Ingestor:
         for tp in list(self.consumer.assignment()):
             hw = self.consumer.highwater(tp)
             wanted = self._next.get(tp.partition)
+            if self.lake and ((tp.topic, tp.partition) not in self.epochs or hw == self._hw_at_seek.get(tp.partition)):
+                continue   # not this worker's, or no fetch answered since the seek (an older figure)
             if hw is not None and wanted is not None and hw < wanted:
                 self._log_mismatch(tp.topic, tp.partition, f"the log ends at {hw}, below the stored offset {wanted}",
                                    high_watermark=hw)
@@ -375,6 +421,8 @@ class Ingestor:
             # before the writer drops the rows; a lake stores them all
             held = self.held_slices if self.lake else held_after(prepared, self.held_slices)
             prepared.fold_rollups = fold or self.unfolded_batches + 1 >= self.cfg.fold_every_batches
+            if self.lake:
+                prepared.owner, prepared.epochs = self.owner, dict(self.epochs)
             if not self.writer.put(prepared):
                 self._recover_rejected()
                 return
@@ -412,6 +460,10 @@ class Ingestor:
         What was read after it is dropped, the string-id and inventory caches are reloaded
         (they may hold what never reached the store) and every partition goes back to the
         offset DuckDB holds: the same path a restart takes, so exactly-once is unchanged."""
+        if self.writer.has_lost():
+            self._recover_lost()
+            if ends is None:
+                return
         rejected = self.writer.take_rejected() if self.writer.has_rejected() else None
         if rejected is None and ends is None:
             return
@@ -427,14 +479,56 @@ class Ingestor:
             # it was to fold earlier batches' deltas: the next flush folds them (a readers'
             # copy refuses a store with deltas pending)
             self.unfolded_batches = max(self.unfolded_batches, 1)
+        self._reload_caches()
+        self._one_by_one = dict(ends)
+        self._seeks += 1
+        self._seek_back(starts)
+
+    def _recover_lost(self) -> None:
+        """Batches the lake did not store for ownership (writer.LakeCommitLost): dropped with
+        what was read after them, the caches reloaded, and every partition this worker still
+        holds read again from the stored offsets. Partitions another worker took are given
+        up (logged, counted): without a group the worker stops, in a group they wait
+        (paused) for the group to assign them again."""
+        self._lost(self.writer.take_lost())
+
+    def _lost(self, lost) -> None:
+        """See _recover_lost; also for an offset reset the lake refused (_log_mismatch)."""
+        self.batch = Batch()
+        self._seeks += 1
+        if lost.fenced:
+            for p, (owner, epoch) in lost.fenced.items():
+                log.error("fenced: partition %s/%d is stored by %s at epoch %s now, no longer by this worker "
+                          "(%s, epoch %s; %s); the batches read from it and not stored are dropped",
+                          self.cfg.topic, p, owner, epoch, self.owner, self.epochs.get((self.cfg.topic, p)),
+                          lost.reason)
+            self.metrics.fenced.inc(len(lost.fenced))
+            # another worker took some: the others may follow (a group that rebalanced while
+            # this worker was paused), so it gives up every one, stores nothing more and
+            # waits for the group to assign it partitions again, or stops
+            held = [TopicPartition(t, p) for t, p in self.epochs]
+            self.epochs.clear()
+            if not self.cfg.group:
+                log.error("fenced: another worker stores this topic now; stopping")
+                self.fenced_out = self.stopping = True
+                return
+            self.consumer.pause(*held)
+            log.error("fenced: partitions %s given up until the group assigns this worker again",
+                      sorted(tp.partition for tp in held))
+            self._reload_caches()
+            return
+        log.warning("the lake refused a batch for a concurrent commit (%s); its partitions are still this "
+                    "worker's and are read again from the stored offsets", lost.reason)
+        self._reload_caches()
+        self._seek_back()
+
+    def _reload_caches(self) -> None:
+        """The caches a dropped batch may have filled with what never reached the store."""
         self.strings.reload()
         self.inventory = InventoryCache(self.con)
         self.held_slices = held_slice_table(self.con)
         self.bindings = Bindings(self.con)
         self.instants = RecentInstants(self.con, int(self.cfg.dedupe_window_s * 1000))
-        self._one_by_one = dict(ends)
-        self._seeks += 1
-        self._seek_back(starts)
 
     def _seek_back(self, starts: dict[tuple[str, int], int] | None = None) -> None:
         """Every assigned partition back to the offset DuckDB holds; one it holds none for
@@ -625,6 +719,8 @@ class Ingestor:
                 self.writer.check()
                 self._recover_rejected()
                 self._finish()
+                if self.stopping:
+                    break
                 self._check_high_watermarks()
                 self._update_lag()
                 now = time.monotonic()
@@ -671,6 +767,8 @@ class Ingestor:
                 with self._lock:
                     self.flush()
                     reader.refresh()
+            if self.fenced_out:
+                return 1
             if cfg.until_idle_s is not None:
                 return self.drain_result()
         finally:

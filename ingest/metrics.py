@@ -72,6 +72,10 @@ class IngestMetrics:
             "slicemeter_ingest_offset_resets", "Stored offsets that did not fit the broker's log "
             "(log_replaced: read again from the log start; records_gone: deleted before they were read)",
             ["partition", "reason"], registry=r)
+        self.fenced = Counter(
+            "slicemeter_ingest_fenced_partitions", "Partitions another worker took while this one held them, "
+            "on a shared lake: the batches read from them and not stored were dropped (docs/lake.md, Fencing)",
+            registry=r)
         self.lag = Gauge("slicemeter_ingest_lag_messages", "Messages behind the partition's high watermark",
                          ["partition"], registry=r)
         self.batch_seconds = Histogram("slicemeter_ingest_batch_seconds", "Time to write one batch transaction",

@@ -17,10 +17,12 @@ from decimal import Decimal
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 from prometheus_client.parser import text_string_to_metric_families
 
 from slicemeter import clock
-from slicemeter.store import sql_text, transaction
+from slicemeter.store import registered, retry_conflicts, sql_text, transaction
+from slicemeter.store.script import execute_text
 from slicemeter.common import ConfigError, read_config_text
 from slicemeter.config_schema import Schema, YamlLines, validate
 from slicemeter.tenant_model import TenantList
@@ -226,41 +228,70 @@ def stored_tenants(con: duckdb.DuckDBPyConnection) -> list[Tenant]:
             for r in rows]
 
 
+def _catalog_tables(catalog: Catalog) -> dict[str, pa.Table]:
+    """The catalog as the rows sql/ingest/tenants_insert.sql inserts, each table's rows
+    unique on the store's keys: an alias named twice once, a namespace override given
+    twice the last one (what INSERT OR IGNORE / OR REPLACE did, on every backend)."""
+    string = pa.string()
+    tenants = pa.table({
+        "tenant": pa.array([t.name for t in catalog.tenants], string),
+        "display_name": pa.array([t.display_name for t in catalog.tenants], string),
+        "tcp_namespace": pa.array([t.tcp_namespace for t in catalog.tenants], string),
+        "tcp_name": pa.array([t.tcp_name for t in catalog.tenants], string),
+        "api_server": pa.array([t.api_server for t in catalog.tenants], string),
+        "cost_center": pa.array([t.cost_center for t in catalog.tenants], string),
+        "source": pa.array([t.source for t in catalog.tenants], string),
+        "kubernetes_version": pa.array([t.kubernetes_version for t in catalog.tenants], string),
+        "admin_kubeconfig_secret": pa.array([t.admin_kubeconfig_secret for t in catalog.tenants], string),
+        "removed_at": pa.array([_utc_naive(t.removed_at) for t in catalog.tenants], pa.timestamp("us")),
+    })
+    budgets = [(t.name, t.monthly_budget) for t in catalog.tenants if t.monthly_budget is not None]
+    aliases = list(dict.fromkeys((t.name, a) for t in catalog.tenants for a in t.aliases))
+    overrides = {(o.cluster, o.namespace): o.tenant for o in catalog.overrides}
+    return {
+        "catalog_tenants": tenants,
+        "catalog_budgets": pa.table({"tenant": pa.array([n for n, _ in budgets], string),
+                                     "monthly_budget": pa.array([b for _, b in budgets], pa.decimal128(38, 6))}),
+        "catalog_aliases": pa.table({"tenant": pa.array([n for n, _ in aliases], string),
+                                     "alias": pa.array([a for _, a in aliases], string)}),
+        "catalog_overrides": pa.table({"cluster": pa.array([c for c, _ in overrides], string),
+                                       "namespace": pa.array([n for _, n in overrides], string),
+                                       "tenant": pa.array(list(overrides.values()), string)}),
+    }
+
+
 def store_catalog(con: duckdb.DuckDBPyConnection, catalog: Catalog) -> None:
-    """Replace the stored catalog in one transaction (views re-attribute on the next read).
+    """Replace the stored catalog in one transaction (views re-attribute on the next read),
+    the same statements on a file and a lake (plain deletes and inserts: a lake's tables
+    have no keys). Two lake workers storing it at once conflict; the later one stores it
+    again (store.retry_conflicts).
 
     A cluster key two live tenants claim is a ConfigError naming both; nothing is stored then."""
-    with transaction(con):
-        con.execute(sql_text("ingest/tenants_clear.sql"))
-        if catalog.tenants:
-            con.executemany(sql_text("ingest/tenants_insert.sql"),
-                            [[t.name, t.display_name, t.tcp_namespace, t.tcp_name, t.api_server, t.cost_center]
-                             for t in catalog.tenants])
-            con.executemany(sql_text("ingest/tenant_source_insert.sql"),
-                            [[t.name, t.source, t.kubernetes_version, t.admin_kubeconfig_secret, _utc_naive(t.removed_at)]
-                             for t in catalog.tenants])
-        budgets = [[t.name, t.monthly_budget] for t in catalog.tenants if t.monthly_budget is not None]
-        if budgets:
-            con.executemany(sql_text("ingest/tenant_budget_insert.sql"), budgets)
-        aliases = [[t.name, a] for t in catalog.tenants for a in t.aliases]
-        if aliases:
-            con.executemany(sql_text("ingest/tenant_alias_insert.sql"), aliases)
-        if catalog.overrides:
-            con.executemany(sql_text("ingest/tenant_override_insert.sql"),
-                            [[o.cluster, o.namespace, o.tenant] for o in catalog.overrides])
-        con.execute(sql_text("ingest/tenants_yield_to_live.sql"))
-        conflicts = con.execute(sql_text("ingest/tenants_conflicts.sql")).fetchall()
-        if conflicts:
-            raise ConfigError("tenant catalog: a cluster matches more than one tenant: " + "; ".join(
-                f"{key} is claimed by {' and '.join(names)} ({', '.join(ids)})" for key, names, ids in conflicts))
+    tables = _catalog_tables(catalog)
+
+    def replace_catalog() -> None:
+        with transaction(con), registered(con, **tables):
+            con.execute(sql_text("ingest/tenants_clear.sql"))
+            execute_text(con, sql_text("ingest/tenants_insert.sql"), {})
+            con.execute(sql_text("ingest/tenants_yield_to_live.sql"))
+            conflicts = con.execute(sql_text("ingest/tenants_conflicts.sql")).fetchall()
+            if conflicts:
+                raise ConfigError("tenant catalog: a cluster matches more than one tenant: " + "; ".join(
+                    f"{key} is claimed by {' and '.join(names)} ({', '.join(ids)})" for key, names, ids in conflicts))
+
+    retry_conflicts(replace_catalog)
 
 
 def record_sync(con: duckdb.DuckDBPyConnection, source: str, ok: bool, catalog: Catalog | None = None,
                 message: str | None = None) -> None:
-    with transaction(con):
-        con.execute(sql_text("ingest/catalog_sync_insert.sql"),
-                    [source, ok, len(catalog.tenants) if catalog else None,
-                     sum(len(t.aliases) for t in catalog.tenants) if catalog else None, message])
+    params = [source, ok, len(catalog.tenants) if catalog else None,
+              sum(len(t.aliases) for t in catalog.tenants) if catalog else None, message]
+
+    def insert() -> None:
+        with transaction(con):
+            con.execute(sql_text("ingest/catalog_sync_insert.sql"), params)
+
+    retry_conflicts(insert)
 
 
 def unassigned_clusters(con: duckdb.DuckDBPyConnection, start: datetime | None = None,

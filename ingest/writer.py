@@ -6,6 +6,7 @@ last committed batch (ingest/consumer.py seeks to these offsets).
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import queue
@@ -20,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from slicemeter.store import registered, sql_text, transaction
+from slicemeter.store import is_write_conflict, registered, retry_conflicts, sql_text, transaction
 from slicemeter.store.script import execute_script
 from slicemeter.ingest.strings import StringIds
 from slicemeter import clock
@@ -167,6 +168,10 @@ class PreparedBatch:
     bindings: list[dict] = field(default_factory=list)
     first_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     instants: pa.Table | None = None   # node_id, ts_ms: a row per instant of each message
+    # on a lake: the worker's name and the epoch it took each consumed partition at; the
+    # batch is stored only while they are the partitions' latest (sql/lake/foreign_owners.sql)
+    owner: str | None = None
+    epochs: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
 def fold_only() -> PreparedBatch:
@@ -255,7 +260,8 @@ def rejected_message(batch: Batch | PreparedBatch, error: Exception, strings: pa
     return PreparedBatch(gpu=None, slice=None, slice_held=0, strings=strings, inventory=None, gpu_hours=None,
                          slice_hours=None, dead=[*batch.dead, letter], next_offsets=batch.next_offsets,
                          source=None, samples=0, messages=batch.messages, digests=batch.digests,
-                         store_rejected=(topic, partition, offset, str(error)))
+                         store_rejected=(topic, partition, offset, str(error)),
+                         owner=getattr(batch, "owner", None), epochs=dict(getattr(batch, "epochs", {})))
 
 
 def _batch_tables(batch: PreparedBatch) -> dict[str, pa.Table]:
@@ -297,32 +303,107 @@ def _store_letters_bindings_offsets(con: duckdb.DuckDBPyConnection, batch: Prepa
     con.execute(sql_text(f"{folder}/save_offsets.sql"))
 
 
+_OWNER_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("epoch", pa.int64()),
+                           ("owner", pa.string())])
+
+
+class LakeCommitLost(Exception):
+    """A batch the lake did not store, for its worker's ownership rather than its data:
+    `fenced` names the partitions another worker took since (partition -> (owner, epoch)
+    now); empty, a concurrent commit (a take-over, `bindings move`) won the race and the
+    partitions are still this worker's. Either way nothing of the batch is stored, and
+    the worker goes back to the stored offsets (ingest/consumer.py)."""
+
+    def __init__(self, fenced: dict[int, tuple[str | None, int | None]], reason: str):
+        super().__init__(reason)
+        self.fenced = fenced
+        self.reason = reason
+
+
+def foreign_owners(con: duckdb.DuckDBPyConnection, owners: pa.Table) -> dict[int, tuple[str | None, int | None]]:
+    """partition -> (owner, epoch) of each partition in `owners` whose latest owner row is
+    another (sql/lake/foreign_owners.sql)."""
+    with registered(con, batch_owners=owners):
+        return {p: (o, e) for p, o, e in con.execute(sql_text("lake/foreign_owners.sql")).fetchall()}
+
+
+def owners_table(owner: str, epochs: dict[tuple[str, int], int], partitions) -> pa.Table:
+    """The rows a lake commit checks and appends for the `partitions` ((topic, partition))
+    it writes: the epoch `owner` took each at (sql/lake/foreign_owners.sql)."""
+    missing = sorted(set(partitions) - set(epochs))
+    if missing:
+        raise RuntimeError(f"a lake commit writes partitions its worker has not taken: {missing}")
+    return pa.Table.from_pylist([{"topic": t, "partition": p, "epoch": epochs[(t, p)], "owner": owner}
+                                 for t, p in sorted(set(partitions))], _OWNER_SCHEMA)
+
+
+@contextlib.contextmanager
+def owned_transaction(con: duckdb.DuckDBPyConnection, owners: pa.Table | None, what: str):
+    """A lake transaction that commits only while its worker owns the partitions in `owners`
+    (None: it writes none): checked first (a take-over committed before), and the owner
+    rows appended, so that a take-over committed during it fails the commit. Either is
+    LakeCommitLost; any other refused commit a RuntimeError naming `what`."""
+    try:
+        with transaction(con):
+            if owners is not None:
+                if fenced := foreign_owners(con, owners):
+                    raise LakeCommitLost(fenced, "another worker took the partitions")
+                with registered(con, batch_owners=owners):
+                    con.execute(sql_text("lake/save_owners.sql"))
+            yield con
+    except duckdb.TransactionException as exc:
+        if not is_write_conflict(exc):
+            raise RuntimeError(f"the lake refused {what}: {exc}") from exc
+        fenced = foreign_owners(con, owners) if owners is not None else {}
+        raise LakeCommitLost(fenced, f"a concurrent commit conflicted: {exc}") from exc
+
+
+def take_partitions(con: duckdb.DuckDBPyConnection, topic: str, partitions: list[int], owner: str) -> dict[int, int]:
+    """Take `partitions` of `topic` for the worker `owner` (sql/lake/take_partitions.sql):
+    partition -> the epoch taken. One commit, done again while another take-over or a batch
+    commits beside it (they conflict by design); once it commits, no other worker stores
+    these partitions, so the offsets read after it are where they stand."""
+    taken = pa.table({"partition": pa.array(partitions, pa.int32())})
+
+    def take() -> dict[int, int]:
+        with transaction(con), registered(con, taken=taken):
+            execute_script(con, "lake/take_partitions.sql", {"topic": topic, "owner": owner})
+            epochs = dict(con.execute('SELECT "partition", epoch FROM taken_epochs').fetchall())
+        con.execute("DROP TABLE IF EXISTS taken_epochs")
+        return epochs
+
+    return retry_conflicts(take, attempts=100)
+
+
 def write_lake(con: duckdb.DuckDBPyConnection, batch: PreparedBatch) -> float:
     """`write_prepared` for a DuckLake (store/lake.py): the batch's rows, rollup deltas,
     the money of the GPU-hours it touched, strings, dead letters and offsets appended in
     one lake transaction (exactly once across the workers of a group). Every slice row is
     stored: Parquet files need no whole row groups, so nothing is held back.
 
+    Fenced: the transaction first checks that the worker still owns every partition the
+    batch consumed and appends its owner rows, so a take-over committed before fails the
+    check and one committed during it fails the commit; either is LakeCommitLost.
+
     A data error (duckdb.Error) is raised as it is: the consumer reads the batch again
-    message by message. A commit the lake refused after its retries (another worker won
-    every race) is no fault of the data: raised as a RuntimeError, which stops the process;
-    a restart resumes from the lake's offsets."""
+    message by message. A commit the lake refused after its retries for another reason
+    is raised as a RuntimeError, which stops the process; a restart resumes from the
+    lake's offsets."""
     started = time.perf_counter()
     tables = _batch_tables(batch)
+    # a batch with no owner (a bulk load, tests) is not fenced: ingest's always have one
+    owners = owners_table(batch.owner, batch.epochs, batch.next_offsets) if batch.next_offsets and batch.owner else None
     if "batch_gpu" in tables:
         tables["batch_slice_rows"] = batch.slice
         batch.slice = None
-    try:
-        with transaction(con), registered(con, **tables):
-            if "batch_gpu" in tables:
-                _save_instants(con, tables)
-                con.execute(sql_text("lake/apply_batch.sql"))
-                con.execute(sql_text("lake/keep_money.sql"))
-            elif batch.strings.num_rows:
-                con.execute(sql_text("lake/save_strings.sql"))
-            _store_letters_bindings_offsets(con, batch, tables, "lake")
-    except duckdb.TransactionException as exc:
-        raise RuntimeError(f"the lake refused the batch's commit: {exc}") from exc
+    with owned_transaction(con, owners, "the batch's commit"), registered(con, **tables):
+        if "batch_gpu" in tables:
+            _save_instants(con, tables)
+            con.execute(sql_text("lake/apply_batch.sql"))
+            con.execute(sql_text("lake/keep_money.sql"))
+        elif batch.strings.num_rows:
+            con.execute(sql_text("lake/save_strings.sql"))
+        _store_letters_bindings_offsets(con, batch, tables, "lake")
     return time.perf_counter() - started
 
 
@@ -446,12 +527,12 @@ def stored_positions(con: duckdb.DuckDBPyConnection, topic: str) -> dict[int, tu
 
 def reset_offset(con: duckdb.DuckDBPyConnection, topic: str, partition: int, resume: int, stored: int | None,
                  log_start: int | None, high_watermark: int | None, reason: str,
-                 script: str = "ingest/reset_offset.sql") -> None:
+                 script: str = "ingest/reset_offset.sql", owners: pa.Table | None = None) -> None:
     """Move a stored offset that does not fit the broker's log, recording why (`script`:
-    sql/lake/reset_offset.sql on a lake)."""
+    sql/lake/reset_offset.sql on a lake, where `owners` fences it: owned_transaction)."""
     params = {"topic": topic, "partition": partition, "resume": resume, "stored": stored,
               "log_start": log_start, "high_watermark": high_watermark, "reason": reason}
-    with transaction(con):
+    with owned_transaction(con, owners, "the offset's reset") if owners is not None else transaction(con):
         execute_script(con, script, params)
 
 
@@ -495,6 +576,7 @@ class BatchWriterThread:
         self._done: queue.Queue = queue.Queue()
         self._error: BaseException | None = None
         self._rejected: PreparedBatch | None = None
+        self._lost: LakeCommitLost | None = None
         self._thread = threading.Thread(target=self._run, name="duckdb-writer", daemon=True)
         self._thread.start()
 
@@ -504,8 +586,10 @@ class BatchWriterThread:
             try:
                 if batch is None:
                     return
-                if self._error is None and self._rejected is None:
+                if self._error is None and self._rejected is None and self._lost is None:
                     self._store(batch)
+            except LakeCommitLost as exc:   # what is queued behind is dropped too: see take_lost
+                self._lost = exc
             except BaseException as exc:  # noqa: BLE001 - handed to the main thread
                 self._error = exc
             finally:
@@ -533,6 +617,16 @@ class BatchWriterThread:
     def has_rejected(self) -> bool:
         return self._rejected is not None
 
+    def has_lost(self) -> bool:
+        return self._lost is not None
+
+    def take_lost(self) -> LakeCommitLost | None:
+        """Why the lake stored none of the batches since the last one stored (they are
+        dropped), once nothing is queued behind them; the writer takes batches again."""
+        self._queue.join()
+        lost, self._lost = self._lost, None
+        return lost
+
     def take_rejected(self) -> PreparedBatch | None:
         """The batch the store rejected, once nothing is queued behind it; the writer takes
         batches again afterwards."""
@@ -542,10 +636,11 @@ class BatchWriterThread:
 
     def put(self, batch: PreparedBatch) -> bool:
         """Queue `batch` once the previous one is stored (memory bound: see the class doc).
-        False, and `batch` is not queued, if the previous one was rejected: see take_rejected."""
+        False, and `batch` is not queued, if the previous one was rejected or not stored
+        for a lost ownership race: see take_rejected, take_lost."""
         self._queue.join()
         self.check()
-        if self._rejected is not None:
+        if self._rejected is not None or self._lost is not None:
             return False
         self._queue.put(batch)
         return True

@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "close": ("slicemeter.chargeback.close_cli", "close a month: later data becomes correction rows"),
     "keep": ("slicemeter.chargeback.keep_cli", "keep a month's money again from its rollups (ingest keeps what it folds)"),
     "bindings": ("slicemeter.ingest.bindings_cli", "list or move the cluster a GPU UUID or node is bound to"),
+    "lake-maintain": ("slicemeter.store.lake_maintain", "fold a DuckLake's deltas, compact it and expire its old snapshots"),
     "recommend": ("slicemeter.rightsizing.cli", "right-sizing and consolidation plan for a month"),
     "report": ("slicemeter.chargeback.report_cli", "a month's sharing dividend: GPUs, money, energy and carbon slicing saved"),
     "migrate": ("slicemeter.store.migrate_cli", "bring a store to this release's schema, or show it (--status)"),

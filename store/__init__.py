@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import importlib.resources
 import logging
+import time
 from pathlib import Path
 
 import duckdb
@@ -45,10 +46,37 @@ def transaction(con: duckdb.DuckDBPyConnection):
     con.execute("BEGIN TRANSACTION")
     try:
         yield con
-        con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
         raise
+    try:
+        con.execute("COMMIT")
+    except duckdb.Error:
+        try:
+            con.execute("ROLLBACK")
+        except duckdb.TransactionException:
+            pass   # the failed COMMIT (a lake's write conflict) ended the transaction already
+        raise
+
+
+def is_write_conflict(exc: BaseException) -> bool:
+    """A commit DuckLake refused because a concurrent one changed what this one changed
+    (docs/upstream.md, DuckLake: `Transaction conflict - ...`): the work may be done again
+    on the newer snapshot."""
+    return isinstance(exc, duckdb.TransactionException) and "conflict" in str(exc).lower()
+
+
+def retry_conflicts(work, attempts: int = 20, wait_s: float = 0.05):
+    """`work()`, a transaction of its own, again while a lake refuses its commit for a
+    concurrent one (two workers storing the catalog at once); other errors, and the last
+    conflict, are raised. A file store never conflicts: one process writes it."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return work()
+        except duckdb.TransactionException as exc:
+            if not is_write_conflict(exc) or attempt == attempts:
+                raise
+            time.sleep(wait_s * attempt)
 
 
 @contextlib.contextmanager

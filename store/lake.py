@@ -130,6 +130,13 @@ def _lake_columns() -> dict[str, list[tuple[str, str]]]:
     return tables
 
 
+# rows a table is created with, in the same commit (two workers creating one table conflict,
+# so exactly one seed is stored): the fence row every partition take-over deletes
+# (sql/lake/take_partitions.sql)
+_SEED_ROWS = {"ingest_partition_owners": [
+    f"INSERT INTO {ALIAS}.main.ingest_partition_owners VALUES ('', -1, 0, '', TIMESTAMP '1970-01-01')"]}
+
+
 def _schema_ddl(con: duckdb.DuckDBPyConnection) -> tuple[list[str], list[str]]:
     """What the lake lacks of this release's tables and columns: (DDL, what each adds)."""
     have: dict[str, set[str]] = {}
@@ -144,6 +151,9 @@ def _schema_ddl(con: duckdb.DuckDBPyConnection) -> tuple[list[str], list[str]]:
             ddl.append(f"CREATE TABLE {ALIAS}.main.{quote_ident(table)} ("
                        + ", ".join(f"{quote_ident(c)} {t}" for c, t in columns) + ")")
             adds.append(f"table {table}")
+            for seed_row in _SEED_ROWS.get(table, []):
+                ddl.append(seed_row)
+                adds.append(f"the first row of {table}")
         else:
             for c, t in columns:
                 if c not in have[table]:

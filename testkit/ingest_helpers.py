@@ -97,6 +97,27 @@ def an_hour_of(tick, cluster: str) -> list:
             for i in range(60)]
 
 
+class StoreWriter:
+    """Batches into a store of either backend as one ingest worker stores them: a file's
+    `write_batch`, or a lake's `write_lake` with hashed string ids (tests of what every
+    store must do alike: tests/conftest.py any_store)."""
+
+    def __init__(self, con):
+        from slicemeter.ingest.strings import HashedStringIds, StringIds
+        from slicemeter.store.lake import is_lake_connection
+
+        self.con, self.lake = con, is_lake_connection(con)
+        self.strings = (HashedStringIds if self.lake else StringIds)(con)
+
+    def write(self, batch) -> None:
+        from slicemeter.ingest.writer import InventoryCache, prepare, write_batch, write_lake
+
+        if self.lake:
+            write_lake(self.con, prepare(self.con, batch, self.strings, InventoryCache(self.con)))
+        else:
+            write_batch(self.con, batch, self.strings)
+
+
 def _plain(table: pa.Table) -> pa.Table:
     return pa.table({n: pc.dictionary_decode(c) if pa.types.is_dictionary(c.type) else c
                      for n, c in zip(table.column_names, table.columns)})

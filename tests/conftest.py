@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -35,3 +36,34 @@ collect_ignore = [] if LAKE_EXTENSIONS else ["lake"]
 def pytest_report_header(config):
     if not LAKE_EXTENSIONS:
         return "tests/lake: not collected here (no DuckLake extensions); make test runs them in .venv-lake"
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A PostgreSQL cluster of the session's own (Debian's binaries, a temporary folder):
+    the catalog of the tests' lakes."""
+    from slicemeter.testkit.postgres import start_cluster
+
+    cluster = start_cluster()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(params=["file", "lake"])
+def any_store(request, tmp_path) -> str:
+    """A new store of each backend, for tests of what every store must do alike: a DuckDB
+    file, and a DuckLake (its catalog a database of its own in the session's PostgreSQL,
+    its data under tmp_path). The lake is skipped where DuckDB has no lake extensions:
+    `make test` runs these tests in .venv-lake too."""
+    if request.param == "file":
+        return str(tmp_path / "store.duckdb")
+    if not LAKE_EXTENSIONS:
+        pytest.skip("no DuckLake extensions in this environment (make test runs the lake in .venv-lake)")
+    from slicemeter import store
+
+    cluster = request.getfixturevalue("postgres")
+    name = f"store_{uuid.uuid4().hex[:16]}"
+    cluster.create_database(name)
+    target = cluster.lake(name)
+    store.connect(target, lake_data=tmp_path / "lake-data").close()    # creates its tables once
+    return target

@@ -53,3 +53,9 @@ CREATE OR REPLACE TEMP VIEW kept_slice_hour AS
 SELECT k.* FROM lake.main.kept_slice_hour k
 SEMI JOIN (SELECT hour, gpu_uuid, max(snapshot_id) AS version FROM lake.main.kept_gpu_hour GROUP BY ALL) v
     ON v.hour = k.hour AND v.gpu_uuid = k.gpu_uuid AND v.version = k.snapshot_id;
+
+-- partition owners (sql/schema/101_partition_owners.sql): a partition's latest epoch's row;
+-- the fence row (topic '') is none.
+CREATE OR REPLACE TEMP VIEW ingest_partition_owner AS
+SELECT topic, "partition", epoch, owner, taken_at FROM lake.main.ingest_partition_owners WHERE topic <> ''
+QUALIFY row_number() OVER (PARTITION BY topic, "partition" ORDER BY epoch DESC, snapshot_id DESC) = 1;

@@ -1,1 +1,0 @@
-INSERT OR IGNORE INTO tenant_aliases (tenant, alias) VALUES (?, ?)

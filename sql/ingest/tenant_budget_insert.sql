@@ -1,1 +1,0 @@
-INSERT INTO tenant_budgets (tenant, monthly_budget) VALUES (?, ?)
