@@ -47,11 +47,12 @@ focus-validator: setup
 	FOCUS_VALIDATOR_VENV=$(FOCUS_VENV) $(BIN)/python tools/focus_validate.py --install >/dev/null
 
 # The suite runs on every core (pytest-xdist; `pytest -p no:xdist` runs it in one process, to
-# debug one test); each worker builds a module's fixtures for the modules it was given.
+# debug one test). --dist loadfile gives each worker whole files, so that a module's expensive
+# fixture (a Prometheus server, a generated fleet) is built once, not once per worker.
 # `make test PYTEST_ARGS="-p randomly"` runs it in a random order (pytest-randomly prints
 # the seed; PYTEST_ARGS="-p randomly --randomly-seed=N" repeats that order).
 PYTEST_ARGS ?=
-XDIST       ?= -n auto --dist loadgroup
+XDIST       ?= -n auto --dist loadfile
 test: test-suite test-lake
 
 test-suite: setup system-deps focus-validator
