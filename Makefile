@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 DEBS    := prometheus chromium postgresql
 
-.PHONY: setup lake-setup system-deps focus-validator test demo bench clean
+.PHONY: setup lake-setup system-deps focus-validator test test-suite test-lake demo bench clean
 
 setup: $(STAMP)
 
@@ -50,10 +50,21 @@ FOCUS_VENV ?= .venv-focus
 focus-validator: setup
 	FOCUS_VALIDATOR_VENV=$(FOCUS_VENV) $(BIN)/python tools/focus_validate.py --install >/dev/null
 
-test: setup lake-setup system-deps focus-validator
-	$(BIN)/pytest -q
-	$(LAKE_VENV)/bin/pytest -q tests/lake
-	$(LAKE_VENV)/bin/pytest -q tests/test_store_parity.py -k lake   # the lake side of the any_store tests
+# The suite runs on every core (pytest-xdist; `pytest -p no:xdist` runs it in one process, to
+# debug one test). --dist loadfile gives each worker whole files, so that a module's expensive
+# fixture (a Prometheus server, a generated fleet) is built once, not once per worker.
+# `make test PYTEST_ARGS="-p randomly"` runs it in a random order (pytest-randomly prints
+# the seed; PYTEST_ARGS="-p randomly --randomly-seed=N" repeats that order).
+PYTEST_ARGS ?=
+XDIST       ?= -n auto --dist loadfile
+test: test-suite test-lake
+
+test-suite: setup system-deps focus-validator
+	$(BIN)/pytest -q $(XDIST) $(PYTEST_ARGS)
+
+test-lake: lake-setup system-deps
+	$(LAKE_VENV)/bin/pytest -q $(XDIST) $(PYTEST_ARGS) tests/lake
+	$(LAKE_VENV)/bin/pytest -q $(XDIST) $(PYTEST_ARGS) tests/test_store_parity.py -k lake   # the lake side of the any_store tests
 
 # e.g. make demo DEMO_ARGS="--now 2026-12-01T09:00 --port 8600" (slicemeter demo --help)
 DEMO_ARGS ?=

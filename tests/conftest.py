@@ -22,6 +22,8 @@ def broker(tmp_path):
 
 @pytest.fixture(scope="session")
 def artifacts_dir() -> Path:
+    """test-artifacts/, kept after the run for a person to look at (screenshots). Every xdist
+    worker shares it, so each test writes names of its own there and never empties it."""
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
 

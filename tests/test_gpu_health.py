@@ -340,11 +340,11 @@ def test_the_critical_class_is_served_from_zero_and_the_alert_selects_exactly_it
 
 
 STORM = r"""
-import json, sys, time, tracemalloc, tempfile
+import json, sys, time, tracemalloc
 from pathlib import Path
 from slicemeter.testkit.static_node import StaticNode, gpu, builder
 node = StaticNode(gpus=[gpu("GPU-a"), gpu("GPU-b")])
-b = builder(node, Path(tempfile.mkdtemp()) / "hami", [])
+b = builder(node, Path(sys.argv[1]) / "hami", [])
 fake = b.nvml.nvml
 calm = []
 for _ in range(3):
@@ -364,8 +364,8 @@ print(json.dumps({"calm": min(calm), "storm": max(storm), "events": events, "pea
 """
 
 
-def test_an_xid_storm_leaves_memory_bounded_and_the_tick_on_time():
-    out = subprocess.run([sys.executable, "-c", STORM], capture_output=True, text=True, timeout=300)
+def test_an_xid_storm_leaves_memory_bounded_and_the_tick_on_time(tmp_path):
+    out = subprocess.run([sys.executable, "-c", STORM, str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     m = json.loads(out.stdout.splitlines()[-1])
     interval_s = 10.0                                          # the exporter's default Tick interval
