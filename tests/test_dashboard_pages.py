@@ -311,12 +311,14 @@ def heatmap_rows(at: AppTest):
 
 
 def test_gpus_heatmap_pages_through_a_large_fleet(tmp_path, monkeypatch):
-    """50 GPUs: the heatmap draws one page of 40 by day, the second page the other 10,
-    each with the month's per-GPU daily figures computed here."""
+    """50 GPUs: the heatmap draws one page of 40 by day, the second page the other 10, in the
+    natural order of their nodes (gpu-node-2 before gpu-node-10), each with the month's per-GPU
+    daily figures computed here."""
     db = build_fleet_db(tmp_path / "fleet5.duckdb", MONTH, days=3, copies=5)
     at = app(db, monkeypatch, "gpus")
     con = duckdb.connect(str(db), read_only=True)
-    gpus = con.execute(f"""SELECT DISTINCT node, gpu_uuid FROM gpu_hour WHERE {NOV} ORDER BY node, gpu_uuid""").fetchall()
+    gpus = sorted(con.execute(f"SELECT DISTINCT node, gpu_uuid FROM gpu_hour WHERE {NOV}").fetchall(),
+                  key=lambda r: (int(r[0].rsplit("-", 1)[1]), r[1]))
     assert len(gpus) == 50
     labels = [f"{n} · {u[4:12]}" for n, u in gpus]
     order, rows = heatmap_rows(at)

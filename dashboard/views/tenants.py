@@ -106,6 +106,13 @@ if bill is not None:
             detail[col] = detail[col].map(lambda d: fmt.money(d, cur))
         st.dataframe(detail, hide_index=True, width="stretch")
 
+# the GPUs page opens on the tenant picked here (views/gpus.py reads it from the URL)
+gpu_tenants = per_tenant["tenant"].tolist()
+g1, g2 = st.columns([1, 2])
+opened = g1.selectbox("A tenant's GPUs", gpu_tenants, key="tenant_gpus") if len(gpu_tenants) > 1 else gpu_tenants[0]
+g2.page_link("views/gpus.py", label=f"Open {opened}'s GPUs, the most paid for but unused first",
+             icon=":material/grid_view:", query_params={"tenant": opened, "sort": "waste_cost"})
+
 st.subheader("GPU-hours by tenant")
 degraded = data.query("tenant_degraded", throttled_share=data.throttled_share(), **b)
 per_tenant = per_tenant.merge(degraded, on="tenant", how="left").fillna({"degraded_gpu_hours": 0.0,
