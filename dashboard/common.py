@@ -100,6 +100,23 @@ def pct_col(label: str, help: str | None = None) -> st.column_config.NumberColum
     return st.column_config.NumberColumn(label, format="%.1f %%", help=help)
 
 
+def blank_missing(df: pd.DataFrame, *cols: str) -> pd.DataFrame:
+    """Text columns with missing values as blank cells (a device-plugin slice has no claim:
+    the table says nothing there, not "None")."""
+    return df.assign(**{c: df[c].map(fmt.cell) for c in cols if c in df.columns})
+
+
+# The bill's columns (chargeback/bill.py) as a reader names them.
+BILL_COLUMNS = {
+    "charge_class": "charge class", "charge_period": "period", "kind": "line", "namespace": "namespace",
+    "model": "GPU model", "gpu_hours_allocated": "allocated GPU-h", "gpu_hours_used": "used GPU-h",
+    "gpu_hours_billed": "billed GPU-h", "gpu_hours_idle": "idle GPU-h", "charge": "charge", "idle_share": "idle share",
+    "cost": "cost", "waste": "paid for, not used", "kwh": "energy (kWh)", "energy_cost": "energy cost",
+    "gco2e": "emissions (gCO2e)", "currency": "currency", "usage_unverified_hours": "usage unverified (h)",
+    "usage_unknown_hours": "usage unknown (h)",
+}
+
+
 def as_pct(df: pd.DataFrame, *cols: str) -> pd.DataFrame:
     """Fractions to percent numbers for display with pct_col (sorting stays numeric)."""
     return df.assign(**{c: df[c] * 100 for c in cols if c in df.columns})

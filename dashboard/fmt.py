@@ -13,7 +13,9 @@ def pct(x: float | None, digits: int = 1) -> str:
 
 def missing(x) -> bool:
     """None, NaN or pandas' NA: a value nobody measured."""
-    return x is None or x != x or str(x) in ("<NA>", "NaT")
+    if x is None or str(x) in ("<NA>", "NaT", "nan"):   # pandas' NA has no truth value
+        return True
+    return isinstance(x, float) and x != x
 
 
 def gpu_hours(x: float | None, digits: int = 1) -> str:

@@ -208,3 +208,28 @@ def build_fleet_db(path: str | Path, month: str = "2026-11", days: int | None = 
     finally:
         con.close()
     return path
+
+
+# GPUs that add_health_events marks: a critical Xid on two, throttling on a third
+XID_GPUS = (gpu_uuid("gpu-node-2", 1), gpu_uuid("gpu-node-4", 0))
+THROTTLED_GPU = gpu_uuid("gpu-node-1", 0)
+
+
+def add_health_events(path: str | Path) -> Path:
+    """Health events and unchecked usage in a built fleet's November, as ingest would roll
+    them up: Xid 79 (fallen off the bus, critical) in two hours on XID_GPUS, throttling for
+    40 minutes of an hour on THROTTLED_GPU (degraded at the default 25 %), and 30 minutes an
+    hour of rerank-0's usage NVML could not check on its first two days."""
+    con = connect(path)
+    try:
+        con.execute("""UPDATE gpu_hour SET xid_events = 1, xid_critical_count = 1, xid_critical_code = 79
+                       WHERE gpu_uuid IN (?, ?) AND hour IN (TIMESTAMP '2026-11-12 03:00', TIMESTAMP '2026-11-12 04:00')""",
+                    list(XID_GPUS))
+        con.execute("UPDATE gpu_hour SET throttled_s = 2400 WHERE gpu_uuid = ? AND hour = TIMESTAMP '2026-11-20 10:00'",
+                    [THROTTLED_GPU])
+        con.execute("""UPDATE slice_hour SET usage_unverified_s = 1800 WHERE pod = 'rerank-0'
+                       AND hour >= TIMESTAMP '2026-11-01' AND hour < TIMESTAMP '2026-11-03'""")
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
+    return Path(path)

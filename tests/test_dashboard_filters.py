@@ -1,6 +1,6 @@
 """The GPUs page's filters, search and order, the Problems page, and the choice carried in
 the URL: every list the pages show equals SQL written here against the raw tables of a
-real DuckDB file (testkit/fleet_fixture.py with health events and unchecked usage added)."""
+real DuckDB file (testkit/fleet_fixture.py with add_health_events)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,34 +11,16 @@ import pytest
 from slicemeter.chargeback.prices import load_prices_or_default
 from slicemeter.dashboard import filters, fmt, money
 from slicemeter.testkit.dashboard_app import run_app
-from slicemeter.testkit.fleet_fixture import build_fleet_db, gpu_uuid
+from slicemeter.testkit.fleet_fixture import THROTTLED_GPU, XID_GPUS, add_health_events, build_fleet_db, gpu_uuid
 
 MONTH = "2026-11"
 NOV = "hour >= TIMESTAMP '2026-11-01' AND hour < TIMESTAMP '2026-12-01'"
-XID_GPUS = [gpu_uuid("gpu-node-2", 1), gpu_uuid("gpu-node-4", 0)]
-THROTTLED_GPU = gpu_uuid("gpu-node-1", 0)
-
-
-def add_health(db: Path) -> None:
-    """Critical Xids (79: fallen off the bus) on two GPUs, throttling on a third, and a
-    slice whose usage NVML could not check."""
-    con = duckdb.connect(str(db))
-    con.execute(f"""UPDATE gpu_hour SET xid_events = 1, xid_critical_count = 1, xid_critical_code = 79
-                    WHERE gpu_uuid IN (?, ?) AND hour IN (TIMESTAMP '2026-11-12 03:00', TIMESTAMP '2026-11-12 04:00')""",
-                XID_GPUS)
-    con.execute("UPDATE gpu_hour SET throttled_s = 2400 WHERE gpu_uuid = ? AND hour = TIMESTAMP '2026-11-20 10:00'",
-                [THROTTLED_GPU])
-    con.execute(f"UPDATE slice_hour SET usage_unverified_s = 1800 WHERE pod = 'rerank-0' AND {NOV} "
-                "AND hour < TIMESTAMP '2026-11-03'")
-    con.execute("CHECKPOINT")
-    con.close()
 
 
 @pytest.fixture(scope="module")
 def fleet_db(tmp_path_factory) -> Path:
     db = build_fleet_db(tmp_path_factory.mktemp("filters") / "fleet.duckdb", MONTH)
-    add_health(db)
-    return db
+    return add_health_events(db)
 
 
 @pytest.fixture
@@ -46,10 +28,6 @@ def raw(fleet_db):
     con = duckdb.connect(str(fleet_db), read_only=True)
     yield con
     con.close()
-
-
-def natural(node: str, uuid: str) -> tuple:
-    return int(node.rsplit("-", 1)[1]), uuid
 
 
 def gpu_table(at):

@@ -334,3 +334,25 @@ def test_gpus_heatmap_pages_through_a_large_fleet(tmp_path, monkeypatch):
     got = rows[rows["gpu"] == labels[45]].sort_values("bucket")
     assert len(got) == len(want) == 3
     assert got["utilization"].tolist() == pytest.approx([u for _, u in want])
+
+
+def test_every_table_names_its_columns_and_writes_numbers_one_way(fleet_db, monkeypatch):
+    """No table shows a raw column name (snake_case) or a number format without thousands
+    separators (common.number_col), on any page."""
+    import json
+
+    at = app(fleet_db, monkeypatch)
+    seen = 0
+    for page in sorted(p.stem for p in (Path(APP).parent / "views").glob("*.py")):
+        at.switch_page(f"views/{page}.py").run()
+        assert not at.exception, (page, at.exception)
+        for table in at.dataframe:
+            config = json.loads(table.proto.columns or "{}")
+            for column in table.value.columns:
+                c = config.get(f"col:name:{column}") or config.get(column) or {}
+                assert "_" not in column or c.get("label"), (page, column)
+                number = (c.get("type_config") or {}).get("format") or ""
+                percent = number.endswith(" %%")   # a share: never near a thousand
+                assert "%" not in number or percent or "%," in number, (page, column, number)
+                seen += 1
+    assert seen > 50

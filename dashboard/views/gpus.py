@@ -125,8 +125,7 @@ if not own_events.empty:
                  column_config={"hour": st.column_config.DatetimeColumn("hour", format="YYYY-MM-DD HH:00"),
                                 "what": "what happened", "tenants": "tenants on it"})
 slices = data.query("gpu_slices", gpu=row.gpu_uuid, **b)
-slices["claim"] = slices["claim"].map(fmt.cell)   # a device-plugin slice has none: blank, not "None"
-st.dataframe(common.as_pct(slices, "alloc_cores", "used_of_allocated", "sm_util_max"), hide_index=True, width="stretch",
+st.dataframe(common.as_pct(common.blank_missing(slices, "claim"), "alloc_cores", "used_of_allocated", "sm_util_max"), hide_index=True, width="stretch",
              column_config={"driver": st.column_config.TextColumn("granted by", help="the DRA driver of the slice's "
                                                                   "ResourceClaim, or HAMi's device plugin"),
                             "claim": st.column_config.TextColumn("claim", help="the ResourceClaim (DRA only)"),

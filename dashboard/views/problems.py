@@ -26,21 +26,20 @@ if tenant:
     st.caption(f"Tenant {tenant} (picked on the GPUs page).")
 if rows.empty:
     st.success(f"Nothing needs a person in {common.month()}.")
-    st.stop()
-
-counts = rows["kind"].value_counts()
-for col, (kind, label) in zip(st.columns(len(KINDS)), KINDS.items()):
-    col.metric(label, f"{int(counts.get(kind, 0)):,}")
-shown = st.multiselect("Show", list(KINDS), default=list(KINDS), format_func=KINDS.get, key="problem_kinds")
-rows = rows[rows["kind"].isin(shown)]
-# a relative link: the GPUs page of this same app, wherever it is served from
-rows["slices"] = ["gpus?" + urlencode({"gpu": g}) for g in rows["gpu_uuid"]]
-rows["kind"] = rows["kind"].map(KINDS)
-rows["slice"] = rows["slice"].fillna("")
-st.dataframe(rows.drop(columns=["gpu_uuid", "node"]), hide_index=True, width="stretch", key="problems",
-             column_config={"kind": "what needs a person", "gpu": "GPU", "slice": "slice (namespace/pod/container)",
-                            "what": "detail", "hours": common.hours_col("hours"),
-                            "slices": st.column_config.LinkColumn("its slices", display_text="open on GPUs")})
+else:
+    counts = rows["kind"].value_counts()
+    for col, (kind, label) in zip(st.columns(len(KINDS)), KINDS.items()):
+        col.metric(label, f"{int(counts.get(kind, 0)):,}")
+    shown = st.multiselect("Show", list(KINDS), default=list(KINDS), format_func=KINDS.get, key="problem_kinds")
+    rows = rows[rows["kind"].isin(shown)]
+    # a relative link: the GPUs page of this same app, wherever it is served from
+    rows["slices"] = ["gpus?" + urlencode({"gpu": g}) for g in rows["gpu_uuid"]]
+    rows["kind"] = rows["kind"].map(KINDS)
+    rows["slice"] = rows["slice"].fillna("")
+    st.dataframe(rows.drop(columns=["gpu_uuid", "node"]), hide_index=True, width="stretch", key="problems",
+                 column_config={"kind": "what needs a person", "gpu": "GPU", "slice": "slice (namespace/pod/container)",
+                                "what": "detail", "hours": common.hours_col("hours"),
+                                "slices": st.column_config.LinkColumn("its slices", display_text="open on GPUs")})
 st.caption(f"Allocated but idle: allocated at least {IDLE_ALLOC_MIN:.0%} of the month with SM kernels busy under "
            f"{IDLE_UTIL_MAX:.0%}; hours are the allocation kernels did not use. Near its memory limit: peak memory "
            f"at {MEMORY_LIMIT_SHARE:.0%} of the slice's limit or more; hours are its hours present.")

@@ -103,8 +103,8 @@ if bill is not None:
     with st.expander("Chargeback detail (tenant × namespace × GPU model)"):
         detail = bill.drop(columns=[c for c in bill.columns if c.endswith("_raw")])
         for col in money.money_columns(detail):
-            detail[col] = detail[col].map(lambda d: fmt.money(d, cur))
-        st.dataframe(detail, hide_index=True, width="stretch")
+            detail[col] = detail[col].map(lambda d: "" if fmt.missing(d) else fmt.money(d, cur))
+        st.dataframe(detail, hide_index=True, width="stretch", column_config=common.BILL_COLUMNS)
 
 # the GPUs page opens on the tenant picked here (views/gpus.py reads it from the URL)
 gpu_tenants = per_tenant["tenant"].tolist()
@@ -150,8 +150,7 @@ usage["used_of_allocated"] = usage["used_gpu_h"] / usage["allocated_gpu_h"].wher
 st.dataframe(common.as_pct(usage.drop(columns=["display_name"]), "used_of_allocated"), hide_index=True, width="stretch",
              column_config={"allocated_gpu_h": common.gpu_h_col("allocated"), "used_gpu_h": common.gpu_h_col("used"),
                             "used_of_allocated": common.pct_col("used / allocated"),
-                            "unverified_h": st.column_config.NumberColumn(
-                                "usage unverified (h)", format="%.1f",
-                                help="Slice-hours whose usage could not be checked against NVML")})
+                            "unverified_h": common.hours_col(
+                                "usage unverified", help="Slice-hours whose usage could not be checked against NVML")})
 
 catalog.panel(b)
