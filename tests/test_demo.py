@@ -43,6 +43,7 @@ def test_plan_uses_the_brief_clis():
     # ingest serves the right-sizing figures on the port after the two exporters'
     assert sub["ingest"][sub["ingest"].index("--metrics-port") + 1] == "9402"
     assert sub["ingest"][sub["ingest"].index("--recommend-interval") + 1] == "300"
+    assert sub["ingest"][sub["ingest"].index("--bill-interval") + 1] == "60"   # the live bill and budgets
     # a rolling window ending now (on a Tick boundary), not at midnight
     assert sub["backfill"] == ["backfill", "--scenario", str(demo.DEFAULT_SCENARIO), "--start", "2026-10-30T15:30:00",
                                "--days", "30", "--kafka", "127.0.0.1:9092", "--interval", "10"]
