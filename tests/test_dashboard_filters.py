@@ -185,3 +185,13 @@ def test_problem_links_open_the_gpus_slices(fleet_db, raw, monkeypatch):
     at = gpus_page(fleet_db, monkeypatch, gpu=gpu_uuid("gpu-node-3", 1))
     slices = next(d.value for d in at.dataframe if "pod" in d.value.columns)
     assert slices["pod"].tolist() == ["reserved-gpu"]
+
+
+def test_problems_of_one_tenant_and_the_choice_kept_for_gpus(fleet_db, raw, monkeypatch):
+    at = run_app(fleet_db, monkeypatch, "problems")
+    at.selectbox(key="problems_tenant").set_value("initech").run()
+    rows = next(d.value for d in at.dataframe if "slices" in d.value.columns)
+    assert set(rows["tenant"]) == {"initech"}
+    assert set(rows["kind"]) == {"unmetered gap", "near its memory limit"}
+    at.switch_page("views/gpus.py").run()                  # the tenant travels to the GPUs page
+    assert at.selectbox(key="gpuf_tenant").value == "initech"

@@ -241,7 +241,9 @@ def xid_hours_on_the_gpus_page(snapshot: Path, month: str) -> list[tuple]:
     con = connect(snapshot, read_only=True)
     try:
         rows = con.execute(sql_text("dashboard/gpu_events.sql"),
-                           {"start": start, "end": end, "throttled_share": float(DEFAULT_THROTTLED_SHARE)}).fetchall()
+                           {"start": start, "end": end, "throttled_share": float(DEFAULT_THROTTLED_SHARE),
+                            "gpus": [r[0] for r in con.execute("SELECT DISTINCT gpu_uuid FROM gpu_hour").fetchall()]}
+                           ).fetchall()
     finally:
         con.close()
     return [(str(hour), node, what, tenants) for hour, _, node, what, _, tenants in rows if "Xid" in what]

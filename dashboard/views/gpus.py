@@ -95,8 +95,7 @@ st.dataframe(
                                                    "metered hour and the latest"),
                    "max_slices": common.number_col("max slices", digits=0)})
 
-events = data.query("gpu_events", throttled_share=data.throttled_share(), **b)
-events = events[events["gpu_uuid"].isin(gpus["gpu_uuid"])]
+events = data.query("gpu_events", throttled_share=data.throttled_share(), gpus=gpus["gpu_uuid"].tolist(), **b)
 if not events.empty:
     st.subheader("Health events")
     st.caption("Hours with an Xid, an uncorrectable ECC error, throttling or the GPU lost, and the tenants "

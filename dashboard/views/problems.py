@@ -19,11 +19,19 @@ IDLE_ALLOC_MIN, IDLE_UTIL_MAX, MEMORY_LIMIT_SHARE = 0.5, 0.05, 0.9
 common.header("Problems", "What needs a person: degraded GPUs, gaps in metering, usage nobody could check, "
               "GPUs allocated but idle, slices near their memory limit")
 b = common.bounds()
-tenant = (st.session_state.get(filters.SESSION_KEY) or {}).get("tenant")
+# the tenant picked on GPUs or Tenants, if any, and changeable here
+tenants = filters.choices(data.query("gpu_filter_options", **b))["tenant"]
+kept = (st.session_state.get(filters.SESSION_KEY) or {}).get("tenant")
+if len(tenants) > 1:
+    if "problems_tenant" not in st.session_state:   # arriving: the kept choice; then the widget's own
+        st.session_state["problems_tenant"] = kept if kept in tenants else None
+    tenant = st.selectbox("Tenant", [None, *tenants], key="problems_tenant", format_func=lambda v: "all" if v is None else v)
+    if tenant != kept:
+        filters.remember(tenant=tenant)
+else:
+    tenant = None
 rows = data.query("problems", throttled_share=data.throttled_share(), tenant=tenant, idle_alloc_min=IDLE_ALLOC_MIN,
                   idle_util_max=IDLE_UTIL_MAX, memory_limit_share=MEMORY_LIMIT_SHARE, **b)
-if tenant:
-    st.caption(f"Tenant {tenant} (picked on the GPUs page).")
 if rows.empty:
     st.success(f"Nothing needs a person in {common.month()}.")
 else:
