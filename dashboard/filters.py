@@ -115,10 +115,11 @@ def widgets(options: pd.DataFrame, container=None) -> dict[str, str | None]:
     for col, f in zip(row1, LISTED):
         if f == "tenant" and len(offered[f]) <= 1:   # a tenant's own dashboard: nothing to choose
             continue
-        col.selectbox(labels[f], [None, *offered[f]], key=WIDGET_PREFIX + f,
+        # None (no filter) reads as the placeholder: a selectbox shows None as no choice
+        col.selectbox(labels[f], [None, *offered[f]], key=WIDGET_PREFIX + f, placeholder="all",
                       format_func=lambda v: "all" if v is None else v)
     row2 = box.columns([1, 2, 1])
-    row2[0].selectbox("Health", [None, *HEALTH], key=WIDGET_PREFIX + "health",
+    row2[0].selectbox("Health", [None, *HEALTH], key=WIDGET_PREFIX + "health", placeholder="any",
                       format_func=lambda v: "any" if v is None else HEALTH[v])
     row2[1].text_input("Search", key=WIDGET_PREFIX + "q", max_chars=MAX_SEARCH,
                        placeholder="GPU UUID, node, pod, namespace or claim")

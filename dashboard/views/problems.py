@@ -25,7 +25,8 @@ kept = (st.session_state.get(filters.SESSION_KEY) or {}).get("tenant")
 if len(tenants) > 1:
     if "problems_tenant" not in st.session_state:   # arriving: the kept choice; then the widget's own
         st.session_state["problems_tenant"] = kept if kept in tenants else None
-    tenant = st.selectbox("Tenant", [None, *tenants], key="problems_tenant", format_func=lambda v: "all" if v is None else v)
+    tenant = st.selectbox("Tenant", [None, *tenants], key="problems_tenant", placeholder="all",
+                          format_func=lambda v: "all" if v is None else v)
     if tenant != kept:
         filters.remember(tenant=tenant)
 else:
@@ -44,7 +45,8 @@ else:
     rows["slices"] = ["gpus?" + urlencode({"gpu": g}) for g in rows["gpu_uuid"]]
     rows["kind"] = rows["kind"].map(KINDS)
     rows["slice"] = rows["slice"].fillna("")
-    st.dataframe(rows.drop(columns=["gpu_uuid", "node"]), hide_index=True, width="stretch", key="problems",
+    rows = rows[["kind", "tenant", "gpu", "slices", "slice", "what", "hours"]]   # the link beside its GPU
+    st.dataframe(rows, hide_index=True, width="stretch", key="problems",
                  column_config={"kind": "what needs a person", "gpu": "GPU", "slice": "slice (namespace/pod/container)",
                                 "what": "detail", "hours": common.hours_col("hours"),
                                 "slices": st.column_config.LinkColumn("its slices", display_text="open on GPUs")})

@@ -69,7 +69,7 @@ if bill is not None:
     forecasts = live_bill.month_forecasts(bill, month, now, before)
     budgets = {t: Decimal(b) for t, b in data.query("tenant_budgets").itertuples(index=False)}
     totals["forecast_text"] = totals["tenant"].map(lambda t: fmt.money(forecasts[t][1] if t in forecasts else None, cur))
-    totals["budget_text"] = totals["tenant"].map(lambda t: fmt.money(budgets.get(t), cur))
+    totals["budget_text"] = totals["tenant"].map(lambda t: fmt.money(budgets[t], cur) if t in budgets else "")
     spent = [t for t, b in budgets.items() if t in forecasts and forecasts[t][0].total > b]
     heading = [t for t, b in budgets.items() if t in forecasts and forecasts[t][1] > b and t not in spent]
     if spent:

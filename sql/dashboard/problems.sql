@@ -5,7 +5,7 @@
 --   unmetered:    hours with no metering between the GPU's first metered hour and the
 --                 scope's latest one (gaps, never zero use);
 --   unverified / unknown: a slice's hours whose usage NVML could not check, or that no
---                 reader measured (billed by allocation);
+--                 reader measured (billed by allocation), six minutes or more;
 --   idle:         a GPU allocated at least $idle_alloc_min of its time whose SM kernels ran
 --                 under $idle_util_max of it: hours = allocation kernels did not use;
 --   memory:       a slice whose peak memory reached $memory_limit_share of its limit: hours
@@ -48,11 +48,11 @@ WITH days AS (
     UNION ALL
     SELECT 3, 'unverified', tenant, gpu_uuid, node, concat_ws('/', namespace, pod, container),
            'usage NVML could not check', unverified_h
-    FROM slices WHERE unverified_h > 0
+    FROM slices WHERE unverified_h >= 0.1   -- six minutes or more: less is a sample's noise, not a person's job
     UNION ALL
     SELECT 4, 'unknown', tenant, gpu_uuid, node, concat_ws('/', namespace, pod, container),
            'usage no reader measured (billed by allocation)', unknown_h
-    FROM slices WHERE unknown_h > 0
+    FROM slices WHERE unknown_h >= 0.1
     UNION ALL
     SELECT 5, 'idle', tenant, gpu_uuid, node, NULL,
            'allocated ' || round(allocation * 100, 1) || ' %, SM busy ' || round(utilization * 100, 1) || ' %',
