@@ -116,8 +116,9 @@ st.subheader("By tenant")
 by_tenant = data.query("fleet_by_tenant", **b)
 link_cols = st.columns(min(len(by_tenant), 4) or 1)
 for i, tenant in enumerate(by_tenant["tenant"]):
-    link_cols[i % len(link_cols)].page_link("views/gpus.py", label=f"{tenant}: most wasteful GPUs", icon=":material/grid_view:",
-                  query_params={"tenant": tenant, "sort": "waste_cost"})
+    link_cols[i % len(link_cols)].page_link("views/gpus.py", label=f"{tenant}: most wasteful GPUs",
+                                            icon=":material/grid_view:",
+                                            query_params={"tenant": tenant, "sort": "waste_cost"})
 # st.table (HTML, not canvas): small, and readable by screen readers and browser tests
 st.table(by_tenant.assign(
     capacity_gpu_h=by_tenant["capacity_gpu_h"].map(lambda v: fmt.gpu_hours(v, 0)),
