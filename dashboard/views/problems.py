@@ -52,4 +52,4 @@ else:
                                 "slices": st.column_config.LinkColumn("its slices", display_text="open on GPUs")})
 st.caption(f"Allocated but idle: allocated at least {IDLE_ALLOC_MIN:.0%} of the month with SM kernels busy under "
            f"{IDLE_UTIL_MAX:.0%}; hours are the allocation kernels did not use. Near its memory limit: peak memory "
-           f"at {MEMORY_LIMIT_SHARE:.0%} of the slice's limit or more; hours are its hours present.")
+           f"at {MEMORY_LIMIT_SHARE:.0%} of the slice's limit or more; hours are the hours it was.")

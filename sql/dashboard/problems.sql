@@ -8,8 +8,8 @@
 --                 reader measured (billed by allocation), six minutes or more;
 --   idle:         a GPU allocated at least $idle_alloc_min of its time whose SM kernels ran
 --                 under $idle_util_max of it: hours = allocation kernels did not use;
---   memory:       a slice whose peak memory reached $memory_limit_share of its limit: hours
---                 = its hours present.
+--   memory:       a slice whose peak memory reached $memory_limit_share of its limit in
+--                 force: hours = the hours it did.
 -- $tenant narrows to one tenant (NULL: every tenant the scope holds).
 WITH days AS (
     SELECT * FROM gpu_days_tenant($start, $end)
@@ -23,13 +23,19 @@ WITH days AS (
            min(day + to_hours(round(log2(hour_mask & -hour_mask))::BIGINT)) FILTER (WHERE hour_mask > 0) AS first_hour
     FROM days
     GROUP BY gpu_uuid, node
-), slices AS (
-    SELECT tenant, gpu_uuid, node, namespace, pod, container, count(*) AS hours,
+), slices AS (   -- only the slice-hours with something to say are grouped: the month's scan stays one pass
+    SELECT tenant, gpu_uuid, node, namespace, pod, container,
            sum(coalesce(usage_unverified_s, 0)) / 3600 AS unverified_h,
            sum(coalesce(usage_unknown_s, 0)) / 3600 AS unknown_h,
-           max(memory_used_max_bytes) / nullif(arg_max(alloc_memory_bytes, hour), 0) AS memory_peak_share
-    FROM slice_hour_tenant
-    WHERE hour >= $start AND hour < $end
+           count(*) FILTER (WHERE near) AS near_h,
+           max(memory_used_max_bytes / alloc_memory_bytes) FILTER (WHERE near) AS memory_peak_share
+    FROM (
+        SELECT *, coalesce(alloc_memory_bytes > 0
+                           AND memory_used_max_bytes >= $memory_limit_share * alloc_memory_bytes, false) AS near
+        FROM slice_hour_tenant
+        WHERE hour >= $start AND hour < $end
+    )
+    WHERE coalesce(usage_unverified_s, 0) > 0 OR coalesce(usage_unknown_s, 0) > 0 OR near
     GROUP BY tenant, gpu_uuid, node, namespace, pod, pod_uid, container
 ), rows AS (
     SELECT 1 AS rank, 'degraded' AS kind, g.tenant, e.gpu_uuid, e.node, NULL AS slice,
@@ -60,8 +66,8 @@ WITH days AS (
     FROM gpus WHERE allocation >= $idle_alloc_min AND utilization < $idle_util_max
     UNION ALL
     SELECT 6, 'memory', tenant, gpu_uuid, node, concat_ws('/', namespace, pod, container),
-           'peak memory ' || round(memory_peak_share * 100, 1) || ' % of its limit', hours::DOUBLE
-    FROM slices WHERE memory_peak_share >= $memory_limit_share
+           'peak memory ' || round(memory_peak_share * 100, 1) || ' % of its limit', near_h::DOUBLE
+    FROM slices WHERE near_h > 0
 )
 SELECT kind, tenant, node || ' · ' || substr(gpu_uuid, 5, 8) AS gpu, gpu_uuid, node, slice, what, hours
 FROM rows
