@@ -27,7 +27,11 @@ The named reads of each cold run (data.query by SQL file, the fleet's bill, the 
 dividend, the right-sizing plan, the price catalog) are timed where the pages call them,
 so the table says where a slow page's cold time goes.
 
-    python bench/bench_pages_after_refresh.py [--gpus 1000,8000] [--repeat 3] [--pages tenants,gpus]
+Besides the pages as they open, the filtered runs a user makes from Fleet's links
+(dashboard/filters.py, the choice in the URL): one tenant's GPUs ordered by money paid for
+but unused (gpus-tenant-waste), every GPU with a critical Xid (gpus-xid), and the Problems page.
+
+    python bench/bench_pages_after_refresh.py [--gpus 1000,8000] [--repeat 3] [--pages tenants,gpus,gpus-xid]
 
 Needs about 3 x the month's file of free disk beside the cache (live store, two data files).
 """
@@ -59,8 +63,13 @@ from slicemeter.ingest.headlines import HeadlineRefresher  # noqa: E402
 from slicemeter.ingest.metrics import IngestMetrics  # noqa: E402
 from slicemeter.chargeback.bill import parse_month  # noqa: E402
 from slicemeter.chargeback.kept import forget_kept, kept_current  # noqa: E402
-from slicemeter.dashboard import data, right_sizing  # noqa: E402
+from slicemeter.dashboard import data, filters, right_sizing  # noqa: E402
 from slicemeter.store.reader_file import ReaderFile  # noqa: E402
+
+# filtered runs: (page script, URL query parameters); a None tenant is the store's first
+FILTERED = {"gpus-tenant-waste": ("gpus", {"tenant": None, "sort": "waste_cost"}),
+            "gpus-xid": ("gpus", {"health": "xid"}),
+            "problems": ("problems", {})}
 
 # where the pages' reads go: module attributes the page scripts call through
 TIMED = [(data, "query"), (data, "chargeback"), (data, "dividend"), (data, "exports"),
@@ -126,8 +135,16 @@ def where(reads: tuple[dict[str, float], dict[str, int]], total: float, top: int
                               f"rest {max(0.0, total - sum(seconds.values())):.2f}"])
 
 
-def run_page(at: AppTest, page: str, repeat: int, reads: Reads) -> tuple[float, float, float, float, dict]:
-    """(cold s, cold CPU s, warm s, warm CPU s, the cold run's named reads)."""
+def run_page(at: AppTest, page: str, repeat: int, reads: Reads,
+             params: dict | None = None) -> tuple[float, float, float, float, dict]:
+    """(cold s, cold CPU s, warm s, warm CPU s, the cold run's named reads), with the GPU
+    filters a link's URL query parameters `params` set (none: as the menu opens the page).
+    The filters' widgets are set as the URL would set them (their state, once there, is
+    what the page reads), so an earlier run's choice does not carry over."""
+    params = params or {}
+    for field in filters.FIELDS:
+        at.session_state[filters.WIDGET_PREFIX + field] = params.get(field, {"q": "", "sort": filters.DEFAULT_SORT}.get(field))
+    at.session_state[filters.SESSION_KEY] = {}
     at.switch_page(f"views/{page}.py")
     reads.take()
     cold, cold_cpu = timed_cpu(at)
@@ -174,10 +191,12 @@ def fleet(gpus: int, opts, ref_s: float, reads: Reads) -> None:
             print(f"{'page':<18}{'bill':>8}{'refresh s':>10}{'replan s':>9}{'cold s':>8}{'cold cpu':>9}{'warm s':>8}"
                   f"{'warm cpu':>9}{'cold/pass':>10}{'warm/empty':>11}{'load':>6}   cold run's reads (s)")
 
-            def row(label: str, bill: str, page: str) -> None:
+            first_tenant = con.execute("SELECT min(tenant) FROM tenants").fetchone()[0]
+
+            def row(label: str, bill: str, page: str, params: dict | None = None) -> None:
                 refresh_s = reader.pin_s + reader.copy_s
                 replan_s = replan()
-                cold, cold_cpu, warm, warm_cpu, cold_reads = run_page(at, page, opts.repeat, reads)
+                cold, cold_cpu, warm, warm_cpu, cold_reads = run_page(at, page, opts.repeat, reads, params)
                 print(f"{label:<18}{bill:>8}{refresh_s:>10.2f}{replan_s:>9.2f}{cold:>8.2f}{cold_cpu:>9.2f}"
                       f"{warm:>8.3f}{warm_cpu:>9.3f}{cold / scan_s:>10.0f}{warm / ref_s:>11.0f}{os.getloadavg()[0]:>6.1f}   "
                       f"{where(cold_reads, cold)}", flush=True)
@@ -186,7 +205,11 @@ def fleet(gpus: int, opts, ref_s: float, reads: Reads) -> None:
                 one_interval(con, last)
                 reader.refresh()
                 assert reader.incremental
-                row(page, "kept" if page in ("tenants", "waste") else "", page)
+                if page in FILTERED:
+                    script, params = FILTERED[page]
+                    row(page, "", script, {k: v or first_tenant for k, v in params.items()})
+                else:
+                    row(page, "kept" if page in ("tenants", "waste") else "", page)
             if "tenants" in opts.pages:
                 with store.connect(reader.dest, read_only=True) as rcon:
                     assert kept_current(rcon, m_start, m_end), "the kept rows above were not current"
@@ -205,7 +228,8 @@ def main() -> int:
     ap.add_argument("--gpus", default="1000", help="generated fleet sizes in GPUs, e.g. 1000,8000")
     ap.add_argument("--repeat", type=int, default=3, help="warm reruns and reference passes (median)")
     ap.add_argument("--fresh", action="store_true", help="regenerate the cached generated months")
-    ap.add_argument("--pages", default=",".join(PAGES), help="pages to measure (default: all)")
+    ap.add_argument("--pages", default=",".join([*PAGES, *FILTERED]),
+                    help=f"pages to measure (default: all, and the filtered runs {', '.join(FILTERED)})")
     opts = ap.parse_args()
     opts.pages = opts.pages.split(",")
     reads = Reads()

@@ -12,6 +12,7 @@ st.set_page_config(page_title="slicemeter", page_icon=":material/memory:", layou
 PAGES = [
     st.Page("views/fleet.py", title="Fleet", icon=":material/dns:", default=True),
     st.Page("views/tenants.py", title="Tenants", icon=":material/groups:"),
+    st.Page("views/problems.py", title="Problems", icon=":material/report:"),
     st.Page("views/gpus.py", title="GPUs", icon=":material/grid_view:"),
     st.Page("views/waste.py", title="Waste", icon=":material/delete_sweep:"),
     st.Page("views/exports.py", title="Exports", icon=":material/download:"),

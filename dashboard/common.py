@@ -82,15 +82,46 @@ def no_rows(df: pd.DataFrame, what: str) -> bool:
     return False
 
 
+# The tables' one number format (fmt.number's): thousands separators, the unit after a space.
+def number_col(label: str, unit: str = "", digits: int = 1, help: str | None = None) -> st.column_config.NumberColumn:
+    return st.column_config.NumberColumn(label, format=f"%,.{digits}f" + (f" {unit}" if unit else ""), help=help)
+
+
 def gpu_h_col(label: str, help: str | None = None) -> st.column_config.NumberColumn:
-    return st.column_config.NumberColumn(label, format="%.1f GPU-h", help=help)
+    return number_col(label, "GPU-h", help=help)
+
+
+def hours_col(label: str, help: str | None = None) -> st.column_config.NumberColumn:
+    return number_col(label, "h", help=help)
+
+
+def gib_col(label: str, help: str | None = None) -> st.column_config.NumberColumn:
+    return number_col(label, "GiB", help=help)
 
 
 def pct_col(label: str, help: str | None = None) -> st.column_config.NumberColumn:
-    # values are fractions: Vega-style d3 format, so 0.1001 reads "10.0%" like the metrics
-    return st.column_config.NumberColumn(label, format="%.1f%%", help=help)
+    # values are percent numbers (as_pct), written as fmt.pct writes a fraction: "10.0 %"
+    return st.column_config.NumberColumn(label, format="%.1f %%", help=help)
+
+
+def blank_missing(df: pd.DataFrame, *cols: str) -> pd.DataFrame:
+    """Text columns with missing values as blank cells (a device-plugin slice has no claim:
+    the table says nothing there, not "None")."""
+    return df.assign(**{c: df[c].map(fmt.cell) for c in cols if c in df.columns})
+
+
+# The bill's columns (chargeback/bill.py) as a reader names them.
+BILL_COLUMNS = {
+    "charge_class": "charge class", "charge_period": "period", "kind": "line", "namespace": "namespace",
+    "model": "GPU model", "gpu_hours_allocated": "allocated GPU-h", "gpu_hours_used": "used GPU-h",
+    "gpu_hours_billed": "billed GPU-h", "gpu_hours_idle": "idle GPU-h", "charge": "charge", "idle_share": "idle share",
+    "cost": "cost", "waste": "paid for, not used", "kwh": "energy (kWh)", "energy_cost": "energy cost",
+    "gco2e": "emissions (gCO2e)", "currency": "currency", "usage_unverified_hours": "usage unverified (h)",
+    "usage_unknown_hours": "usage unknown (h)",
+}
 
 
 def as_pct(df: pd.DataFrame, *cols: str) -> pd.DataFrame:
     """Fractions to percent numbers for display with pct_col (sorting stays numeric)."""
     return df.assign(**{c: df[c] * 100 for c in cols if c in df.columns})
+

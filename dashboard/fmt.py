@@ -11,8 +11,29 @@ def pct(x: float | None, digits: int = 1) -> str:
     return "–" if x is None or x != x else f"{x * 100:.{digits}f} %"
 
 
+def missing(x) -> bool:
+    """None, NaN or pandas' NA: a value nobody measured."""
+    if x is None or str(x) in ("<NA>", "NaT", "nan"):   # pandas' NA has no truth value
+        return True
+    return isinstance(x, float) and x != x
+
+
 def gpu_hours(x: float | None, digits: int = 1) -> str:
-    return "–" if x is None or x != x else f"{x:,.{digits}f} GPU-h"
+    return "–" if missing(x) else f"{x:,.{digits}f} GPU-h"
+
+
+def number(x: float | int | None, digits: int = 1, unit: str = "") -> str:
+    """The one number format of the tables: thousands separators, a fixed number of digits,
+    the unit after a space; a blank cell for a value nobody measured."""
+    if missing(x):
+        return ""
+    body = f"{x:,.{digits}f}"
+    return f"{body} {unit}" if unit else body
+
+
+def cell(x) -> str:
+    """A text cell: blank for a missing value (never "None")."""
+    return "" if missing(x) else str(x)
 
 
 def money(amount: Decimal | int | str | None, currency: str = "USD") -> str:

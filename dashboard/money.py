@@ -5,6 +5,7 @@ from decimal import Decimal
 
 import pandas as pd
 
+from slicemeter.common import ConfigError
 from slicemeter.chargeback.money import MONEY_COLUMNS, RAW_PER_CENT, SHARE_SCALE, price_to_micro, round_half_up_div
 
 
@@ -45,4 +46,24 @@ def unverified_usage(bill: pd.DataFrame) -> dict[str, Decimal]:
     for tenant, h in zip(bill["tenant"], bill["usage_unverified_hours"]):
         if h:
             out[tenant] = out.get(tenant, Decimal(0)) + h
+    return out
+
+
+def price_lists(catalog, places) -> dict[str, list[str]]:
+    """The catalog's GPU-hour price of each (model, node, cluster) in `places`, as the
+    parallel lists sql/dashboard/gpu_table.sql binds ($price_model, $price_node,
+    $price_cluster, $price_per_h; prices as exact decimal text). A place the catalog does not
+    price is left out: its cost reads blank, not zero."""
+    out: dict[str, list[str]] = {"price_model": [], "price_node": [], "price_cluster": [], "price_per_h": []}
+    if catalog is None:
+        return out
+    for model, node, cluster in dict.fromkeys(places):
+        try:
+            price = catalog.price(model, node, cluster)
+        except ConfigError:
+            continue
+        out["price_model"].append(model)
+        out["price_node"].append(node)
+        out["price_cluster"].append(cluster)
+        out["price_per_h"].append(str(price))
     return out

@@ -166,7 +166,7 @@ def render(con, month: str) -> None:
     st.dataframe(g.rename(columns={
         "tenant": "Tenant", "cluster": "Cluster", "model": "GPU model", "gpus_today": "GPUs",
         "gpus_with_slices_today": "holding slices", "slices": "Slices", "gpus_ffd": "FFD",
-        "gpus_planned": "Planned", "lower_bound": "Lower bound",
+        "gpus_planned": "Planned", "lower_bound": "Lower bound", "recurring_units": "Recurring needs",
         "proven_optimal": "Optimal", "method": "Method"}), hide_index=True, width="stretch")
 
     st.subheader("Slices")
@@ -193,4 +193,8 @@ def render(con, month: str) -> None:
                             "need_mem_planned", "need_sm_planned", "moves_in", "freed"]]
         if len(p) > ROWS_SHOWN:
             st.caption(f"The first {ROWS_SHOWN:,} of {len(p):,} GPUs; `slicemeter recommend --out DIR` writes them all.")
-        st.dataframe(p.head(ROWS_SHOWN), hide_index=True, width="stretch")
+        st.dataframe(p.head(ROWS_SHOWN).rename(columns={
+            "tenant": "Tenant", "node": "Node", "gpu_uuid": "GPU", "model": "GPU model", "slices_today": "Slices today",
+            "need_mem_today": "Memory need today", "need_sm_today": "SM need today", "slices_planned": "Slices planned",
+            "need_mem_planned": "Memory need planned", "need_sm_planned": "SM need planned", "moves_in": "Slices moving in",
+            "freed": "Freed"}), hide_index=True, width="stretch")

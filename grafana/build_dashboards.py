@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from slicemeter.exporter.serve.catalogue import by_sample_name
+from slicemeter.xid import CRITICAL_XIDS
 
 OUT = Path(__file__).resolve().parent / "dashboards"
 DS = {"type": "prometheus", "uid": "${datasource}"}
@@ -27,6 +28,49 @@ TNS = f'{T}, namespace=~"$namespace"'
 NG = f'{T}, node=~"$node", gpu_uuid=~"$gpu"'
 NGS = f'{NG}, namespace=~"$namespace"'
 TNNS = f'{TN}, namespace=~"$namespace"'   # per container, not per GPU (slicemeter_hami_region_ok)
+TNM = f'{TN}, model=~"$model"'
+NGM = f'{NG}, model=~"$model"'
+CRITICAL = "|".join(str(c) for c in sorted(CRITICAL_XIDS))   # docs/health.md: a degraded hour
+
+
+def degraded_gpus(sel: str) -> str:
+    """PromQL: 1 per GPU that is degraded now (docs/health.md, as the bill counts an hour):
+    lost, throttled, or with a critical Xid or an uncorrectable ECC error in the last hour."""
+    return (f"max by (node, gpu_uuid) ((slicemeter_gpu_lost{{{sel}}} == 1) or (slicemeter_gpu_throttled{{{sel}}} == 1)"
+            f' or (increase(slicemeter_gpu_xid_errors_total{{{sel}, xid=~"{CRITICAL}"}}[1h]) > 0)'
+            f' or (increase(slicemeter_gpu_ecc_errors_total{{{sel}, error_type="uncorrected"}}[1h]) > 0))')
+
+
+def health_panels(sel: str, per: str, legend: str) -> list[dict]:
+    """Device health (NVML, docs/health.md): temperature, power, throttling, Xid, ECC, and the
+    GPUs degraded now; `per` groups the series (by node on the fleet, by GPU on a node)."""
+    return [
+        panel("stat", "Degraded GPUs now", [(f"count({degraded_gpus(sel)}) or vector(0)", "GPUs")], "none", w=6,
+              description="Lost, throttled, or a critical Xid or an uncorrectable ECC error in the last hour."),
+        panel("stat", "Throttled GPUs now", [(f"sum(slicemeter_gpu_throttled{{{sel}}}) or vector(0)", "GPUs")],
+              "none", w=6, description="Power cap, HW slowdown, thermal or power brake holding the clocks down."),
+        panel("stat", "Critical Xids (range)",
+              [(f'sum(increase(slicemeter_gpu_xid_errors_total{{{sel}, xid=~"{CRITICAL}"}}[$__range])) or vector(0)',
+                "Xids")], "none", w=6),
+        panel("stat", "Hottest GPU", [(f"max(slicemeter_gpu_temperature_celsius{{{sel}}})", "°C")], "celsius", w=6),
+        panel("timeseries", "GPU temperature", [(f"max by ({per}) (slicemeter_gpu_temperature_celsius{{{sel}}})",
+                                                 legend)], "celsius", w=8),
+        panel("timeseries", "GPU power", [(f"max by ({per}) (slicemeter_gpu_power_watts{{{sel}}})", legend)],
+              "watt", w=8),
+        panel("timeseries", "Throttled", [(f"max by ({per}) (slicemeter_gpu_throttled{{{sel}}})", legend)],
+              "none", w=8),
+        panel("timeseries", "Xid events by code",
+              [(f"sum by ({per}, xid) (increase(slicemeter_gpu_xid_errors_total{{{sel}}}[$__rate_interval]))",
+                f"{legend} Xid {{{{xid}}}}")], "none", w=8),
+        panel("timeseries", "Uncorrectable ECC errors",
+              [(f'sum by ({per}) (increase(slicemeter_gpu_ecc_errors_total{{{sel}, error_type="uncorrected", '
+                f'counter="volatile"}}[$__rate_interval]))', legend)], "none", w=8),
+        panel("timeseries", "Degraded GPUs", [(f"count({degraded_gpus(sel)}) or vector(0)", "degraded")], "none", w=8),
+    ]
+
+
+# The live bill (docs/live-bill.md): ingest's `--bill-interval` families, on the export's basis.
+BILL = f'{T}, basis="allocation"'
 
 
 def _var_datasource() -> dict:
@@ -49,6 +93,7 @@ VAR_NAMESPACE = _var("namespace", "Namespace",
                      f"label_values(slicemeter_slice_allocation_ratio{{{T}}}, namespace)")
 VAR_NODE = _var("node", "Node", f"label_values(slicemeter_gpu_memory_total_bytes{{{T}}}, node)")
 VAR_GPU = _var("gpu", "GPU", f'label_values(slicemeter_gpu_memory_total_bytes{{{TN}}}, gpu_uuid)')
+VAR_MODEL = _var("model", "GPU model", f'label_values(slicemeter_gpu_memory_total_bytes{{{TN}}}, model)')
 
 
 def panel(kind: str, title: str, targets: list[tuple[str, str]], unit: str, w: int = 12, h: int = 8,
@@ -111,7 +156,7 @@ def fleet() -> dict:
     return dashboard(
         "slicemeter-fleet", "slicemeter / Fleet",
         "GPU fleet: how much of the GPUs is allocated to slices and how much is used.",
-        [VAR_TENANT, VAR_NODE],
+        [VAR_TENANT, VAR_NODE, VAR_MODEL],
         [
             row("Now"),
             panel("stat", "GPUs", [(f"count(slicemeter_gpu_memory_total_bytes{{{TN}}})", "GPUs")], "none", w=4),
@@ -140,6 +185,8 @@ def fleet() -> dict:
                   [(f"gpu:slicemeter_gpu_idle:ratio{{{TN}}}", "idle"),
                    (f"gpu:slicemeter_gpu_unallocated:ratio{{{TN}}}", "unallocated")], "percentunit", w=24,
                   description="Idle: nobody used it. Unallocated: nobody holds a slice of it."),
+            row("Device health"),
+            *health_panels(TNM, "node", "{{node}}"),
             row("Pipeline health"),
             panel("timeseries", "Spooled Ticks (Kafka unreachable)",
                   [(f"sum by (node) (slicemeter_spool_ticks{{{N}}})", "{{node}}")], "none", w=8),
@@ -163,6 +210,23 @@ def tenants() -> dict:
         "Per Kamaji tenant and namespace: GPU shares allocated and used, and what is paid for but idle.",
         [VAR_TENANT, VAR_NAMESPACE],
         [
+            row("Live bill (allocation basis, this UTC month)"),
+            panel("table", "Month-to-date, forecast and budget",
+                  [(f"max by (tenant, currency) (slicemeter_tenant_month_to_date_charge{{{BILL}}})", "month to date"),
+                   (f"max by (tenant, currency) (slicemeter_tenant_month_forecast_charge{{{BILL}}})", "forecast"),
+                   (f"max by (tenant, currency) (slicemeter_tenant_month_budget{{{T}}})", "budget")], "none", w=12,
+                  description="The invoice so far, the month's mean rate so far over the rest of the month, and the "
+                              "tenant catalog's monthly budget (docs/live-bill.md)."),
+            panel("bargauge", "Forecast as a share of the budget",
+                  [(f"max by (tenant) (slicemeter_tenant_month_forecast_charge{{{BILL}}}) / on (tenant) "
+                    f"max by (tenant) (slicemeter_tenant_month_budget{{{T}}} > 0)", "{{tenant}}")], "percentunit",
+                  w=12, description="Over 100 %: the tenant heads over its budget by the month's end "
+                                    "(SlicemeterTenantForecastOverBudget)."),
+            panel("timeseries", "Month-to-date and forecast",
+                  [(f"max by (tenant) (slicemeter_tenant_month_to_date_charge{{{BILL}}})", "{{tenant}} month to date"),
+                   (f"max by (tenant) (slicemeter_tenant_month_forecast_charge{{{BILL}}})", "{{tenant}} forecast"),
+                   (f"max by (tenant) (slicemeter_tenant_month_budget{{{T}}})", "{{tenant}} budget")], "none", w=24),
+            row("GPU shares"),
             panel("bargauge", "Allocated fraction of the tenant's GPUs",
                   [(f"tenant:slicemeter_gpu_allocated:ratio{{{T}}}", "{{tenant}}")], "percentunit", w=8),
             panel("bargauge", "Used fraction of the tenant's GPUs",
@@ -193,7 +257,7 @@ def node() -> dict:
     return dashboard(
         "slicemeter-node", "slicemeter / Node and GPU",
         "One node's GPUs and the container slices on them: NVML's view next to HAMi's.",
-        [VAR_TENANT, VAR_NODE, VAR_GPU, VAR_NAMESPACE],
+        [VAR_TENANT, VAR_NODE, VAR_MODEL, VAR_GPU, VAR_NAMESPACE],
         [
             row("GPUs (NVML)"),
             panel("timeseries", "SM utilization", [(f"slicemeter_gpu_sm_utilization_ratio{{{NG}}}",
@@ -209,6 +273,8 @@ def node() -> dict:
                   [(f"slicemeter_gpu_allocated_ratio{{{NG}}}", "{{node}} GPU {{gpu_index}} allocated"),
                    (f"slicemeter_gpu_used_ratio{{{NG}}}", "{{node}} GPU {{gpu_index}} used")], "percentunit", w=8),
             panel("timeseries", "Slices", [(f"slicemeter_gpu_slices{{{NG}}}", "{{node}} GPU {{gpu_index}}")], "none", w=8),
+            row("Device health"),
+            *health_panels(NGM, "node, gpu_index", "{{node}} GPU {{gpu_index}}"),
             row("Slices (HAMi)"),
             panel("table", "Slices on the GPU",
                   [(f"slicemeter_slice_allocation_ratio{{{NGS}}}", "allocated"),
@@ -249,7 +315,7 @@ DASHBOARDS = {"fleet.json": fleet, "tenants.json": tenants, "node.json": node}
 
 
 # families served by `slicemeter ingest` (docs/metrics.md), not by the exporter's catalogue
-INGEST_PREFIXES = ("slicemeter_ingest_", "slicemeter_recommend_", "slicemeter_dividend_")
+INGEST_PREFIXES = ("slicemeter_ingest_", "slicemeter_recommend_", "slicemeter_dividend_", "slicemeter_tenant_month_")
 # labels Prometheus attaches to every series of a target (prometheus/prometheus.yml, the ServiceMonitor)
 TARGET_LABELS = {"node", "instance", "job"}
 _SELECTOR = re.compile(r"\b((?:slicemeter|hami)_[a-z0-9_]+)\b(?!:)\s*(\{[^}]*\})?")

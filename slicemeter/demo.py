@@ -40,6 +40,7 @@ DEFAULT_SCENARIO = REPO / "examples" / "demo.yaml"
 # subcommands the demo drives; checked before anything starts
 NEEDED = ("ingest", "backfill", "exporter", "export", "dashboard")
 RECOMMEND_INTERVAL_S = 300  # ingest replans the month's right-sizing figures this often
+BILL_INTERVAL_S = 60        # and serves the tenants' live bill against their budgets (docs/live-bill.md)
 TOPIC = "slicemeter.ticks"  # the exporter's, backfill's and ingest's default topic
 
 
@@ -128,7 +129,8 @@ def plan(args: argparse.Namespace, kafka: str, nodes: dict[str, str], paths: Pat
         "ingest": slicemeter_argv("ingest", "--kafka", kafka, "--db", str(paths.db), "--tenants", scenario,
                                   "--snapshot", str(paths.snapshot), "--snapshot-interval", str(args.snapshot_interval),
                                   "--metrics-port", str(ingest_metrics_port(args, nodes)),
-                                  "--recommend-interval", str(RECOMMEND_INTERVAL_S)),
+                                  "--recommend-interval", str(RECOMMEND_INTERVAL_S),
+                                  "--bill-interval", str(BILL_INTERVAL_S)),
         "backfill": slicemeter_argv("backfill", "--scenario", scenario, "--start", start.strftime("%Y-%m-%dT%H:%M:%S"),
                                     "--days", str(args.days), "--kafka", kafka, "--interval", str(args.interval)),
     }

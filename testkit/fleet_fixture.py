@@ -194,17 +194,53 @@ def build_fleet_db(path: str | Path, month: str = "2026-11", days: int | None = 
     `earlier`: extra (month, days) of history, e.g. (("2026-10", 3),).
     """
     path = Path(path)
-    gpu, slices, tenants = build_rows(month, days, copies)
-    for m, d in earlier:
-        g2, s2, _ = build_rows(m, d, copies)
-        gpu, slices = pd.concat([g2, gpu], ignore_index=True), pd.concat([s2, slices], ignore_index=True)
     con = connect(path)
     try:
-        for table, df in (("gpu_hour", gpu), ("slice_hour", slices), ("tenants", tenants)):
-            cols = ", ".join(df.columns)
-            with registered(con, df_in=df):
-                con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM df_in")
+        fill(con, month, days, earlier, copies)
         con.execute("CHECKPOINT")
     finally:
         con.close()
     return path
+
+
+def fill(con, month: str = "2026-11", days: int | None = None, earlier: tuple[tuple[str, int], ...] = (),
+         copies: int = 1) -> None:
+    """Insert the generated month into the store `con` is connected to (a file or a lake)."""
+    gpu, slices, tenants = build_rows(month, days, copies)
+    for m, d in earlier:
+        g2, s2, _ = build_rows(m, d, copies)
+        gpu, slices = pd.concat([g2, gpu], ignore_index=True), pd.concat([s2, slices], ignore_index=True)
+    for table, df in (("gpu_hour", gpu), ("slice_hour", slices), ("tenants", tenants)):
+        cols = ", ".join(df.columns)
+        with registered(con, df_in=df):
+            con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM df_in")
+
+
+# GPUs that add_health_events marks: a critical Xid on two, throttling on a third
+XID_GPUS = (gpu_uuid("gpu-node-2", 1), gpu_uuid("gpu-node-4", 0))
+THROTTLED_GPU = gpu_uuid("gpu-node-1", 0)
+
+
+def add_health_events(path: str | Path) -> Path:
+    """Health events and unchecked usage in a built fleet's November, as ingest would roll
+    them up: Xid 79 (fallen off the bus, critical) in two hours on XID_GPUS, throttling for
+    40 minutes of an hour on THROTTLED_GPU (degraded at the default 25 %), and 30 minutes an
+    hour of rerank-0's usage NVML could not check on its first two days."""
+    con = connect(path)
+    try:
+        mark_health(con)
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
+    return Path(path)
+
+
+def mark_health(con) -> None:
+    """add_health_events' changes on the store `con` is connected to (a file or a lake)."""
+    con.execute("""UPDATE gpu_hour SET xid_events = 1, xid_critical_count = 1, xid_critical_code = 79
+                   WHERE gpu_uuid IN (?, ?) AND hour IN (TIMESTAMP '2026-11-12 03:00', TIMESTAMP '2026-11-12 04:00')""",
+                list(XID_GPUS))
+    con.execute("UPDATE gpu_hour SET throttled_s = 2400 WHERE gpu_uuid = ? AND hour = TIMESTAMP '2026-11-20 10:00'",
+                [THROTTLED_GPU])
+    con.execute("""UPDATE slice_hour SET usage_unverified_s = 1800 WHERE pod = 'rerank-0'
+                   AND hour >= TIMESTAMP '2026-11-01' AND hour < TIMESTAMP '2026-11-03'""")

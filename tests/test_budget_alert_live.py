@@ -151,3 +151,20 @@ def test_forecast_over_budget_fires_for_the_tenant_that_crosses_it_mid_month(liv
     assert Decimal(forecast["value"][1]) > Decimal(BUDGET["acme"])
     (spent,) = api.query('slicemeter_tenant_month_to_date_charge{tenant="acme"}')
     assert Decimal(spent["value"][1]) < Decimal(BUDGET["acme"])
+
+    # The tenants dashboard's live-bill panels show the same: each returns data, and the
+    # forecast over the budget is acme's alone.
+    from test_prometheus_live import all_panel_targets, check_plausible, substitute
+
+    bill_panels = [(title, unit, expr) for uid, title, _kind, unit, expr in all_panel_targets()
+                   if uid == "slicemeter-tenants" and "slicemeter_tenant_month_" in expr]
+    assert len(bill_panels) >= 7
+    for title, unit, expr in bill_panels:
+        result = api.query(substitute(expr, {}))
+        if title != "Forecast as a share of the budget":   # a share: over 1 is the point here
+            check_plausible(f"tenants / {title}", unit, result)
+        # the platform's idle line has money but no budget
+        assert {"acme", "globex"} <= {s["metric"]["tenant"] for s in result} <= {"acme", "globex", "platform"}, title
+    (share_expr,) = [e for t, _u, e in bill_panels if t == "Forecast as a share of the budget"]
+    share = {s["metric"]["tenant"]: float(s["value"][1]) for s in api.query(substitute(share_expr, {}))}
+    assert share["acme"] > 1 > share["globex"] > 0

@@ -84,7 +84,11 @@ def file_cells(name: str, blob: bytes) -> list[str]:
 
 
 def params_for(name: str, truth) -> dict:
-    values = {"bucket": "hour", "gpu": truth["globex_gpu"], "min_idle_s": 0, "limit": 1_000_000, "offset": 0,
+    values = {"bucket": "hour", "gpu": truth["globex_gpu"], "gpus": sorted(truth["acme_gpus"] | {truth["globex_gpu"]}),
+              "min_idle_s": 0, "limit": 1_000_000, "offset": 0,
+              "tenant": None, "node": None, "model": None, "driver": None, "health": None, "search": None,
+              "sort": "problems", "price_model": [], "price_node": [], "price_cluster": [], "price_per_h": [],
+              "idle_alloc_min": 0.5, "idle_util_max": 0.05, "memory_limit_share": 0.9,
               "max_life_s": 10**9, "min_idle_share": 0.0,
               "carbon_g_per_kwh": 320.0, "throttled_share": 0.25, **BOUNDS}
     wanted = set(re.findall(r"\$(\w+)", sql_text(f"dashboard/{name}.sql")))

@@ -31,6 +31,7 @@ ACME_PODS = {s.pod for n, specs in SLICES.items() if NODES[n][0] == "acme" for s
 # each page, and what shows that it has rendered to its end (Streamlit draws as the script runs)
 PAGES = [("", ["text=Fleet utilization", "[data-testid=stTable] td", "canvas, svg.marks"]),
          ("tenants", ["text=Total (", "text=By namespace", "canvas, svg.marks"]),
+         ("problems", ["text=/Allocated but idle: allocated at least/"]),
          ("gpus", ["text=Slices on a GPU", "text=/· tenant acme ·/", "canvas, svg.marks"]),
          ("waste", ["text=Energy and emissions by tenant", "text=kgCO2e", "canvas, svg.marks"]),
          ("right-sizing", ["text=GPUs freeable", "text=Placement per GPU"]),

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import duckdb
-import pandas as pd
 import pytest
 
 from slicemeter.dashboard import fmt
@@ -67,7 +66,7 @@ def test_gpus_page_shows_each_slices_driver_and_claim(dra_db, monkeypatch):
     _pick(at, DRA_GPU)
     slices = _table(at, "driver").set_index("pod")
     assert slices.loc["train", ["driver", "claim"]].tolist() == [HAMI, "train-trainer-x7k2p"]
-    assert slices.loc["legacy", "driver"] == "device plugin" and pd.isna(slices.loc["legacy", "claim"])
+    assert slices.loc["legacy", "driver"] == "device plugin" and slices.loc["legacy", "claim"] == ""   # blank, not None
     con = duckdb.connect(str(dra_db), read_only=True)
     used = con.execute(f"SELECT sum(sm_util_s) / sum(metered_s) FROM gpu_hour WHERE gpu_uuid = ? AND {NOV}",
                        [DRA_GPU]).fetchone()[0]

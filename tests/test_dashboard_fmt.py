@@ -39,3 +39,10 @@ def test_default_month_is_the_latest_with_a_few_days():
     assert fmt.default_month([("2026-12", 2), ("2026-11", 1)])[0] == "2026-12"   # none has 3: the most data
     with pytest.raises(ValueError):
         fmt.default_month([])
+
+
+def test_one_number_format_and_blank_cells():
+    assert fmt.number(1642242.75, 1, "GPU-h") == "1,642,242.8 GPU-h"
+    assert fmt.number(12, 0) == "12" and fmt.number(None) == "" and fmt.number(float("nan"), 1, "h") == ""
+    assert fmt.cell(None) == "" and fmt.cell(pd.NA) == "" and fmt.cell("claim-1") == "claim-1"
+    assert fmt.gpu_hours(1642242.8) == "1,642,242.8 GPU-h"

@@ -311,12 +311,14 @@ def heatmap_rows(at: AppTest):
 
 
 def test_gpus_heatmap_pages_through_a_large_fleet(tmp_path, monkeypatch):
-    """50 GPUs: the heatmap draws one page of 40 by day, the second page the other 10,
-    each with the month's per-GPU daily figures computed here."""
+    """50 GPUs: the heatmap draws one page of 40 by day, the second page the other 10, in the
+    natural order of their nodes (gpu-node-2 before gpu-node-10), each with the month's per-GPU
+    daily figures computed here."""
     db = build_fleet_db(tmp_path / "fleet5.duckdb", MONTH, days=3, copies=5)
     at = app(db, monkeypatch, "gpus")
     con = duckdb.connect(str(db), read_only=True)
-    gpus = con.execute(f"""SELECT DISTINCT node, gpu_uuid FROM gpu_hour WHERE {NOV} ORDER BY node, gpu_uuid""").fetchall()
+    gpus = sorted(con.execute(f"SELECT DISTINCT node, gpu_uuid FROM gpu_hour WHERE {NOV}").fetchall(),
+                  key=lambda r: (int(r[0].rsplit("-", 1)[1]), r[1]))
     assert len(gpus) == 50
     labels = [f"{n} · {u[4:12]}" for n, u in gpus]
     order, rows = heatmap_rows(at)
@@ -332,3 +334,25 @@ def test_gpus_heatmap_pages_through_a_large_fleet(tmp_path, monkeypatch):
     got = rows[rows["gpu"] == labels[45]].sort_values("bucket")
     assert len(got) == len(want) == 3
     assert got["utilization"].tolist() == pytest.approx([u for _, u in want])
+
+
+def test_every_table_names_its_columns_and_writes_numbers_one_way(fleet_db, monkeypatch):
+    """No table shows a raw column name (snake_case) or a number format without thousands
+    separators (common.number_col), on any page."""
+    import json
+
+    at = app(fleet_db, monkeypatch)
+    seen = 0
+    for page in sorted(p.stem for p in (Path(APP).parent / "views").glob("*.py")):
+        at.switch_page(f"views/{page}.py").run()
+        assert not at.exception, (page, at.exception)
+        for table in at.dataframe:
+            config = json.loads(table.proto.columns or "{}")
+            for column in table.value.columns:
+                c = config.get(f"col:name:{column}") or config.get(column) or {}
+                assert "_" not in column or c.get("label"), (page, column)
+                number = (c.get("type_config") or {}).get("format") or ""
+                percent = number.endswith(" %%")   # a share: never near a thousand
+                assert "%" not in number or percent or "%," in number, (page, column, number)
+                seen += 1
+    assert seen > 50

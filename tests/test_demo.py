@@ -43,6 +43,7 @@ def test_plan_uses_the_brief_clis():
     # ingest serves the right-sizing figures on the port after the two exporters'
     assert sub["ingest"][sub["ingest"].index("--metrics-port") + 1] == "9402"
     assert sub["ingest"][sub["ingest"].index("--recommend-interval") + 1] == "300"
+    assert sub["ingest"][sub["ingest"].index("--bill-interval") + 1] == "60"   # the live bill and budgets
     # a rolling window ending now (on a Tick boundary), not at midnight
     assert sub["backfill"] == ["backfill", "--scenario", str(demo.DEFAULT_SCENARIO), "--start", "2026-10-30T15:30:00",
                                "--days", "30", "--kafka", "127.0.0.1:9092", "--interval", "10"]
@@ -240,7 +241,9 @@ def xid_hours_on_the_gpus_page(snapshot: Path, month: str) -> list[tuple]:
     con = connect(snapshot, read_only=True)
     try:
         rows = con.execute(sql_text("dashboard/gpu_events.sql"),
-                           {"start": start, "end": end, "throttled_share": float(DEFAULT_THROTTLED_SHARE)}).fetchall()
+                           {"start": start, "end": end, "throttled_share": float(DEFAULT_THROTTLED_SHARE),
+                            "gpus": [r[0] for r in con.execute("SELECT DISTINCT gpu_uuid FROM gpu_hour").fetchall()]}
+                           ).fetchall()
     finally:
         con.close()
     return [(str(hour), node, what, tenants) for hour, _, node, what, _, tenants in rows if "Xid" in what]

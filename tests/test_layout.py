@@ -135,7 +135,7 @@ def test_the_dashboard_never_writes(tmp_path, monkeypatch):
     at = AppTest.from_file(str(REPO / "dashboard" / "app.py"), default_timeout=90)
     at.run()
     pages = sorted(p.stem for p in (REPO / "dashboard" / "views").glob("*.py"))
-    assert len(pages) == 6
+    assert len(pages) == 7
     for page in pages:
         at.switch_page(f"views/{page}.py").run()
         assert not at.exception, (page, at.exception)

@@ -171,7 +171,7 @@ def test_tenants_page_shows_budget_month_to_date_and_forecast(tmp_path, monkeypa
     at = run_app(db, monkeypatch, "tenants")
     assert cost_table(at) == {"acme": ("$864.00", "$1,728.00", "$850.00"),
                               "globex": ("$216.00", "$432.00", "$300.00"),
-                              "platform": ("$648.00", "$1,296.00", "–")}
+                              "platform": ("$648.00", "$1,296.00", "")}
     assert budget_warnings(at) == ["Over the monthly budget: acme ($864.00 of $850.00)",
                                    "Heading over the monthly budget by the month's end: globex (forecast $432.00 of $300.00)"]
     monkeypatch.setattr(clock, "now", lambda: datetime(2026, 12, 3, tzinfo=timezone.utc))   # the month is over

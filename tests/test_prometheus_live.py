@@ -40,7 +40,7 @@ RULE_FILES = sorted((REPO / "prometheus" / "rules").glob("*.yml"))
 DASHBOARDS = sorted((REPO / "grafana" / "dashboards").glob("*.json"))
 SCENARIO = REPO / "examples" / "demo.yaml"
 NODES = {"gpu-node-1": "acme", "gpu-node-3": "globex"}  # one node of each of two tenants
-VARIABLES = ("tenant", "namespace", "node", "gpu")
+VARIABLES = ("tenant", "namespace", "node", "model", "gpu")
 # Grafana's interval variables, as a dashboard over the last minutes would set them.
 INTERVALS = {"$__rate_interval": "1m", "$__range": "1m", "$__interval": "1s"}
 PERCENT_UNITS = {"percentunit"}
@@ -160,7 +160,8 @@ def pipeline(tmp_path_factory):
             ingest, ingest_log = start(tmp, "ingest", [
                 "ingest", "--kafka", broker.bootstrap, "--db", str(tmp / "slicemeter.duckdb"),
                 "--tenants", str(SCENARIO), "--metrics-port", str(ingest_port),
-                "--snapshot", str(snapshot), "--snapshot-interval", "1", "--recommend-interval", "1"])
+                "--snapshot", str(snapshot), "--snapshot-interval", "1", "--recommend-interval", "1",
+                "--bill-interval", "1"])
             procs.append(ingest)
             exporters = {node: (port, wait_for_metrics(proc, log, port,
                                                        lambda text: "slicemeter_gpu_memory_total_bytes{" in text,
@@ -176,6 +177,9 @@ def pipeline(tmp_path_factory):
             wait_for_metrics(ingest, ingest_log, ingest_port,
                              lambda text: "slicemeter_recommend_monthly_saving{" in text,
                              "ingest's first right-sizing figures")
+            wait_for_metrics(ingest, ingest_log, ingest_port,
+                             lambda text: "slicemeter_tenant_month_forecast_charge{" in text,
+                             "ingest's first live bill")
             yield {"exporters": exporters, "ingest": ingest_port, "rows": rows, "snapshot": snapshot}
         finally:
             for proc in procs:

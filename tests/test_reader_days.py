@@ -22,9 +22,15 @@ from slicemeter.testkit.fleet_fixture import build_fleet_db
 MONTH = {"start": datetime(2026, 11, 1), "end": datetime(2026, 12, 1)}
 PARAMS = {  # the pages' own parameters beside the month
     "energy_by_tenant": {"carbon_g_per_kwh": 320.0},
-    "gpu_events": {"throttled_share": 0.25},
+    "gpu_events": {"throttled_share": 0.25, "gpus": slice(None)},
+    "gpu_table": {"throttled_share": 0.25, "tenant": None, "node": None, "model": None, "driver": None,
+                  "health": None, "search": None, "sort": "problems", "price_model": ["NVIDIA L4"],
+                  "price_node": ["gpu-node-4"], "price_cluster": ["https://globex.tenants.example:6443"],
+                  "price_per_h": ["0.80"]},
+    "problems": {"throttled_share": 0.25, "tenant": None, "idle_alloc_min": 0.5, "idle_util_max": 0.05,
+                 "memory_limit_share": 0.9},
     "tenant_degraded": {"throttled_share": 0.25},
-    "gpu_heatmap": {"offset": 1, "limit": 4, "bucket": "day"},
+    "gpu_heatmap": {"gpus": slice(1, 5), "bucket": "day"},
     "gpu_slices": {"gpu": None},
     "gpu_slice_hourly": {"gpu": None},
     "idle_reservations": {"min_idle_s": 3600},
@@ -91,6 +97,9 @@ def _params(name: str, con) -> dict:
     params = dict(MONTH, **PARAMS.get(name.split("/")[1], {}))
     if "gpu" in params:
         params["gpu"] = con.execute("SELECT min(gpu_uuid) FROM slice_hour").fetchone()[0]
+    if "gpus" in params:   # a page of GPUs, as the GPUs page passes them
+        params["gpus"] = [r[0] for r in con.execute("SELECT DISTINCT gpu_uuid FROM gpu_hour ORDER BY 1").fetchall()
+                          ][params["gpus"]]
     return params
 
 

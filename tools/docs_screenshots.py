@@ -1,4 +1,4 @@
-"""Screenshots of a running dashboard's Fleet, Tenants and GPUs pages for docs/dashboard.md,
+"""Screenshots of a running dashboard's Fleet, Tenants, Problems and GPUs pages for docs/dashboard.md,
 taken with Debian's chromium through Playwright (never a downloaded browser).
 
     make demo DEMO_ARGS="--now 2026-11-20T12:00"          # in one shell, until it is ready
@@ -19,7 +19,11 @@ PAGES = {"": ("fleet.png", ["text=Sharing dividend", "[data-testid=stTable] td",
          "tenants": ("tenants.png", ["text=Total (", "text=By namespace", "text=Tenant catalog", "canvas, svg.marks"],
                      None),
          # the demo's DRA node: its slices' drivers and claims, and the month's health events
-         "gpus": ("gpus-dra.png", ["text=Health events", "text=Slices on a GPU", "canvas, svg.marks"], "gpu-node-dra")}
+         "gpus": ("gpus-dra.png", ["text=Health events", "text=Slices on a GPU", "canvas, svg.marks"], "gpu-node-dra"),
+         # what needs a person, and the GPUs with a health event ordered by degraded hours (a shared link)
+         "problems": ("problems.png", ["text=/Allocated but idle: allocated at least/"], None),
+         "gpus?health=problem&sort=degraded": ("gpus-filtered.png", ["text=Health events", "text=Slices on a GPU",
+                                                                     "canvas, svg.marks"], None)}
 
 
 def main() -> int:
@@ -39,7 +43,7 @@ def main() -> int:
                 page.keyboard.type(gpu)          # the list is long: filter it, take the first match
                 page.keyboard.press("Enter")
                 page.wait_for_selector(f"text=node {gpu} ·", timeout=120_000)   # the picked GPU's caption
-            page.screenshot(path=str(args.out / name), full_page=gpu is not None)
+            page.screenshot(path=str(args.out / name), full_page=gpu is not None or name == "problems.png")
             print(args.out / name)
         browser.close()
     return 0

@@ -7,6 +7,13 @@ from slicemeter.dashboard import common, data, fmt
 
 common.header("Fleet", "Physical GPU capacity: used by kernels, reserved but idle, unallocated")
 b = common.bounds()
+# what needs a person, one click away (views/gpus.py and views/problems.py read the URL)
+n1, n2, n3 = st.columns(3)
+n1.page_link("views/problems.py", label="Problems: what needs a person", icon=":material/report:")
+n2.page_link("views/gpus.py", label="GPUs with a critical Xid this month", icon=":material/error:",
+             query_params={"health": "xid"})
+n3.page_link("views/gpus.py", label="GPUs paid for but unused, the most first", icon=":material/money_off:",
+             query_params={"sort": "waste_cost"})
 summary = data.query("fleet_summary", **b).iloc[0]
 daily = data.query("fleet_daily", **b)
 hourly = data.query("fleet_hourly", **b)
@@ -107,6 +114,11 @@ with right:
 
 st.subheader("By tenant")
 by_tenant = data.query("fleet_by_tenant", **b)
+link_cols = st.columns(min(len(by_tenant), 4) or 1)
+for i, tenant in enumerate(by_tenant["tenant"]):
+    link_cols[i % len(link_cols)].page_link("views/gpus.py", label=f"{tenant}: most wasteful GPUs",
+                                            icon=":material/grid_view:",
+                                            query_params={"tenant": tenant, "sort": "waste_cost"})
 # st.table (HTML, not canvas): small, and readable by screen readers and browser tests
 st.table(by_tenant.assign(
     capacity_gpu_h=by_tenant["capacity_gpu_h"].map(lambda v: fmt.gpu_hours(v, 0)),

@@ -69,7 +69,7 @@ if bill is not None:
     forecasts = live_bill.month_forecasts(bill, month, now, before)
     budgets = {t: Decimal(b) for t, b in data.query("tenant_budgets").itertuples(index=False)}
     totals["forecast_text"] = totals["tenant"].map(lambda t: fmt.money(forecasts[t][1] if t in forecasts else None, cur))
-    totals["budget_text"] = totals["tenant"].map(lambda t: fmt.money(budgets.get(t), cur))
+    totals["budget_text"] = totals["tenant"].map(lambda t: fmt.money(budgets[t], cur) if t in budgets else "")
     spent = [t for t, b in budgets.items() if t in forecasts and forecasts[t][0].total > b]
     heading = [t for t, b in budgets.items() if t in forecasts and forecasts[t][1] > b and t not in spent]
     if spent:
@@ -103,8 +103,15 @@ if bill is not None:
     with st.expander("Chargeback detail (tenant × namespace × GPU model)"):
         detail = bill.drop(columns=[c for c in bill.columns if c.endswith("_raw")])
         for col in money.money_columns(detail):
-            detail[col] = detail[col].map(lambda d: fmt.money(d, cur))
-        st.dataframe(detail, hide_index=True, width="stretch")
+            detail[col] = detail[col].map(lambda d: "" if fmt.missing(d) else fmt.money(d, cur))
+        st.dataframe(detail, hide_index=True, width="stretch", column_config=common.BILL_COLUMNS)
+
+# the GPUs page opens on the tenant picked here (views/gpus.py reads it from the URL)
+gpu_tenants = per_tenant["tenant"].tolist()
+g1, g2 = st.columns([1, 2])
+opened = g1.selectbox("A tenant's GPUs", gpu_tenants, key="tenant_gpus") if len(gpu_tenants) > 1 else gpu_tenants[0]
+g2.page_link("views/gpus.py", label=f"Open {opened}'s GPUs, the most paid for but unused first",
+             icon=":material/grid_view:", query_params={"tenant": opened, "sort": "waste_cost"})
 
 st.subheader("GPU-hours by tenant")
 degraded = data.query("tenant_degraded", throttled_share=data.throttled_share(), **b)
@@ -143,8 +150,7 @@ usage["used_of_allocated"] = usage["used_gpu_h"] / usage["allocated_gpu_h"].wher
 st.dataframe(common.as_pct(usage.drop(columns=["display_name"]), "used_of_allocated"), hide_index=True, width="stretch",
              column_config={"allocated_gpu_h": common.gpu_h_col("allocated"), "used_gpu_h": common.gpu_h_col("used"),
                             "used_of_allocated": common.pct_col("used / allocated"),
-                            "unverified_h": st.column_config.NumberColumn(
-                                "usage unverified (h)", format="%.1f",
-                                help="Slice-hours whose usage could not be checked against NVML")})
+                            "unverified_h": common.hours_col(
+                                "usage unverified", help="Slice-hours whose usage could not be checked against NVML")})
 
 catalog.panel(b)

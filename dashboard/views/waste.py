@@ -44,7 +44,8 @@ if not common.no_rows(waste, "slices"):
         tooltip=["tenant:N", "slice:N", "node:N", alt.Tooltip("unused_gpu_h:Q", format=",.1f"),
                  alt.Tooltip("unused_fraction:Q", format=".0%")],
     ).properties(height=max(140, 26 * len(waste))))
-    st.dataframe(common.as_pct(waste.drop(columns=["slice"]), "unused_fraction"), hide_index=True, width="stretch",
+    st.dataframe(common.as_pct(common.blank_missing(waste.drop(columns=["slice"]), "claim"), "unused_fraction"),
+                 hide_index=True, width="stretch",
                  column_config={"allocated_gpu_h": common.gpu_h_col("allocated"), "used_gpu_h": common.gpu_h_col("used"),
                                 "unused_gpu_h": common.gpu_h_col("unused"), "unused_fraction": common.pct_col("unused share")})
 
@@ -58,8 +59,8 @@ else:
     st.dataframe(common.as_pct(idle, "allocation"), hide_index=True, width="stretch",
                  column_config={"allocation": common.pct_col("share held"),
                                 "never_ran_kernel": st.column_config.CheckboxColumn("never ran a kernel"),
-                                "idle_h": st.column_config.NumberColumn("no kernel for", format="%.1f h"),
-                                "reserved_h": st.column_config.NumberColumn("held this month", format="%.1f h"),
+                                "idle_h": common.hours_col("no kernel for"),
+                                "reserved_h": common.hours_col("held this month"),
                                 "allocated_gpu_h": common.gpu_h_col("allocated")})
 
 st.subheader("Short-lived idle reservations")
@@ -81,9 +82,9 @@ else:
     short["cost"] = [fmt.money(c, cur) for c in short["cost"]]
     st.dataframe(short.drop(columns=["cluster", "alloc_ms"]), hide_index=True, width="stretch",
                  column_config={"opened_hour": st.column_config.DatetimeColumn("opened", format="YYYY-MM-DD HH:00"),
-                                "lived_h": st.column_config.NumberColumn("lived", format="%.1f h"),
-                                "reserved_h": st.column_config.NumberColumn("hours reserved", format="%.1f h"),
-                                "idle_h": st.column_config.NumberColumn("hours idle", format="%.1f h"),
+                                "lived_h": common.hours_col("lived"),
+                                "reserved_h": common.hours_col("hours reserved"),
+                                "idle_h": common.hours_col("hours idle"),
                                 "allocated_gpu_h": common.gpu_h_col("allocated")})
 
 st.subheader("Energy and emissions by tenant")
@@ -95,6 +96,6 @@ if not common.no_rows(energy, "energy readings"):
     e2.metric("Emissions", f"{energy['co2e_g'].sum() / 1000:,.1f} kgCO2e")
     energy["co2e_kg"] = energy["co2e_g"] / 1000
     st.dataframe(energy.drop(columns=["co2e_g"]), hide_index=True, width="stretch",
-                 column_config={"energy_kwh": st.column_config.NumberColumn("energy", format="%.1f kWh"),
-                                "co2e_kg": st.column_config.NumberColumn("emissions", format="%.1f kgCO2e"),
-                                "gpu_h": common.gpu_h_col("metered")})
+                 column_config={"energy_kwh": common.number_col("energy", "kWh"),
+                                "co2e_kg": common.number_col("emissions", "kgCO2e"),
+                                "gpu_h": common.gpu_h_col("metered"), "display_name": "tenant name"})

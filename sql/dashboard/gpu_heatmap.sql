@@ -1,10 +1,9 @@
 -- Allocation and usage of each physical GPU per time bucket ('hour' or 'day'), for one
--- page of GPUs: $limit GPUs from $offset in gpu_list's order (node, GPU), so the chart
--- stays the size of a screen whatever the fleet. Days from the day figures
+-- page of GPUs: the UUIDs in $gpus (the page's rows of gpu_table), so the chart stays the
+-- size of a screen whatever the fleet. Days from the day figures
 -- (sql/views/310_days.sql); the part of the other bucket reads nothing.
 WITH page AS (
-    SELECT node, gpu_uuid FROM (SELECT DISTINCT node, gpu_uuid FROM gpu_days($start, $end))
-    ORDER BY node, gpu_uuid LIMIT $limit OFFSET $offset
+    SELECT unnest($gpus) AS gpu_uuid
 ), buckets AS (
     SELECT day AS bucket, day + INTERVAL 1 DAY AS bucket_end, node, gpu_uuid, model, alloc_s, sm_util_s, metered_s
     FROM gpu_days($start, $end) WHERE $bucket = 'day'
@@ -21,5 +20,5 @@ SELECT
     sum(alloc_s) / nullif(sum(metered_s), 0)        AS allocation,
     sum(sm_util_s) / nullif(sum(metered_s), 0)      AS utilization,
     sum(metered_s) / 3600                           AS metered_h
-FROM buckets SEMI JOIN page USING (node, gpu_uuid)
+FROM buckets SEMI JOIN page USING (gpu_uuid)
 GROUP BY ALL ORDER BY gpu, bucket;

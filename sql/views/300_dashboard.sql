@@ -17,3 +17,9 @@ LEFT JOIN (
            sum(alloc_dominant_share_s) AS alloc_s, sum(usage_share_s) AS usage_s
     FROM slice_hour GROUP BY hour, gpu_uuid
 ) s ON s.hour = g.hour AND s.gpu_uuid = g.gpu_uuid;
+
+-- A name's natural order: its runs of digits compared as numbers, so gpu-node-2 sorts
+-- before gpu-node-10 (as a list of parts, digits left-padded to one width).
+CREATE OR REPLACE TEMP MACRO natural_key(name) AS
+list_transform(regexp_extract_all(coalesce(name, ''), '\d+|\D+'),
+               lambda part: CASE WHEN regexp_full_match(part, '\d+') THEN lpad(part, 24, '0') ELSE part END);
