@@ -504,8 +504,8 @@ class Ingestor:
                           lost.reason)
             self.metrics.fenced.inc(len(lost.fenced))
             # another worker took some: the others may follow (a group that rebalanced while
-            # this worker was paused), so it gives up every one, stores nothing more and
-            # waits for the group to assign it partitions again, or stops
+            # this worker was paused), so it gives up every one and stores nothing more until
+            # the group assigns it partitions again, or stops
             held = [TopicPartition(t, p) for t, p in self.epochs]
             self.epochs.clear()
             if not self.cfg.group:
@@ -513,7 +513,10 @@ class Ingestor:
                 self.fenced_out = self.stopping = True
                 return
             self.consumer.pause(*held)
-            log.error("fenced: partitions %s given up until the group assigns this worker again",
+            # and asks the group for a new assignment: one that did not rebalance (a take-over
+            # of an older generation's assignment, committed late) would leave them unread
+            self.consumer._coordinator.request_rejoin()
+            log.error("fenced: partitions %s given up; rejoining the group for a new assignment",
                       sorted(tp.partition for tp in held))
             self._reload_caches()
             return
