@@ -109,10 +109,13 @@ def _export(db: Path, out: Path, basis: str, idle: str, share: str, prices: Path
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.iterdir())}
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# Four random cases in all, drawn by two tests of two each: a case bills every basis, idle
+# policy and share kind four ways (72 bills), and a test of four took over a minute alone.
+@pytest.mark.parametrize("half", ["first", "second"])
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=case_st, export_basis=st.sampled_from(BASES), export_idle=st.sampled_from(IDLE_POLICIES),
        export_share=st.sampled_from(SHARES))
-def test_kept_money_equals_from_scratch(tmp_path_factory, case, export_basis, export_idle, export_share):
+def test_kept_money_equals_from_scratch(tmp_path_factory, half, case, export_basis, export_idle, export_share):
     tmp = tmp_path_factory.mktemp("kept")
     db = tmp / "store.duckdb"
     con = store.connect(db)
