@@ -110,8 +110,7 @@ def _export(db: Path, out: Path, basis: str, idle: str, share: str, prices: Path
 
 
 # Four random cases in all, drawn by two tests of two each: a case bills every basis, idle
-# policy and share kind four ways (72 bills), and two tests keep each under a minute on a
-# 2-core machine.
+# policy and share kind four ways (72 bills), and a test of four took over a minute alone.
 @pytest.mark.parametrize("half", ["first", "second"])
 @settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=case_st, export_basis=st.sampled_from(BASES), export_idle=st.sampled_from(IDLE_POLICIES),
