@@ -117,7 +117,7 @@ BILL_COLUMNS = {
     "gpu_hours_billed": "billed GPU-h", "gpu_hours_idle": "idle GPU-h", "charge": "charge", "idle_share": "idle share",
     "cost": "cost", "waste": "paid for, not used", "kwh": "energy (kWh)", "energy_cost": "energy cost",
     "gco2e": "emissions (gCO2e)", "currency": "currency", "usage_unverified_hours": "usage unverified (h)",
-    "usage_unknown_hours": "usage unknown (h)",
+    "usage_unknown_hours": "usage unknown (h)", "unverified_at_allocation_hours": "unverified, billed at allocation (h)",
 }
 
 

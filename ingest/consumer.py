@@ -252,7 +252,7 @@ class Ingestor:
             value = refused.identity
         if self.lake and (topic, partition) not in self.epochs:
             return   # fetched before this worker was fenced from the partition
-        if self._check_resume(topic, partition, offset, key, value):
+        if self._check_resume(topic, partition, offset, key, value, refused.first_offset if refused else offset):
             return
         b = self.batch
         if not b:
@@ -297,10 +297,12 @@ class Ingestor:
                 or self.instants.check(tick, ask_store=bool(self._one_by_one)) or tick)
 
     # ---- the broker's log against the stored offsets -------------------------------------
-    def _check_resume(self, topic: str, partition: int, offset: int, key, value) -> bool:
+    def _check_resume(self, topic: str, partition: int, offset: int, key, value, first: int) -> bool:
         """True for the record below a stored offset when it is the one stored (resumed
         from it: skip it). Any other first record, or one out of sequence, means the log is
-        not the one the stored offset counts in: see _log_mismatch."""
+        not the one the stored offset counts in: see _log_mismatch. `first` is the first
+        offset the record stands for: a refused record batch arrives as one record at its
+        last offset, and the offsets below it in the batch are not a gap."""
         expected = self._verify.pop((topic, partition), None)
         if expected is not None:
             at, digest = expected
@@ -310,16 +312,17 @@ class Ingestor:
                 self._log_mismatch(topic, partition, "the record below the stored offset differs: "
                                    "the broker's log was replaced")
                 return True
-            self._log_event(topic, partition, at + 1, offset, f"log starts at {offset}, past the stored offset "
-                            f"{at + 1}: {offset - at - 1} message(s) were deleted before ingest read them")
+            if first > at + 1:
+                self._log_event(topic, partition, at + 1, first, f"log starts at {first}, past the stored offset "
+                                f"{at + 1}: {first - at - 1} message(s) were deleted before ingest read them")
             return False
         nxt = self._next.get(partition)
         if nxt is not None and offset < nxt:
             # the client reset its position (the broker answered 'offset out of range')
             self._log_mismatch(topic, partition, f"the log restarted below the stored offset {nxt}")
             return True
-        if nxt is not None and offset > nxt:
-            self._log_event(topic, partition, nxt, offset, f"offsets {nxt}..{offset - 1} are gone from the log")
+        if nxt is not None and first > nxt:
+            self._log_event(topic, partition, nxt, first, f"offsets {nxt}..{first - 1} are gone from the log")
         return False
 
     def _log_mismatch(self, topic: str, partition: int, reason: str, high_watermark: int | None = None) -> None:
