@@ -62,9 +62,11 @@ test: test-suite test-lake
 test-suite: setup system-deps focus-validator
 	$(BIN)/pytest -q $(XDIST) $(PYTEST_ARGS)
 
+# the lake suite in one process: its worker-kill tests wait on deadlines that a second
+# worker's lake tests beside them overran
 test-lake: lake-setup system-deps
-	$(LAKE_VENV)/bin/pytest -q $(XDIST) $(PYTEST_ARGS) tests/lake
-	$(LAKE_VENV)/bin/pytest -q $(XDIST) $(PYTEST_ARGS) tests/test_store_parity.py -k lake   # the lake side of the any_store tests
+	$(LAKE_VENV)/bin/pytest -q $(PYTEST_ARGS) tests/lake
+	$(LAKE_VENV)/bin/pytest -q $(PYTEST_ARGS) tests/test_store_parity.py -k lake   # the lake side of the any_store tests
 
 # e.g. make demo DEMO_ARGS="--now 2026-12-01T09:00 --port 8600" (slicemeter demo --help)
 DEMO_ARGS ?=
