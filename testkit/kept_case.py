@@ -78,3 +78,18 @@ def chunks_batch(chunks, partition: int, offset: int) -> Batch:
         batch.slices.append(slices)
         batch.samples += gpus.num_rows + slices.num_rows
     return batch
+
+
+def write_arrivals(con, write, case: dict, per_batch: int) -> None:
+    """The case's chunks handed to `write` (one consumer batch at a time, `per_batch` chunks
+    each) in their arrival order: on time, late, then after October is closed."""
+    from slicemeter.chargeback.close import close_month
+
+    on_time, late, after_close = arrival_phases(case)
+    offset = 0
+    for phase, chunks in enumerate((on_time, late, after_close)):
+        if phase == 2:
+            close_month(con, "2026-10", PRICES)
+        for i in range(0, len(chunks), per_batch):
+            write(chunks_batch(chunks[i:i + per_batch], 0, offset))
+            offset += 1

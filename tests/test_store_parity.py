@@ -17,13 +17,12 @@ import yaml
 
 from slicemeter import store
 from slicemeter.chargeback.bill import compute_bill, parse_month
-from slicemeter.chargeback.close import close_month
 from slicemeter.chargeback.kept import keep_hours, kept_current
 from slicemeter.ingest import kamaji, tenants
 from slicemeter.ingest.bindings_cli import move_binding
 from slicemeter.testkit.cb_rows import add_tenants
 from slicemeter.testkit.ingest_helpers import StoreWriter
-from slicemeter.testkit.kept_case import PRICES, PRICES_FILE_TEXT, arrival_phases, chunks_batch
+from slicemeter.testkit.kept_case import PRICES, PRICES_FILE_TEXT, write_arrivals
 from slicemeter.testkit.kube_api import KubeApi
 
 NOVEMBER = parse_month("2026-11")
@@ -103,14 +102,7 @@ def test_close_late_data_kept_money_and_export(any_store, tmp_path):
     writer = StoreWriter(con)
     try:
         add_tenants(con)
-        on_time, late, after_close = arrival_phases(CASE)
-        offset = 0
-        for phase, chunks in enumerate((on_time, late, after_close)):
-            if phase == 2:
-                close_month(con, "2026-10", PRICES)
-            for i in range(0, len(chunks), CASE["batch"]):
-                writer.write(chunks_batch(chunks[i:i + CASE["batch"]], 0, offset))
-                offset += 1
+        write_arrivals(con, writer.write, CASE, CASE["batch"])
         keep_hours(con, date(2026, 10, 31), date(2026, 11, 2))
         assert kept_current(con, *NOVEMBER)
         bill = compute_bill(con, "2026-11", prices=PRICES)

@@ -11,12 +11,11 @@ from pathlib import Path
 
 from slicemeter import store
 from slicemeter.chargeback.bill import parse_month
-from slicemeter.chargeback.close import close_month
 from slicemeter.chargeback.kept import keep_hours, kept_current
 from slicemeter.store.lake_maintain import data_files
 from slicemeter.testkit.cb_rows import add_tenants
 from slicemeter.testkit.ingest_helpers import StoreWriter
-from slicemeter.testkit.kept_case import PRICES, PRICES_FILE_TEXT, arrival_phases, chunks_batch
+from slicemeter.testkit.kept_case import PRICES_FILE_TEXT, write_arrivals
 
 CLI = [sys.executable, "-c", "import sys; from slicemeter.cli import main; sys.exit(main())"]
 CASE = {"seed": 5, "nvml_down": {3, 20}, "move_at": 6, "late_before_close": 0.3, "late_after_close": 0.2}
@@ -48,14 +47,7 @@ def test_a_pass_changes_no_bill_and_cuts_the_file_count(lake_db, tmp_path):
     writer = StoreWriter(con)
     try:
         add_tenants(con)
-        on_time, late, after_close = arrival_phases(CASE)
-        offset = 0
-        for phase, chunks in enumerate((on_time, late, after_close)):
-            if phase == 2:
-                close_month(con, "2026-10", PRICES)
-            for chunk in chunks:            # a batch per chunk: many deltas, kept rows and files
-                writer.write(chunks_batch([chunk], 0, offset))
-                offset += 1
+        write_arrivals(con, writer.write, CASE, 1)   # a batch per chunk: many deltas, kept rows and files
         keep_hours(con, date(2026, 10, 31), date(2026, 11, 2))    # kept money once more, whole
         before = _state(con)
         deltas = con.execute("SELECT count(*) FROM lake.main.slice_hour_pending").fetchone()[0]
