@@ -46,7 +46,7 @@ def test_plan_uses_the_brief_clis():
     assert sub["ingest"][sub["ingest"].index("--bill-interval") + 1] == "60"   # the live bill and budgets
     # a rolling window ending now (on a Tick boundary), not at midnight
     assert sub["backfill"] == ["backfill", "--scenario", str(demo.DEFAULT_SCENARIO), "--start", "2026-10-30T15:30:00",
-                               "--days", "30", "--kafka", "127.0.0.1:9092", "--interval", "10"]
+                               "--days", "30", "--kafka", "127.0.0.1:9092", "--interval", "60"]
     e2 = sub["exporter-gpu-node-2"]
     assert e2[:7] == ["exporter", "--simulate", str(demo.DEFAULT_SCENARIO), "--node", "gpu-node-2",
                       "--tenant", "globex"]
@@ -352,3 +352,13 @@ def test_demo_names_what_is_missing(tmp_path, monkeypatch):
     monkeypatch.setitem(demo.COMMANDS, "export", ("ingest.no_such_module", "x"))
     assert demo.missing_commands() == ["export (ingest.no_such_module)"]
     assert demo.run(args(workdir=tmp_path / "var", out=tmp_path / "out")) == 3
+
+
+@pytest.mark.parametrize("bad", [0, 7])
+def test_a_history_interval_that_does_not_divide_a_day_is_refused_before_anything_starts(tmp_path, bad):
+    """A history whose last Tick would not end where the exporters' Ticks begin leaves a gap."""
+    from slicemeter.common import ConfigError
+
+    with pytest.raises(ConfigError, match="--history-interval must divide a day"):
+        demo.run(args(workdir=tmp_path / "var", out=tmp_path / "out", history_interval=bad))
+    assert not (tmp_path / "var").exists()
