@@ -57,7 +57,19 @@ focus-validator: setup
 # the seed; PYTEST_ARGS="-p randomly --randomly-seed=N" repeats that order).
 PYTEST_ARGS ?=
 XDIST       ?= -n auto --dist loadfile
-test: test-suite test-lake
+# The lake suite runs beside the suite, its output kept in LAKE_LOG and shown after the suite's:
+# the suite's workers spend about a fifth of their time waiting (on brokers, group sessions,
+# browsers), which the lake suite's one process takes up.
+LAKE_LOG    ?= test-artifacts/lake-suite.log
+test: setup lake-setup system-deps focus-validator
+	@mkdir -p $(dir $(LAKE_LOG))
+	@$(MAKE) --no-print-directory test-lake >$(LAKE_LOG) 2>&1 & lake=$$!; \
+	$(MAKE) --no-print-directory test-suite; suite=$$?; \
+	wait $$lake; lake=$$?; \
+	echo "=== the lake suite, run beside the suite ($(LAKE_LOG))"; cat $(LAKE_LOG); \
+	[ $$suite = 0 ] || echo "make test: the suite failed" >&2; \
+	[ $$lake = 0 ] || echo "make test: the lake suite failed" >&2; \
+	[ $$suite = 0 ] && [ $$lake = 0 ]
 
 test-suite: setup system-deps focus-validator
 	$(BIN)/pytest -q $(XDIST) $(PYTEST_ARGS)
