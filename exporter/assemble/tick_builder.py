@@ -78,10 +78,12 @@ class _AskedEachTick:
     def clear(self) -> None:
         self._this, self._last = {}, {}
 
-    def get(self, key, make: Callable[[], object]):
+    def get(self, key, make: Callable[..., object], *args):
+        """The kept value of `key`, else make(*args): the arguments rather than a closure, so
+        that the common case, a value kept, allocates nothing."""
         if key in self._this:
             return self._this[key]
-        value = self._this[key] = self._last[key] if key in self._last else make()
+        value = self._this[key] = self._last[key] if key in self._last else make(*args)
         return value
 
 
@@ -109,17 +111,17 @@ class ProcessOwners:
     def visible(self, pid: int) -> bool:
         """Whether `proc_root` shows the host pid: without the host's PID namespace (no
         `hostPID`) NVML's pids are not there, and no cgroup can place their memory."""
-        return self._visible.get(pid, lambda: os.path.isdir(os.path.join(self.proc_root, str(int(pid)))))
+        return self._visible.get(pid, _proc_dir_exists, self.proc_root, pid)
 
     def owner(self, pid: int, pods: PodIndex, gpu_uuid: str | None = None) -> ProcOwner | None:
         """The container of a host pid; None: not a live pod's. `gpu_uuid`: the GPU it runs on,
         which names the container when only one of the pod's containers was granted that GPU
         (the pod's status may not list the container id yet)."""
-        found = self._cgroups.get(pid, lambda: pid_to_pod(pid, self.proc_root))
+        found = self._cgroups.get(pid, pid_to_pod, pid, self.proc_root)
         if pods is not self._owners_in:   # another pod list: every owner is found again
             self._owners.clear()
             self._owners_in = pods
-        return self._owners.get((pid, gpu_uuid), lambda: _owner(found, pods, gpu_uuid))
+        return self._owners.get((pid, gpu_uuid), _owner, found, pods, gpu_uuid)
 
     def on_gpus(self, gpus: list[GpuSample], pods: PodIndex) -> dict[str, GpuProcesses]:
         """The owner of every process NVML lists on a GPU outside MIG mode (MIG devices: MigStrategy)."""
@@ -131,6 +133,10 @@ class ProcessOwners:
             for pid in g.processes:
                 on_gpu.add(pid, self.owner(pid, pods, g.uuid))
         return out
+
+
+def _proc_dir_exists(proc_root: str, pid: int) -> bool:
+    return os.path.isdir(os.path.join(proc_root, str(int(pid))))
 
 
 def _owner(found: tuple[str, str | None] | None, pods: PodIndex, gpu_uuid: str | None) -> ProcOwner | None:

@@ -29,7 +29,7 @@ from slicemeter.exporter.serve.dcgm_metrics import DcgmCollector
 from slicemeter.exporter.serve.exposition import FamilyTexts, LabelText, Samples, render
 from slicemeter.exporter.serve.hami_metrics import HAMI_METRICS_MODES, HamiMonitorCollector, HamiSchedulerCollector
 from slicemeter.exporter.serve.scrape import (ExporterStats, FamilyCollector, LabelTuples, Scrape, label_value as _s,
-                                              reading_rows)
+                                              present_rows, reading_rows)
 from slicemeter.exporter.assemble.tick_builder import BuildResult
 from slicemeter.exporter.sources.gpu_health import CLOCK_EVENT_REASONS, CRITICAL_XIDS, XID_OTHER, throttled
 from slicemeter.tick import SCHEMA_VERSION
@@ -123,28 +123,27 @@ class SliceCollector(FamilyCollector):
 
     def fill(self, scrape: Scrape, out: dict[str, Samples]) -> None:
         view = scrape.view
-        families, values_of = reading_rows(out, self._FROM_READING)
-        allocation, usage = out["slicemeter_slice_allocation_ratio"].rows, out["slicemeter_slice_usage_ratio"].rows
-        disagree = out["slicemeter_slice_memory_disagreement"].rows
+        slices = view.slices
+        labels = [sv.labels for sv in slices]
+        readings = [sv.reading for sv in slices]
+        out["slicemeter_slice_allocation_ratio"].rows = [(sv.labels, sv.allocation) for sv in slices
+                                                         if sv.allocation is not None]
+        out["slicemeter_slice_usage_ratio"].rows = [(sv.labels, sv.usage) for sv in slices if sv.usage is not None]
+        for name, attr in self._FROM_READING:
+            out[name].rows = present_rows(labels, readings, attr)
         disagreement = view.last.disagreement
-        mig_rows, mig_flags = out["slicemeter_slice_mig_disagreement"].rows, view.last.mig_disagreement
-        verified = out["slicemeter_slice_usage_verified"].rows
-        for sv in view.slices:
-            s, lv = sv.reading, sv.labels
-            if sv.allocation is not None:
-                allocation.append((lv, sv.allocation))
-            if sv.usage is not None:
-                usage.append((lv, sv.usage))
-            for rows, v in zip(families, values_of(s)):
-                if v is not None:
-                    rows.append((lv, v))
+        disagree = out["slicemeter_slice_memory_disagreement"].rows
+        for lv, s in zip(labels, readings):
             d = disagreement.get((s.pod_uid, s.container, s.gpu_uuid))
             if d is not None:
                 disagree.append((lv, 1 if d else 0))
-            if s.source == "mig" and mig_flags is not None:
-                mig_rows.append((lv, 1 if (s.pod_uid, s.container, s.gpu_uuid) in mig_flags else 0))
-            if s.usage_verified is not None:
-                verified.append((lv, 1 if s.usage_verified else 0))
+        mig_flags = view.last.mig_disagreement
+        if mig_flags is not None:
+            out["slicemeter_slice_mig_disagreement"].rows = [
+                (lv, 1 if (s.pod_uid, s.container, s.gpu_uuid) in mig_flags else 0)
+                for lv, s in zip(labels, readings) if s.source == "mig"]
+        out["slicemeter_slice_usage_verified"].rows = [(lv, 1 if s.usage_verified else 0)
+                                                       for lv, s in zip(labels, readings) if s.usage_verified is not None]
         ok = out["slicemeter_hami_region_ok"].rows
         for (uid, container), good in sorted(view.last.hami_ok.items()):
             ns, pod = view.names.get(uid, (None, None))

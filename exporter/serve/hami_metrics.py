@@ -23,7 +23,7 @@ import sys
 
 from slicemeter.exporter.serve.catalogue import group
 from slicemeter.exporter.serve.exposition import Samples
-from slicemeter.exporter.serve.scrape import FamilyCollector, Scrape, reading_rows
+from slicemeter.exporter.serve.scrape import FamilyCollector, Scrape, present_rows
 from slicemeter.common import MiB
 
 HAMI_METRICS_MODES = ("monitor", "full", "off")
@@ -87,8 +87,7 @@ class HamiMonitorCollector(FamilyCollector):
             for error_type, count in (("corrected", g.ecc_corrected_aggregate), ("uncorrected", g.ecc_uncorrected_aggregate)):
                 if count is not None:
                     f["hami_host_gpu_ecc_errors"].add(tuples((t.node, index, g.gpu_uuid, dtype, error_type, ZONE)), count)
-        region, region_values = reading_rows(f, self._REGION)
-        util, last_kernel = f["hami_container_device_utilization_ratio"].rows, f["hami_container_last_kernel_elapsed_seconds"].rows
+        labels, region_slices = [], []   # the slices read from a HAMi region, the monitor's only source
         for s in t.slices:
             if s.source == "mig":
                 m = last.mig.get((s.pod_uid, s.container, s.gpu_uuid))
@@ -97,18 +96,18 @@ class HamiMonitorCollector(FamilyCollector):
                         s.namespace or "", s.pod or s.pod_uid, s.container, str(s.vdevice_index or 0),
                         s.gpu_uuid[:UUID_CHARS], m.uuid, m.profile or "", str(m.gpu_instance_id),
                         str(m.compute_instance_id), ZONE), 1)
-                continue
-            if s.source != "hami":
-                continue   # the monitor reads HAMi-core's region files only
-            lv = tuples((s.namespace or "", s.pod or s.pod_uid, s.container, str(s.vdevice_index), s.gpu_uuid[:UUID_CHARS],
-                         ZONE))
-            for rows, v in zip(region, region_values(s)):
-                if v is not None:
-                    rows.append((lv, v))
-            if s.sm_util_ratio is not None:
-                util.append((lv, _pct(s.sm_util_ratio)))
-            if s.last_kernel_age_s is not None:   # only once a kernel ran, in whole seconds as the monitor counts
-                last_kernel.append((lv, max(0, math.floor(s.last_kernel_age_s))))
+            elif s.source == "hami":
+                region_slices.append(s)
+                labels.append(tuples((s.namespace or "", s.pod or s.pod_uid, s.container, str(s.vdevice_index),
+                                      s.gpu_uuid[:UUID_CHARS], ZONE)))
+        for name, attr in self._REGION:
+            f[name].rows = present_rows(labels, region_slices, attr)
+        f["hami_container_device_utilization_ratio"].rows = [
+            (lv, _pct(s.sm_util_ratio)) for lv, s in zip(labels, region_slices) if s.sm_util_ratio is not None]
+        # only once a kernel ran, in whole seconds as the monitor counts
+        f["hami_container_last_kernel_elapsed_seconds"].rows = [
+            (lv, max(0, math.floor(s.last_kernel_age_s))) for lv, s in zip(labels, region_slices)
+            if s.last_kernel_age_s is not None]
 
 
 class HamiSchedulerCollector(FamilyCollector):
