@@ -170,7 +170,7 @@ def test_two_workers_one_killed_at_random_moments_lose_and_double_nothing(broker
         final_log = tmp_path / "final.log"
         final = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(final_log, "w"))
         _wait_for_partitions(final, final_log)
-        _wait_until_stored(target, produced, steady, deadline_s=120)
+        _wait_until_stored(target, produced, steady, deadline_s=120, logs=(steady_log, final_log))
         for p in (final, steady):
             p.send_signal(signal.SIGTERM)
         assert final.wait(timeout=60) == 0 and steady.wait(timeout=60) == 0, steady_log.read_text()[-3000:]
@@ -219,8 +219,10 @@ def test_two_workers_one_killed_at_random_moments_lose_and_double_nothing(broker
     assert total > 0 and metric(at, "Total") == fmt.money(total, money.currency(bill))
 
 
-def _wait_until_stored(target: str, produced: int, worker: subprocess.Popen, deadline_s: float) -> None:
-    """Poll the lake (a reader's snapshot) until it holds `produced` samples, while `worker` runs."""
+def _wait_until_stored(target: str, produced: int, worker: subprocess.Popen, deadline_s: float,
+                       logs: tuple[Path, ...] = ()) -> None:
+    """Poll the lake (a reader's snapshot) until it holds `produced` samples, while `worker` runs;
+    past the deadline, the tails of the workers' `logs` say where each stopped."""
     deadline = time.monotonic() + deadline_s
     con = store.connect(target, read_only=True)
     try:
@@ -229,7 +231,8 @@ def _wait_until_stored(target: str, produced: int, worker: subprocess.Popen, dea
                                  ).fetchone()[0]
             if stored >= produced:
                 return
-            assert time.monotonic() < deadline, f"{stored} of {produced} samples stored"
+            assert time.monotonic() < deadline, f"{stored} of {produced} samples stored\n" + "\n".join(
+                f"--- {log.name}:\n" + "\n".join(log.read_text().splitlines()[-25:]) for log in logs)
             with pytest.raises(subprocess.TimeoutExpired):
                 worker.wait(timeout=0.2)
             lake.refresh(con)
