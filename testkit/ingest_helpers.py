@@ -185,25 +185,38 @@ def messages_accounted(bootstrap: str, db: Path, group: str, partitions: int) ->
         consumer.close()
 
 
-def drain_after_killed_members(bootstrap: str, folder: Path, members: int = 4) -> tuple[int, str]:
-    """`members` ingest workers of one group, SIGKILLed once the group gave each partitions
-    (so that they die holding them, their sessions running on), then a drain of the group:
-    (its exit status, its log). Every partition has records before the members start."""
+def drain_after_killed_members(bootstrap: str, folder: Path, members: int = 4,
+                               kill_after: list[float] | None = None, until_idle: float = 5) -> tuple[int, str]:
+    """`members` ingest workers of one group SIGKILLed, then a drain of the group: (its exit
+    status, its log). Each member dies `kill_after[i]` seconds after its start (joining,
+    syncing or holding partitions, as a crash loop's members do), or, without kill_after,
+    once the group gave each partitions (so that they die holding them, their sessions
+    running on). Every partition has records before the members start."""
     group = ["--kafka", bootstrap, "--group", "g", "--session-timeout-ms", "6000"]
     logs = [folder / f"member-{i}.log" for i in range(members)]
     procs = [subprocess.Popen([*SLICEMETER, "ingest", *group, "--db", str(folder / f"member-{i}.duckdb")],
                               stdout=subprocess.DEVNULL, stderr=open(logs[i], "w")) for i in range(members)]
+    started = time.monotonic()
     try:
-        # each killed once the group gave it partitions; on a loaded machine one may still be
-        # joining after a minute, and dies joining (a crash loop's member does too)
-        deadline = time.monotonic() + 60
-        while (time.monotonic() < deadline and all(p.poll() is None for p in procs)
-               and not all("slicemeter.ingest: assigned partitions [" in log.read_text() for log in logs)):
-            time.sleep(0.05)
+        if kill_after is not None:
+            for proc, at in sorted(zip(procs, kill_after), key=lambda pair: pair[1]):
+                time.sleep(max(0.0, started + at - time.monotonic()))
+                proc.send_signal(signal.SIGKILL)
+        else:
+            # each killed once the group gave it partitions; on a loaded machine one may still be
+            # joining after a minute, and dies joining (a crash loop's member does too)
+            deadline = started + 60
+            while (time.monotonic() < deadline and all(p.poll() is None for p in procs)
+                   and not all("slicemeter.ingest: assigned partitions [" in log.read_text() for log in logs)):
+                time.sleep(0.05)
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
-    drain = subprocess.run([*SLICEMETER, "ingest", *group, "--db", str(folder / "drain.duckdb"), "--until-idle", "5"],
-                           capture_output=True, text=True, timeout=240)
+    try:
+        drain = subprocess.run([*SLICEMETER, "ingest", *group, "--db", str(folder / "drain.duckdb"),
+                                "--until-idle", str(until_idle)], capture_output=True, text=True, timeout=240)
+    except subprocess.TimeoutExpired as exc:   # a drain that never ends is a failed one, with its log
+        err = exc.stderr or b""
+        return -9, (err.decode(errors="replace") if isinstance(err, bytes) else err) + "\n(killed after 240 s)"
     return drain.returncode, drain.stderr

@@ -3,16 +3,13 @@
 examples/demo.yaml across the turn of October, October closed), then this release on them."""
 from __future__ import annotations
 
-import csv
 import gzip
 import os
 import shutil
 import signal
 import subprocess
 import time
-from collections import defaultdict
 from datetime import datetime, timezone
-from decimal import Decimal
 from pathlib import Path
 
 import duckdb
@@ -22,6 +19,7 @@ import slicemeter
 from slicemeter import store
 from slicemeter.store import schema
 from slicemeter.testkit.ingest_helpers import SLICEMETER
+from slicemeter.testkit.old_release import money_per_tenant
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "tests/data/release-0.2.0"
@@ -44,15 +42,6 @@ def unpack(name: str, dest: Path) -> Path:
 @pytest.fixture
 def old_store(tmp_path) -> Path:
     return unpack("store.duckdb", tmp_path / "store.duckdb")
-
-
-def money_per_tenant(invoice: Path) -> dict[str, Decimal]:
-    """An invoice CSV's charge per tenant, exactly."""
-    totals: dict[str, Decimal] = defaultdict(Decimal)
-    with open(invoice, newline="") as f:
-        for row in csv.DictReader(f):
-            totals[row["tenant"]] += Decimal(row["charge"])
-    return dict(totals)
 
 
 def export_money(db: Path, month: str, out: Path) -> dict[str, Decimal]:

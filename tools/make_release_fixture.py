@@ -3,26 +3,22 @@ release 0.2.0's own code (commit 047a43f), for the upgrade tests (tests/test_upg
 
     .venv/bin/python tools/make_release_fixture.py [--out tests/data/release-0.2.0]
 
-It installs that commit's tree (git archive) into a temporary folder, then runs its
-`slicemeter` with this checkout's Python packages (DuckDB, kafka-python...): backfill two
-days of examples/demo.yaml (a Tick every 5 minutes) across the turn of October into a Tansu broker, ingest them
-with a readers' file, close October, export October (closed) and November (open).
+It runs that commit's own `slicemeter` (testkit/old_release.py): backfill two days of
+examples/demo.yaml (a Tick every 5 minutes) across the turn of October into a Tansu broker,
+ingest them with a readers' file, close October, export October (closed) and November (open).
 """
 from __future__ import annotations
 
 import argparse
 import gzip
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from slicemeter.broker import TansuBroker
+from slicemeter.testkit.old_release import RELEASE_0_2_0, close_and_export, install, write_store
 
 REPO = Path(__file__).resolve().parent.parent
-COMMIT = "047a43f"
 START, DAYS, NOW, INTERVAL = "2026-10-31", "2", "2026-11-02T06:00Z", "300"
 
 
@@ -36,39 +32,19 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="slicemeter-release-") as tmp:
         tmp = Path(tmp)
-        tree, site, work = tmp / "tree", tmp / "site", tmp / "work"
-        tree.mkdir()
+        work = tmp / "work"
         work.mkdir()
-        archive = subprocess.run(["git", "-C", str(REPO), "archive", COMMIT], check=True, capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(tree)],
-                       check=True)
-        env = {**os.environ, "PYTHONPATH": str(site), "SLICEMETER_NOW": args.now}
-        old = [sys.executable, "-m", "slicemeter.cli"]
-
-        def run(*argv: str) -> None:
-            print("+ slicemeter", " ".join(argv), flush=True)
-            # not in the tree: `python -m` puts the working folder first on the path, and the
-            # tree's slicemeter/ folder is not the installed package
-            subprocess.run([*old, *argv], cwd=work, env=env, check=True)
-
-        store, snapshot = work / "store.duckdb", work / "snapshot.duckdb"
-        with TansuBroker(log_path=tmp / "tansu.log") as broker:
-            run("backfill", "--scenario", str(tree / "examples/demo.yaml"), "--start", args.start, "--days", args.days,
-                "--interval", args.interval, "--kafka", broker.bootstrap, "--no-progress")
-            run("ingest", "--kafka", broker.bootstrap, "--db", str(store),
-                "--tenants", str(tree / "examples/demo.yaml"),
-                "--snapshot", str(snapshot), "--snapshot-interval", "1", "--until-idle", "5")
-        prices = ("--prices", str(tree / "examples/prices.yaml"))
-        run("close", "--db", str(store), "--month", "2026-10", *prices)
-        for month in ("2026-10", "2026-11"):
-            run("export", "--db", str(store), "--month", month, "--out", str(work / f"export-{month}"), *prices)
+        release = install(RELEASE_0_2_0, tmp)
+        snapshot = work / "snapshot.duckdb"
+        store = write_store(release, work, start=args.start, days=args.days, interval=args.interval, now=args.now,
+                            snapshot=snapshot)
+        invoices = close_and_export(release, store, work, closed="2026-10", months=["2026-10", "2026-11"],
+                                    now=args.now)
         args.out.mkdir(parents=True, exist_ok=True)
         for db in (store, snapshot):   # DuckDB files are mostly empty blocks: a tenth gzipped
             with open(db, "rb") as src, gzip.GzipFile(args.out / f"{db.name}.gz", "wb", mtime=0) as dst:
                 shutil.copyfileobj(src, dst)
-        for month in ("2026-10", "2026-11"):
-            invoice = next((work / f"export-{month}").glob("invoice*.csv"))
+        for month, invoice in invoices.items():
             shutil.copyfile(invoice, args.out / f"invoice-{month}.csv")
     print(f"wrote {args.out}")
     return 0
