@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sys
 import threading
 from pathlib import Path
@@ -138,6 +139,9 @@ def scope() -> str | None:
     return access.resolve_scope(fixed_tenant(), allowed, st.session_state.get(TENANT_PICK))
 
 
+_STORE_TABLE = re.compile(r"\{store\}\.main\.([a-z_]+)")
+
+
 def scope_connection(con: duckdb.DuckDBPyConnection, tenant: str) -> None:
     """Narrow a store connection to one tenant: sql/scope/tenant.sql shadows the tables a
     tenant's rows live in; every other table (raw samples, dead letters, frozen months,
@@ -145,8 +149,18 @@ def scope_connection(con: duckdb.DuckDBPyConnection, tenant: str) -> None:
     rows through it."""
     catalog = con.execute("SELECT current_database()").fetchone()[0]
     store = quote_ident(catalog)
+    # a lake derives its hour rows on read (sql/lake/views.sql unscoped_*): the scope narrows
+    # those, not the lake's own tables of the same names
+    derived = {name for (name,) in con.execute(
+        "SELECT view_name FROM duckdb_views() WHERE temporary AND starts_with(view_name, 'unscoped_')").fetchall()}
+
+    def source(table: re.Match) -> str:
+        name = table.group(1)
+        return f"unscoped_{name}" if f"unscoped_{name}" in derived else f"{store}.main.{name}"
+
+    text = _STORE_TABLE.sub(source, sql_text("scope/tenant.sql")).replace("{store}", store)
     scoped = set()
-    for body in statements(sql_text("scope/tenant.sql").replace("{store}", store)):
+    for body in statements(text):
         con.execute(body, {"tenant": tenant} if "$tenant" in body else None)
         if body.startswith("CREATE OR REPLACE TEMP VIEW "):
             scoped.add(body.split()[5])

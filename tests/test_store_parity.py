@@ -13,7 +13,6 @@ from datetime import date
 from decimal import Decimal
 from pathlib import Path
 
-import pytest
 import yaml
 
 from slicemeter import store
@@ -118,18 +117,12 @@ def test_close_late_data_kept_money_and_export(any_store, tmp_path):
 
 
 
-def test_a_tenant_scoped_read_sees_its_own_rows_and_no_others(any_store, request):
+def test_a_tenant_scoped_read_sees_its_own_rows_and_no_others(any_store):
     """The dashboard's connection for one tenant (dashboard/data.py open_db) reads that
     tenant's GPU-hours and slice-hours, all of them and no other's, on either backend: the
     kept-money fleet, whose gpu-node-1 moves from acme's cluster to globex's."""
     from slicemeter.dashboard import data
-    from slicemeter.common import is_lake
     from slicemeter.testkit.cb_rows import ACME, GLOBEX
-
-    if is_lake(any_store):
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "the scope's gpu_hour and slice_hour read the lake's own tables of those names, which stay empty "
-            "(a lake derives these rows from its hour deltas on read, sql/lake/views.sql): a tenant sees no rows")))
 
     con = store.connect(any_store)
     writer = StoreWriter(con)

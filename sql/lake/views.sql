@@ -5,7 +5,8 @@
 -- keeps up to date in place is derived here on read:
 -- string ids: two workers may append the same new (id, value) pair (ids are hashes of the
 -- value, the same in every worker);
-CREATE OR REPLACE TEMP VIEW ingest_strings AS SELECT DISTINCT id, value FROM lake.main.ingest_strings;
+CREATE OR REPLACE TEMP VIEW lake_strings_unscoped AS SELECT DISTINCT id, value FROM lake.main.ingest_strings;
+CREATE OR REPLACE TEMP VIEW ingest_strings AS SELECT * FROM lake_strings_unscoped;
 
 -- offsets: a row per partition per batch; the one of the latest commit wins (snapshot_id,
 -- DuckLake's per-row commit number: a partition read again from its log start after the
@@ -22,7 +23,7 @@ QUALIFY row_number() OVER (PARTITION BY gpu_uuid_id ORDER BY last_seen_ms DESC, 
 -- hour rollups: every batch's deltas merged, the merge the single-file store's fold
 -- applies (sql/ingest/fold_rollups.sql), columns in the order of sql/schema/001_contract.sql;
 -- of the deltas in `tbl` (all of them, or a batch's touched GPU-hours': sql/lake/keep_money.sql).
-CREATE OR REPLACE TEMP MACRO lake_gpu_hours(tbl) AS TABLE
+CREATE OR REPLACE TEMP MACRO lake_gpu_hours(tbl, strings := 'ingest_strings') AS TABLE
 SELECT bucket AS hour, cluster, node, gpu_uuid, model, memory_total_bytes, least(3600, metered_s) AS metered_s,
        sample_count, sm_util_s, memory_used_byte_s,
        hour_energy(first_energy_j, last_energy_j, first_power_j, power_j) AS energy_joules, power_j,
@@ -30,14 +31,26 @@ SELECT bucket AS hour, cluster, node, gpu_uuid, model, memory_total_bytes, least
        xid_events, xid_critical_count, xid_critical_ts_ms, xid_critical_code, ecc_agg_first_ts_ms, ecc_agg_first,
        ecc_agg_last_ts_ms, ecc_agg_last, ecc_agg_max, ecc_vol_first_ts_ms, ecc_vol_first, ecc_vol_last_ts_ms,
        ecc_vol_last, ecc_vol_max, throttled_s, lost_s, temperature_max_celsius, unhealthy_s, health_unknown_s
-FROM gpu_partials_named(tbl);
+FROM gpu_partials_named(tbl, strings);
 
-CREATE OR REPLACE TEMP MACRO lake_slice_hours(tbl) AS TABLE
+CREATE OR REPLACE TEMP MACRO lake_slice_hours(tbl, strings := 'ingest_strings') AS TABLE
 SELECT bucket AS hour, * EXCLUDE (bucket) REPLACE (least(3600, metered_s) AS metered_s)
-FROM slice_partials_named(tbl);
+FROM slice_partials_named(tbl, strings);
 
-CREATE OR REPLACE TEMP VIEW gpu_hour AS SELECT * FROM lake_gpu_hours('gpu_hour_pending_partials');
-CREATE OR REPLACE TEMP VIEW slice_hour AS SELECT * FROM lake_slice_hours('slice_hour_pending_partials');
+-- The hour rows from the lake's own tables by their qualified names: what a tenant's scope
+-- (sql/scope/tenant.sql) narrows, once every table of the lake is hidden behind an empty view.
+-- No reader's query names them: a reader reads gpu_hour and slice_hour.
+CREATE OR REPLACE TEMP VIEW lake_gpu_deltas_unscoped AS
+SELECT hour AS bucket, * EXCLUDE (hour) FROM lake.main.gpu_hour_pending;
+CREATE OR REPLACE TEMP VIEW lake_slice_deltas_unscoped AS
+SELECT hour AS bucket, * EXCLUDE (hour) FROM lake.main.slice_hour_pending;
+CREATE OR REPLACE TEMP VIEW unscoped_gpu_hour AS
+SELECT * FROM lake_gpu_hours('lake_gpu_deltas_unscoped', 'lake_strings_unscoped');
+CREATE OR REPLACE TEMP VIEW unscoped_slice_hour AS
+SELECT * FROM lake_slice_hours('lake_slice_deltas_unscoped', 'lake_strings_unscoped');
+
+CREATE OR REPLACE TEMP VIEW gpu_hour AS SELECT * FROM unscoped_gpu_hour;
+CREATE OR REPLACE TEMP VIEW slice_hour AS SELECT * FROM unscoped_slice_hour;
 
 -- money kept (sql/schema/060_kept_money.sql): each batch appends the kept rows of the
 -- GPU-hours it touched, whole (sql/lake/keep_money.sql); a GPU-hour's kept rows are those

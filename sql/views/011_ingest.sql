@@ -220,32 +220,34 @@ CREATE OR REPLACE TEMP VIEW gpu_hour_pending_partials AS SELECT hour AS bucket, 
 CREATE OR REPLACE TEMP VIEW slice_hour_pending_partials AS SELECT hour AS bucket, * EXCLUDE (hour) FROM slice_hour_pending;
 
 -- Partials merged, strings resolved: the minute views below and the fold of the pending
--- hour deltas into gpu_hour / slice_hour (sql/ingest/fold_rollups.sql).
-CREATE OR REPLACE TEMP MACRO gpu_partials_named(tbl) AS TABLE
+-- hour deltas into gpu_hour / slice_hour (sql/ingest/fold_rollups.sql). `strings`: the table
+-- of (id, value) the ids are named from (a lake names a tenant's rows from its own catalog's
+-- strings, which a tenant's scope hides: sql/lake/views.sql).
+CREATE OR REPLACE TEMP MACRO gpu_partials_named(tbl, strings := 'ingest_strings') AS TABLE
 SELECT d.bucket, g.value AS gpu_uuid, c.value AS cluster, n.value AS node, m.value AS model,
        d.* EXCLUDE (bucket, gpu_uuid_id, cluster_id, node_id, model_id, driver_id), dr.value AS driver
 FROM gpu_partials_merged(tbl) d
-JOIN ingest_strings g ON g.id = d.gpu_uuid_id
-JOIN ingest_strings c ON c.id = d.cluster_id
-JOIN ingest_strings n ON n.id = d.node_id
-LEFT JOIN ingest_strings m ON m.id = d.model_id
-LEFT JOIN ingest_strings dr ON dr.id = d.driver_id;
+JOIN query_table(strings) g ON g.id = d.gpu_uuid_id
+JOIN query_table(strings) c ON c.id = d.cluster_id
+JOIN query_table(strings) n ON n.id = d.node_id
+LEFT JOIN query_table(strings) m ON m.id = d.model_id
+LEFT JOIN query_table(strings) dr ON dr.id = d.driver_id;
 
-CREATE OR REPLACE TEMP MACRO slice_partials_named(tbl) AS TABLE
+CREATE OR REPLACE TEMP MACRO slice_partials_named(tbl, strings := 'ingest_strings') AS TABLE
 SELECT d.bucket, c.value AS cluster, n.value AS node, g.value AS gpu_uuid, ns.value AS namespace,
        p.value AS pod, u.value AS pod_uid, k.value AS container, d.* EXCLUDE (bucket, gpu_uuid_id, pod_uid_id,
        container_id, cluster_id, node_id, namespace_id, pod_id, claim_id, driver_id),
        cl.value AS claim, dr.value AS driver
 FROM slice_partials_merged(tbl) d
-JOIN ingest_strings g ON g.id = d.gpu_uuid_id
-JOIN ingest_strings u ON u.id = d.pod_uid_id
-JOIN ingest_strings k ON k.id = d.container_id
-JOIN ingest_strings c ON c.id = d.cluster_id
-JOIN ingest_strings n ON n.id = d.node_id
-LEFT JOIN ingest_strings ns ON ns.id = d.namespace_id
-LEFT JOIN ingest_strings p ON p.id = d.pod_id
-LEFT JOIN ingest_strings cl ON cl.id = d.claim_id
-LEFT JOIN ingest_strings dr ON dr.id = d.driver_id;
+JOIN query_table(strings) g ON g.id = d.gpu_uuid_id
+JOIN query_table(strings) u ON u.id = d.pod_uid_id
+JOIN query_table(strings) k ON k.id = d.container_id
+JOIN query_table(strings) c ON c.id = d.cluster_id
+JOIN query_table(strings) n ON n.id = d.node_id
+LEFT JOIN query_table(strings) ns ON ns.id = d.namespace_id
+LEFT JOIN query_table(strings) p ON p.id = d.pod_id
+LEFT JOIN query_table(strings) cl ON cl.id = d.claim_id
+LEFT JOIN query_table(strings) dr ON dr.id = d.driver_id;
 
 -- Minute rollups.
 CREATE OR REPLACE TEMP VIEW gpu_minute AS
