@@ -141,3 +141,13 @@ def test_the_dashboard_never_writes(tmp_path, monkeypatch):
         assert not at.exception, (page, at.exception)
     assert hashlib.sha256(db.read_bytes()).hexdigest() == before
     assert not db.with_name(db.name + ".wal").exists()
+
+
+def test_only_the_lake_views_and_the_tenant_scope_name_a_lakes_unscoped_rows():
+    """A lake's `unscoped_*` views read every tenant's rows by qualified name, past a tenant's
+    scope: a query of any reader that named one would read them all."""
+    allowed = {REPO / "sql" / "lake" / "views.sql"}
+    readers = [p for p in sorted((REPO / "sql").rglob("*.sql")) + sorted((REPO / "dashboard").rglob("*.py"))
+               if p not in allowed]
+    assert len(readers) > 50
+    assert [p.relative_to(REPO) for p in readers if "unscoped_" in p.read_text()] == [Path("dashboard/data.py")]
