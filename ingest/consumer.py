@@ -427,7 +427,8 @@ class Ingestor:
             if self.lake:
                 prepared.owner, prepared.epochs = self.owner, dict(self.epochs)
             if not self.writer.put(prepared):
-                self._recover_rejected()
+                # dropped with the batch before it: read again from its first records too
+                self._recover_rejected(starts=b.first_offsets)
                 return
             self.held_slices = held
             self.unfolded_batches = 0 if prepared.fold_rollups else self.unfolded_batches + 1
@@ -464,7 +465,7 @@ class Ingestor:
         (they may hold what never reached the store) and every partition goes back to the
         offset DuckDB holds: the same path a restart takes, so exactly-once is unchanged."""
         if self.writer.has_lost():
-            self._recover_lost()
+            self._recover_lost(starts)
             if ends is None:
                 return
         rejected = self.writer.take_rejected() if self.writer.has_rejected() else None
@@ -487,16 +488,20 @@ class Ingestor:
         self._seeks += 1
         self._seek_back(starts)
 
-    def _recover_lost(self) -> None:
+    def _recover_lost(self, starts: dict[tuple[str, int], int] | None = None) -> None:
         """Batches the lake did not store for ownership (writer.LakeCommitLost): dropped with
         what was read after them, the caches reloaded, and every partition this worker still
-        holds read again from the stored offsets. Partitions another worker took are given
-        up (logged, counted): without a group the worker stops, in a group they wait
-        (paused) for the group to assign them again."""
-        self._lost(self.writer.take_lost())
+        holds read again from the stored offsets, or, with none stored yet, from the first
+        record dropped (`starts`: of a batch dropped beside the lost one). Partitions another
+        worker took are given up (logged, counted): without a group the worker stops, in a
+        group they wait (paused) for the group to assign them again."""
+        self._lost(self.writer.take_lost(), starts)
 
-    def _lost(self, lost) -> None:
+    def _lost(self, lost, starts: dict[tuple[str, int], int] | None = None) -> None:
         """See _recover_lost; also for an offset reset the lake refused (_log_mismatch)."""
+        dropped = dict(starts or {})
+        for tp, start in [*lost.first_offsets.items(), *self.batch.first_offsets.items()]:
+            dropped[tp] = min(start, dropped.get(tp, start))
         self.batch = Batch()
         self._seeks += 1
         if lost.fenced:
@@ -515,6 +520,9 @@ class Ingestor:
                 log.error("fenced: another worker stores this topic now; stopping")
                 self.fenced_out = self.stopping = True
                 return
+            # a partition given back to this worker keeps its client position: with no stored
+            # offset to seek to then, that position must be the first record not stored
+            self._rewind_unstored(self.consumer.assignment(), dropped)
             self.consumer.pause(*held)
             # and asks the group for a new assignment: one that did not rebalance (a take-over
             # of an older generation's assignment, committed late) would leave them unread
@@ -526,7 +534,7 @@ class Ingestor:
         log.warning("the lake refused a batch for a concurrent commit (%s); its partitions are still this "
                     "worker's and are read again from the stored offsets", lost.reason)
         self._reload_caches()
-        self._seek_back()
+        self._seek_back(dropped)
 
     def _reload_caches(self) -> None:
         """The caches a dropped batch may have filled with what never reached the store."""
@@ -542,8 +550,13 @@ class Ingestor:
         record not stored: `starts` (of batches dropped unstored), else the next unread."""
         assigned = self.consumer.assignment() if self.consumer is not None else []
         self.seek(assigned)
+        self._rewind_unstored(assigned, starts)
+
+    def _rewind_unstored(self, partitions, starts: dict[tuple[str, int], int] | None) -> None:
+        """Each of `partitions` the store holds no offset for back to the first record not
+        stored: `starts`, else the next unread (the client's position may be past both)."""
         stored = stored_positions(self.con, self.cfg.topic)
-        for tp in assigned:
+        for tp in partitions:
             if tp.partition in stored:
                 continue
             candidates = [o for o in ((starts or {}).get((tp.topic, tp.partition)), self._next.get(tp.partition))

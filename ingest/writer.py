@@ -312,12 +312,15 @@ class LakeCommitLost(Exception):
     `fenced` names the partitions another worker took since (partition -> (owner, epoch)
     now); empty, a concurrent commit (a take-over, `bindings move`) won the race and the
     partitions are still this worker's. Either way nothing of the batch is stored, and
-    the worker goes back to the stored offsets (ingest/consumer.py)."""
+    the worker goes back to the stored offsets (ingest/consumer.py). `first_offsets`:
+    where the batch the writer dropped starts in each partition, which is where a partition
+    with no stored offset yet is read again from."""
 
     def __init__(self, fenced: dict[int, tuple[str | None, int | None]], reason: str):
         super().__init__(reason)
         self.fenced = fenced
         self.reason = reason
+        self.first_offsets: dict[tuple[str, int], int] = {}
 
 
 def foreign_owners(con: duckdb.DuckDBPyConnection, owners: pa.Table) -> dict[int, tuple[str | None, int | None]]:
@@ -589,6 +592,7 @@ class BatchWriterThread:
                 if self._error is None and self._rejected is None and self._lost is None:
                     self._store(batch)
             except LakeCommitLost as exc:   # what is queued behind is dropped too: see take_lost
+                exc.first_offsets = dict(batch.first_offsets)
                 self._lost = exc
             except BaseException as exc:  # noqa: BLE001 - handed to the main thread
                 self._error = exc

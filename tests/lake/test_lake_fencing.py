@@ -16,9 +16,10 @@ import pyarrow as pa
 import pytest
 
 from slicemeter import store
+from slicemeter.ingest import consumer
 from slicemeter.ingest.consumer import IngestConfig, Ingestor
 from slicemeter.ingest.metrics import IngestMetrics
-from slicemeter.ingest.writer import foreign_owners, take_partitions
+from slicemeter.ingest.writer import LakeCommitLost, foreign_owners, take_partitions, write_lake
 from slicemeter.store.script import execute_script
 from slicemeter.testkit.ingest_helpers import (SLICEMETER, TOPIC, create_topic, poll, produce_chunks,
                                                wait_for_line)
@@ -108,6 +109,34 @@ def test_a_fenced_worker_without_a_group_says_so_on_metrics_and_stops(broker, la
     finally:
         con.close()
     assert owners == [(p, taken[p], "the-new-worker") for p in (0, 1)]
+
+
+@pytest.mark.broker
+def test_batches_a_concurrent_commit_drops_before_any_stored_offset_are_read_again(broker, lake_db, monkeypatch):
+    """The first batch of partitions with no stored offset yet loses its commit to a
+    concurrent one (a take-over of other partitions, `bindings move`), with the batch behind
+    it and the one being filled: each partition is read again from the first record of
+    those dropped, not from where reading had got to, so the lake stores every sample."""
+    target, _ = lake_db
+    create_topic(broker.bootstrap, partitions=2)
+    chunks = list(messages(fleet(8, CLUSTERS), START, 240, 30))
+    produced = produce_chunks(broker.bootstrap, chunks)[1]
+    dropped: list[dict] = []
+
+    def first_commit_lost(con, batch):
+        if not dropped and batch.next_offsets:
+            dropped.append(dict(batch.first_offsets))
+            raise LakeCommitLost({}, "a concurrent commit conflicted")
+        return write_lake(con, batch)
+
+    monkeypatch.setattr(consumer, "write_lake", first_commit_lost)
+    # in a group: there a partition with no stored offset is left at the client's position
+    # (without one, ingest itself seeks it to the log start every time)
+    ing = Ingestor(IngestConfig(bootstrap=broker.bootstrap, db=target, group="first-batches", batch_samples=6000,
+                                batch_max_s=0.2, until_idle_s=5))
+    assert ing.run() == 0
+    assert dropped and all(offset == 0 for offset in dropped[0].values())
+    assert _stored_samples(target) == produced
 
 
 def _worker(bootstrap: str, target: str, log: Path, *extra: str) -> subprocess.Popen:
