@@ -28,7 +28,7 @@ from typing import Callable, NamedTuple, Protocol
 
 from fractions import Fraction
 
-from slicemeter.exporter.sources.dra import HAMI_DRIVER, DraSlice
+from slicemeter.exporter.sources.dra import HAMI_DRIVER, DraSlice, ResourceClaim
 from slicemeter.exporter.sources.hami import ClaimRegionFile, DeviceView, Region, RegionError, RegionFile, aggregate
 from slicemeter.exporter.sources.nvml import GpuSample, MigSample, NvmlSnapshot
 from slicemeter.exporter.sources.pods import Grant, PodIndex, PodInfo
@@ -105,6 +105,7 @@ class DraInputs:
     gpu_of: dict[tuple[str, str, str], str]            # (driver, pool, device) -> the Tick's gpu_uuid
     claim_regions: list[tuple[ClaimRegionFile, Region | RegionError]]   # HAMi claims' regions, read
     gpus: dict[str, GpuReading]                        # gpu_uuid -> the identity row of a published device
+    claims: tuple[ResourceClaim, ...]                  # the claims slices was made from (device conditions)
 
 
 @dataclass(slots=True)

@@ -223,8 +223,7 @@ class TickBuilder:
             if uuid not in src.gpus:
                 row.slice_count = counts.get(uuid, 0)
                 res.tick.gpus.append(row)
-        claims = self.dra.get().claims if src.dra is not None else ()
-        _mark_device_health(res.tick.gpus, snap.gpus, pods, src.dra, claims)
+        _mark_device_health(res.tick.gpus, snap.gpus, pods, src.dra)
         res.duration_s = time.perf_counter() - t0
         return res
 
@@ -271,7 +270,7 @@ class TickBuilder:
         gpus: dict[str, GpuReading] = {}
         for row in devices.values():
             gpus.setdefault(row.gpu_uuid, row)   # one row per GPU however many partitions it has
-        return DraInputs(slices, {key: row.gpu_uuid for key, row in devices.items()}, regions, gpus)
+        return DraInputs(slices, {key: row.gpu_uuid for key, row in devices.items()}, regions, gpus, got.claims)
 
     def _mark_verified(self, slices: list[SliceReading], gpus: list[GpuSample], region_pids: set[int]) -> None:
         """Each slice's `usage_verified`: NVML's and the cgroups' own figures (cgroup and MIG
@@ -312,14 +311,13 @@ class TickBuilder:
             log.warning("HAMi region %s rejected: %s", entry, err)
 
 
-def _mark_device_health(rows: list[GpuReading], gpus: list[GpuSample], pods: PodIndex, dra: DraInputs | None,
-                        claims) -> None:
+def _mark_device_health(rows: list[GpuReading], gpus: list[GpuSample], pods: PodIndex, dra: DraInputs | None) -> None:
     """Each GPU row's `device_health`: the worst the kubelet reports for its device in any
     pod's status, or a DRA driver in its claim's device conditions
     (exporter/sources/device_health.py); null where none does."""
     reports = [r for p in pods.pods.values() if p.device_health for r in p.device_health]
     reports += [DeviceReport(f"claim:{c.name}", f"{driver}/{pool}/{device}", code)
-                for c in claims for driver, pool, device, code in c.device_health]
+                for c in (dra.claims if dra is not None else ()) for driver, pool, device, code in c.device_health]
     if not reports:
         return
     by_uuid = {row.gpu_uuid: row for row in rows}
