@@ -328,7 +328,7 @@ def month_lines(con, month_start: date, src_asof: date | None, catalog: PriceCat
     `report_hours`."""
     m_end = parse_month(month_str(month_start))[1]
     args = [month_start, m_end, src_asof]
-    plain_basis, basis = basis, billed_basis(basis, catalog)
+    basis = billed_basis(basis, catalog)
     # the kept hours keep usage as reported: a month with usage NVML could not check is billed
     # from the rollups where the basis puts the allocation in its place
     kept = (use_kept and src_asof is None and kept_current(con, month_start, m_end)
@@ -379,7 +379,7 @@ def month_lines(con, month_start: date, src_asof: date | None, catalog: PriceCat
         s["idle_u"] = 0
         unverified_u, s["unknown_u"], s["claim"], s["driver"] = notes.get(_slice_key(s), _NO_NOTES)
         # the allocation basis rests on no usage, checked or not
-        s["unverified_u"] = unverified_u if plain_basis != "allocation" else 0
+        s["unverified_u"] = unverified_u if basis != "allocation" else 0
         # on `usage_checked` every unchecked second was billed at least at the allocation share
         s["unverified_alloc_u"] = unverified_u if basis == "usage_checked" else 0
     drivers = _gpu_drivers(con, args, days)
