@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from slicemeter import clock
 from slicemeter.store import registered, retry_conflicts, sql_text, transaction
-from slicemeter.store.script import execute_text
+from slicemeter.store.script import execute_script
 from slicemeter.common import ConfigError, read_config_text
 from slicemeter.config_schema import Schema, YamlLines, validate
 from slicemeter.tenant_model import TenantList
@@ -272,7 +272,7 @@ def store_catalog(con: duckdb.DuckDBPyConnection, catalog: Catalog) -> None:
     def replace_catalog() -> None:
         with transaction(con), registered(con, **tables):
             con.execute(sql_text("ingest/tenants_clear.sql"))
-            execute_text(con, sql_text("ingest/tenants_insert.sql"), {})
+            execute_script(con, "ingest/tenants_insert.sql", {})
             con.execute(sql_text("ingest/tenants_yield_to_live.sql"))
             conflicts = con.execute(sql_text("ingest/tenants_conflicts.sql")).fetchall()
             if conflicts:
