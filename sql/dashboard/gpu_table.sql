@@ -38,9 +38,12 @@ WITH prices AS (
            min(day + to_hours(round(log2(hour_mask & -hour_mask))::BIGINT)) FILTER (WHERE hour_mask > 0) AS first_hour
     FROM days
     GROUP BY gpu_uuid, node
-), slices AS (
+), slices AS (   -- search_hit: the search names a pod, namespace or claim of a slice on the GPU
     SELECT gpu_uuid, sum(unused_s) / 3600 AS waste_gpu_h, sum(round(unused_s * 1000))::BIGINT AS unused_ms,
-           sum(unverified_s) / 3600 AS unverified_h
+           sum(unverified_s) / 3600 AS unverified_h,
+           coalesce(bool_or(contains(lower(coalesce(pod, '')), lower($search))
+                            OR contains(lower(coalesce(namespace, '')), lower($search))
+                            OR contains(lower(coalesce(claim, '')), lower($search))), false) AS search_hit
     FROM slice_days($start, $end)
     GROUP BY gpu_uuid
 ), health AS (
@@ -49,11 +52,6 @@ WITH prices AS (
            sum(lost_s) / 3600 AS lost_h
     FROM gpu_health_events($start, $end, $throttled_share)
     GROUP BY gpu_uuid
-), matched AS (   -- the search's GPUs through their slices
-    SELECT DISTINCT gpu_uuid FROM slice_days($start, $end)
-    WHERE $search IS NOT NULL
-      AND (contains(lower(coalesce(pod, '')), lower($search)) OR contains(lower(coalesce(namespace, '')), lower($search))
-           OR contains(lower(coalesce(claim, '')), lower($search)))
 ), t AS (
     SELECT g.gpu, g.gpu_uuid, g.node, g.tenant, g.model, g.driver, g.cluster, g.metered_h, g.allocation,
            g.utilization, g.max_slices, g.idle_alloc_gpu_h,
@@ -70,6 +68,7 @@ WITH prices AS (
            g.metered_ms, coalesce(s.unused_ms, 0)         AS unused_ms,
            p.gpu_hour * g.metered_ms                      AS cost_key,
            p.gpu_hour * coalesce(s.unused_ms, 0)          AS waste_cost_key,
+           coalesce(s.search_hit, false)                  AS search_hit,
            h.gpu_uuid IS NOT NULL                         AS has_event,
            coalesce(h.ecc_errors, 0) > 0                  AS has_ecc,
            coalesce(h.throttled_h, 0) > 0                 AS has_throttle,
@@ -79,7 +78,7 @@ WITH prices AS (
     LEFT JOIN health h USING (gpu_uuid)
     LEFT JOIN prices p ON p.model = g.model AND p.node = g.node AND p.cluster = g.cluster
 )
-SELECT * EXCLUDE (has_event, has_ecc, has_throttle, has_lost),
+SELECT * EXCLUDE (has_event, has_ecc, has_throttle, has_lost, search_hit),
        degraded_h + unverified_h + unmetered_h + coalesce(idle_alloc_gpu_h, 0) AS problem_h
 FROM t
 WHERE ($tenant IS NULL OR tenant = $tenant)
@@ -96,9 +95,9 @@ WHERE ($tenant IS NULL OR tenant = $tenant)
        OR ($health = 'healthy' AND NOT has_event))
   AND ($search IS NULL
        OR contains(lower(gpu_uuid), lower($search)) OR contains(lower(node), lower($search))
-       OR gpu_uuid IN (SELECT gpu_uuid FROM matched))
+       OR search_hit)
 ORDER BY CASE $sort
-             WHEN 'problems'   THEN degraded_h + unverified_h + unmetered_h + coalesce(idle_alloc_gpu_h, 0)
+             WHEN 'problems'   THEN problem_h
              WHEN 'cost'       THEN cost_key::DOUBLE
              WHEN 'waste_cost' THEN waste_cost_key::DOUBLE
              WHEN 'idle'       THEN idle_alloc_gpu_h
