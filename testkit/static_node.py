@@ -82,3 +82,17 @@ def builder(node: StaticNode, hami_dir: Path, pods: list[dict], proc_root: Path 
     cache.refresh()
     return TickBuilder(name, "https://acme.example:6443", NvmlReader(node.fake_nvml(), initialised=True), str(hami_dir),
                        cache, proc_root=str(proc_root) if proc_root else None)
+
+
+def slice_metrics(res) -> dict[tuple[str, str], float]:
+    """(family, pod) -> value of the per-slice families of a built Tick, as GET /metrics
+    renders them."""
+    from slicemeter.exporter.serve.collector import ExporterCollector, ExporterStats
+
+    stats = ExporterStats(tenant="acme")
+    stats.record(res)
+    out = {}
+    for line in ExporterCollector(stats).exposition().decode().splitlines():
+        if line.startswith("slicemeter_slice_") and 'pod="' in line:
+            out[(line.split("{", 1)[0], line.split('pod="')[1].split('"')[0])] = float(line.rsplit(" ", 1)[1])
+    return out

@@ -13,13 +13,13 @@ from decimal import Decimal
 
 import pytest
 
-from slicemeter.exporter.serve.collector import ExporterCollector, ExporterStats
 from slicemeter.testkit.hami_bytes import Proc
 from slicemeter.chargeback.bill import compute_bill
 from slicemeter.store import connect
 from slicemeter.testkit.ingest_helpers import store_ticks
 from slicemeter.simulator.nvml import ProcNow
-from slicemeter.testkit.static_node import A100_TOTAL, GiB, StaticNode, builder, gpu, pod, write_cgroup, write_region
+from slicemeter.testkit.static_node import (A100_TOTAL, GiB, StaticNode, builder, gpu, pod, slice_metrics, write_cgroup,
+                                            write_region)
 
 GPU0 = "GPU-3f0c1a2b-4d5e-6f70-8192-a3b4c5d6e7f8"
 CLUSTER = "https://acme.example:6443"
@@ -73,15 +73,7 @@ def slices(res) -> dict[str, object]:
     return {s.pod: s for s in res.tick.slices}
 
 
-def metrics(res) -> dict[tuple[str, str], float]:
-    """(family, pod) -> value of the per-slice families, as GET /metrics renders them."""
-    stats = ExporterStats(tenant="acme")
-    stats.record(res)
-    out = {}
-    for line in ExporterCollector(stats).exposition().decode().splitlines():
-        if line.startswith("slicemeter_slice_") and 'pod="' in line:
-            out[(line.split("{", 1)[0], line.split('pod="')[1].split('"')[0])] = float(line.rsplit(" ", 1)[1])
-    return out
+metrics = slice_metrics
 
 
 @pytest.fixture

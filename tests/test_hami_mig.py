@@ -15,10 +15,9 @@ from decimal import Decimal
 import pyarrow.parquet as pq
 import pytest
 
-from slicemeter.exporter.serve.collector import ExporterCollector, ExporterStats
 from slicemeter.exporter.sources.hami_mig import MigAllocation, MigAllocationError, by_container, parse_mig_allocations
 from slicemeter.simulator.nvml import MigNow, ProcNow
-from slicemeter.testkit.static_node import A100_TOTAL, GiB, StaticNode, builder, gpu, pod
+from slicemeter.testkit.static_node import A100_TOTAL, GiB, StaticNode, builder, gpu, pod, slice_metrics
 
 GPU_A = "GPU-3f0c1a2b-4d5e-6f70-8192-a3b4c5d6e7f8"
 GPU_B = "GPU-9e8d7c6b-5a49-3827-1605-f4e3d2c1b0a9"
@@ -91,11 +90,7 @@ def build(tmp_path, annotation: str):
 
 
 def flags(res) -> dict[str, float]:
-    stats = ExporterStats(tenant="acme")
-    stats.record(res)
-    return {line.split('pod="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
-            for line in ExporterCollector(stats).exposition().decode().splitlines()
-            if line.startswith("slicemeter_slice_mig_disagreement{")}
+    return {p: v for (family, p), v in slice_metrics(res).items() if family == "slicemeter_slice_mig_disagreement"}
 
 
 def test_a_realized_allocation_is_metered_as_its_mig_device(tmp_path):

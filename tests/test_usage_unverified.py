@@ -30,11 +30,12 @@ from slicemeter.testkit.fleet_fixture import build_fleet_db
 from slicemeter.testkit.ingest_helpers import SLICEMETER
 
 from slicemeter.exporter.assemble.attribution import Tolerance
-from slicemeter.exporter.serve.collector import ExporterCollector, ExporterStats
+from slicemeter.exporter.serve.collector import ExporterStats
 from slicemeter.exporter.assemble import tick_builder
 from slicemeter.simulator.nvml import ProcNow
 from slicemeter.testkit.hami_bytes import Proc
-from slicemeter.testkit.static_node import A100_TOTAL, GiB, StaticNode, builder, gpu, pod, write_cgroup, write_region
+from slicemeter.testkit.static_node import (A100_TOTAL, GiB, StaticNode, builder, gpu, pod, slice_metrics, write_cgroup,
+                                            write_region)
 
 GPU0 = "GPU-3f0c1a2b-4d5e-6f70-8192-a3b4c5d6e7f8"
 NOV_2 = 1_793_577_600_000          # 2026-11-02 00:00 UTC
@@ -62,11 +63,7 @@ def node(*procs: ProcNow, used: int = USED) -> StaticNode:
 
 def verified_gauge(res) -> dict[str, float]:
     """pod -> slicemeter_slice_usage_verified as GET /metrics renders it."""
-    stats = ExporterStats(tenant="acme")
-    stats.record(res)
-    return {line.split('pod="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
-            for line in ExporterCollector(stats).exposition().decode().splitlines()
-            if line.startswith("slicemeter_slice_usage_verified{")}
+    return {p: v for (family, p), v in slice_metrics(res).items() if family == "slicemeter_slice_usage_verified"}
 
 
 def build(tmp_path, n: StaticNode, host_pids: bool, region_hostpid: int = 0):
