@@ -182,9 +182,9 @@ def index_pods(pod_list: dict) -> PodIndex:
                            phase=phase, containers=names, init_containers=init_names,
                            finished=_terminated(status.get("initContainerStatuses")))
             annotations = meta.get("annotations") or {}
-            info.grants = _annotation(idx, info, annotations.get(HAMI_ALLOCATED_ANNOTATION), {},
+            info.grants = _annotation(idx, info, annotations.get(HAMI_ALLOCATED_ANNOTATION),
                                       lambda v: assign_grants(parse_vgpu_allocated(v), init_names, names))
-            info.mig_allocations = _annotation(idx, info, annotations.get(MIG_ALLOCATIONS_ANNOTATION), {},
+            info.mig_allocations = _annotation(idx, info, annotations.get(MIG_ALLOCATIONS_ANNOTATION),
                                                lambda v: by_container(parse_mig_allocations(v), init_names, names))
             for c in spec.get("containers") or []:
                 lim = _limits(c)
@@ -207,18 +207,18 @@ def index_pods(pod_list: dict) -> PodIndex:
     return idx
 
 
-def _annotation(idx: PodIndex, info: PodInfo, value: str | None, empty, parse: Callable[[str], Any]) -> Any:
-    """A HAMi annotation's grants (`empty` without it); one that does not parse costs the pod
-    its grants, counted and logged (AnnotationError, MigAllocationError: ValueErrors)."""
+def _annotation(idx: PodIndex, info: PodInfo, value: str | None, parse: Callable[[str], Any]) -> Any:
+    """A HAMi annotation's grants by container ({} without it); one that does not parse costs
+    the pod its grants, counted and logged (AnnotationError, MigAllocationError: ValueErrors)."""
     if not value:
-        return empty
+        return {}
     try:
         return parse(value)
     except (AnnotationError, MigAllocationError) as exc:
         info.annotation_error = str(exc)
         idx.errors += 1
         log.warning("pod %s/%s: %s", info.namespace, info.name, exc)
-        return empty
+        return {}
 
 
 # ------------------------------------------------------------------ cgroup -> pod
