@@ -138,10 +138,9 @@ class SliceCollector(FamilyCollector):
             if d is not None:
                 disagree.append((lv, 1 if d else 0))
         mig_flags = view.last.mig_disagreement
-        if mig_flags is not None:
-            out["slicemeter_slice_mig_disagreement"].rows = [
-                (lv, 1 if (s.pod_uid, s.container, s.gpu_uuid) in mig_flags else 0)
-                for lv, s in zip(labels, readings) if s.source == "mig"]
+        out["slicemeter_slice_mig_disagreement"].rows = [
+            (lv, 1 if (s.pod_uid, s.container, s.gpu_uuid) in mig_flags else 0)
+            for lv, s in zip(labels, readings) if s.source == "mig"]
         out["slicemeter_slice_usage_verified"].rows = [(lv, 1 if s.usage_verified else 0)
                                                        for lv, s in zip(labels, readings) if s.usage_verified is not None]
         ok = out["slicemeter_hami_region_ok"].rows
