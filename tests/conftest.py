@@ -51,21 +51,26 @@ def postgres():
     cluster.stop()
 
 
+@pytest.fixture
+def lake_db(postgres, tmp_path):
+    """A new lake: its own catalog database in the session's cluster (postgres above), data
+    under tmp_path; (its target, its data folder)."""
+    from slicemeter import store
+
+    name = f"lake_{uuid.uuid4().hex[:16]}"
+    postgres.create_database(name)
+    target, data = postgres.lake(name), tmp_path / "lake-data"
+    store.connect(target, lake_data=data).close()    # creates its tables once
+    return target, data
+
+
 @pytest.fixture(params=["file", "lake"])
 def any_store(request, tmp_path) -> str:
     """A new store of each backend, for tests of what every store must do alike: a DuckDB
-    file, and a DuckLake (its catalog a database of its own in the session's PostgreSQL,
-    its data under tmp_path). The lake is skipped where DuckDB has no lake extensions:
+    file, and a DuckLake (lake_db). The lake is skipped where DuckDB has no lake extensions:
     `make test` runs these tests in .venv-lake too."""
     if request.param == "file":
         return str(tmp_path / "store.duckdb")
     if not LAKE_EXTENSIONS:
         pytest.skip("no DuckLake extensions in this environment (make test runs the lake in .venv-lake)")
-    from slicemeter import store
-
-    cluster = request.getfixturevalue("postgres")
-    name = f"store_{uuid.uuid4().hex[:16]}"
-    cluster.create_database(name)
-    target = cluster.lake(name)
-    store.connect(target, lake_data=tmp_path / "lake-data").close()    # creates its tables once
-    return target
+    return request.getfixturevalue("lake_db")[0]
