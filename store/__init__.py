@@ -12,15 +12,23 @@ to stay within ingest's memory limit (store/schema.py); keep such statements one
 in the form `ALTER TABLE name ADD COLUMN ...`. A lake gets new tables and columns from the
 same files (store/lake.py ensure_schema); data changes there need code of their own.
 `sql/views/NNN_name.sql` define TEMP views and macros and are applied on every connection
-(read-write or read-only), so views always match the code reading them.
+(read-write or read-only), so views always match the code reading them. On a store file the
+macros are kept in the file (DuckDB binds each as it is created, a millisecond or two apiece,
+which every connection paid), stamped with the digest of the text that made them: a
+read-write connection that finds another stamp makes them again, a read-only one makes TEMP
+ones in their place. TEMP objects are found first, so a tenant's scope (sql/scope/tenant.sql)
+and a readers' file's day figures (sql/views/reader_days.sql) shadow them as they shadow tables.
 Numbering: 001-099 ingest, 100-199 chargeback and exports, 200-299 recommend,
 300-399 dashboard.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import importlib.resources
 import logging
+import re
 import time
 from pathlib import Path
 
@@ -107,30 +115,76 @@ def _numbered(folder: str) -> list[Path]:
 
 def register_functions(con: duckdb.DuckDBPyConnection) -> None:
     """The Python functions the views call, once per database instance (its connections and
-    cursors share them): slicemeter_cluster_key is slicemeter.common.cluster_key, so a
-    cluster identity has one canonical form in Python and in SQL."""
-    def registered() -> bool:
-        return bool(con.execute("SELECT 1 FROM duckdb_functions() WHERE function_name = 'slicemeter_cluster_key'"
-                                ).fetchall())
+    cursors share them), on a new connection (not in a transaction, which a refusal would
+    end): slicemeter_cluster_key is slicemeter.common.cluster_key, so a cluster identity has
+    one canonical form in Python and in SQL."""
+    try:   # listing duckdb_functions() to look first costs ten times the refusal
+        con.create_function("slicemeter_cluster_key", cluster_key, ["VARCHAR"], "VARCHAR", side_effects=False)
+    except duckdb.CatalogException as exc:
+        if "already exists" not in str(exc):   # another connection to the database registered it
+            raise
 
-    if not registered():
-        try:
-            con.create_function("slicemeter_cluster_key", cluster_key, ["VARCHAR"], "VARCHAR", side_effects=False)
-        except duckdb.CatalogException:
-            if not registered():   # else another thread's connection to the same database registered it between
-                raise
+
+_MACRO_LINE = re.compile(r"^CREATE OR REPLACE TEMP MACRO ", re.MULTILINE)   # a line of code, not of a comment
+_DIGEST_VIEW = "slicemeter_views_"   # + the digest of the text the kept macros were made from
+
+
+@functools.cache
+def _view_statements() -> tuple[tuple[tuple[bool, str], ...], str]:
+    """sql/views/NNN_name.sql as (is a macro, statement), in order, and the text's digest."""
+    text = "\n".join(path.read_text() for path in _numbered("views"))
+    statements = tuple((bool(_MACRO_LINE.search(query)), query)
+                       for query in (st.query for st in duckdb.extract_statements(text)))
+    return statements, hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _kept_digests(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The views the store file's kept macros are stamped with (none: none kept). A failed
+    look-up would end the transaction a cursor may be in, so the stamp is a view, listed."""
+    return [name for (name,) in con.execute(
+        "SELECT view_name FROM duckdb_views() WHERE database_name = current_database() AND schema_name = 'main' "
+        "AND starts_with(view_name, ?)", [_DIGEST_VIEW]).fetchall()]
+
+
+def _keep_macros(con: duckdb.DuckDBPyConnection, statements, stamp: str, earlier: list[str]) -> bool:
+    """Make the views' macros in the store file (the views TEMP, in their order among them),
+    stamped with the view `stamp`; first drop those an `earlier` stamp's text made. False
+    where another transaction of this process changed them meanwhile (a write conflict)."""
+    try:
+        with transaction(con):
+            for name, kind in con.execute(
+                    "SELECT DISTINCT function_name, function_type FROM duckdb_functions() WHERE database_name = "
+                    "current_database() AND schema_name = 'main' AND NOT internal AND function_type IN "
+                    "('macro', 'table_macro')").fetchall() if earlier else ():
+                con.execute(f"DROP MACRO {'TABLE ' if kind == 'table_macro' else ''}{quote_ident(name)}")
+            for name in earlier:
+                con.execute(f"DROP VIEW {quote_ident(name)}")
+            for is_macro, query in statements:
+                con.execute(_MACRO_LINE.sub("CREATE OR REPLACE MACRO ", query, count=1) if is_macro else query)
+            con.execute(f"CREATE VIEW {quote_ident(stamp)} AS SELECT 1 AS kept")
+    except duckdb.TransactionException:
+        return False
+    return True
 
 
 def apply_views(con: duckdb.DuckDBPyConnection) -> None:
-    """The views and macros, on every connection; on a connection (or cursor) with a lake
-    attached, over the lake's tables, then the lake's own views (store/lake.py)."""
+    """The views and macros, on every connection (its functions registered: connect does
+    that); on a connection (or cursor) with a lake attached, over the lake's tables, then
+    the lake's own views (store/lake.py)."""
     from slicemeter.store import lake
 
-    register_functions(con)
     on_lake = lake.is_lake_connection(con)
     if not on_lake:
-        for path in _numbered("views"):
-            con.execute(path.read_text())
+        statements, digest = _view_statements()
+        kept = _kept_digests(con)
+        if kept == [_DIGEST_VIEW + digest]:
+            for is_macro, query in statements:
+                if not is_macro:
+                    con.execute(query)
+        elif (con.execute("SELECT current_setting('access_mode')").fetchone()[0] == "read_only"
+              or not _keep_macros(con, statements, _DIGEST_VIEW + digest, kept)):
+            for _, query in statements:   # this connection's own TEMP macros
+                con.execute(query)
         if is_reader_file(con):
             con.execute(sql_text("views/reader_days.sql"))
         return
@@ -250,6 +304,7 @@ def connect(path: str | Path, read_only: bool = False, lake_data: str | Path | N
         applied = migrate(con)
         if applied and found is not None:
             log.info("migrated %s to slicemeter %s's schema: %s", path, __version__, ", ".join(applied))
+    register_functions(con)
     apply_views(con)
     if not read_only and has_pending_rollups(con):
         fold_pending_rollups(con)

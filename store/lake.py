@@ -260,7 +260,7 @@ def connect(target: str, read_only: bool = False, data_path: str | Path | None =
     a lake whose schema is not this release's raises SchemaMismatch (unless not `check`).
     Read-only ones hold one snapshot (a transaction) until closed."""
     from slicemeter.common import SchemaMismatch
-    from slicemeter.store import apply_views
+    from slicemeter.store import apply_views, register_functions
 
     target = _check_target(str(target))
     con = duckdb.connect()
@@ -290,6 +290,7 @@ def connect(target: str, read_only: bool = False, data_path: str | Path | None =
                 raise SchemaMismatch(_mismatch_sentence(found))
         if not check:
             return con
+        register_functions(con)
         apply_views(con)
         if read_only:
             # a reader sees one committed snapshot for as long as it is connected, as a

@@ -64,3 +64,37 @@ def test_connections_opened_at_once_in_threads_register_the_functions_once(tmp_p
         for t in threads:
             t.join()
         assert errors == []
+
+
+def _macros(con, database: str) -> set[str]:
+    return {name for (name,) in con.execute(
+        "SELECT function_name FROM duckdb_functions() WHERE database_name = ? AND NOT internal "
+        "AND function_type IN ('macro', 'table_macro')", [database]).fetchall()}
+
+
+def test_a_store_file_keeps_the_views_macros_and_makes_them_again_when_their_text_changes(tmp_path, monkeypatch):
+    """Connections after the first find the macros in the file (none of their own); a changed
+    text is made again by the next read-write connection, the macros it no longer defines
+    dropped, while a read-only one uses its own TEMP macros of the new text in their place."""
+    path = tmp_path / "s.duckdb"
+    store.connect(path).close()
+    for read_only in (False, True):
+        with store.connect(path, read_only=read_only) as con:
+            assert "cb_calc_sums" in _macros(con, "s") and not _macros(con, "temp")
+            assert con.execute("SELECT count(*) FROM gpu_hour_tenant").fetchone() == (0,)   # TEMP views as before
+
+    statements, digest = store._view_statements()
+    changed = tuple((m, q.replace("CREATE OR REPLACE TEMP MACRO cb_calc_sums(",
+                                  "CREATE OR REPLACE TEMP MACRO cb_calc_sums_renamed(")) for m, q in statements)
+    monkeypatch.setattr(store, "_view_statements", lambda: (changed, "0123456789abcdef"))
+    with store.connect(path, read_only=True) as con:     # stale in the file: its own, found first
+        assert "cb_calc_sums_renamed" in _macros(con, "temp") and "cb_calc_sums" in _macros(con, "s")
+    with store.connect(path) as con:
+        kept = _macros(con, "s")
+        assert "cb_calc_sums_renamed" in kept and "cb_calc_sums" not in kept and not _macros(con, "temp")
+        assert con.execute("SELECT view_name FROM duckdb_views() WHERE starts_with(view_name, 'slicemeter_views_')"
+                           ).fetchall() == [("slicemeter_views_0123456789abcdef",)]
+    monkeypatch.setattr(store, "_view_statements", lambda: (statements, digest))
+    with store.connect(path) as con:
+        kept = _macros(con, "s")
+        assert "cb_calc_sums" in kept and "cb_calc_sums_renamed" not in kept
