@@ -109,13 +109,29 @@ def _export(db: Path, out: Path, basis: str, idle: str, share: str, prices: Path
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.iterdir())}
 
 
-# Four random cases in all, drawn by two tests of two each: a case bills every basis, idle
-# policy and share kind four ways (72 bills), and a test of four took over a minute alone.
+# Hypothesis tries a strategy's simplest example first, then random ones. Three cases in all,
+# drawn by two tests (a case bills every basis, idle policy and share kind four ways, 72 bills,
+# and a test of three took over a minute alone): the simplest and a random one, then another
+# random one; the second test leaves the simplest out, which the first has run.
+SIMPLEST = {"seed": 0, "nvml_down": set(), "move_at": 1, "late_before_close": 0.0, "late_after_close": 0.0,
+            "batch": 1, "fold_every": 1}
+CASES = {"first": (case_st, 2), "second": (case_st.filter(lambda case: case != SIMPLEST), 1)}
+
+
 @pytest.mark.parametrize("half", ["first", "second"])
-@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(case=case_st, export_basis=st.sampled_from(BASES), export_idle=st.sampled_from(IDLE_POLICIES),
-       export_share=st.sampled_from(SHARES))
-def test_kept_money_equals_from_scratch(tmp_path_factory, half, case, export_basis, export_idle, export_share):
+def test_kept_money_equals_from_scratch(tmp_path_factory, half):
+    cases, examples = CASES[half]
+
+    @settings(max_examples=examples, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(case=cases, export_basis=st.sampled_from(BASES), export_idle=st.sampled_from(IDLE_POLICIES),
+           export_share=st.sampled_from(SHARES))
+    def one_case(case, export_basis, export_idle, export_share):
+        _kept_money_equals_from_scratch(tmp_path_factory, case, export_basis, export_idle, export_share)
+
+    one_case()
+
+
+def _kept_money_equals_from_scratch(tmp_path_factory, case, export_basis, export_idle, export_share):
     tmp = tmp_path_factory.mktemp("kept")
     db = tmp / "store.duckdb"
     con = store.connect(db)
