@@ -7,7 +7,8 @@ and a refresh switches the link to the other data file, so the first visit to a 
 each refresh reads DuckDB again. Set up per fleet size:
 
 - the generated month (testkit/synth_month.py, cached under var/bench/ with its money kept,
-  as bench_kept_money.py keeps it) copied into a live store; the readers' file made from it
+  as bench_kept_money.py keeps it) copied into a live store, with a few GPUs given a
+  critical Xid or throttling (mark_synth_health); the readers' file made from it
   (store/reader_file.py) and the dashboard pointed at it (SLICEMETER_DB);
 - before each page: one ingest interval's change to the last hour (bench_reader_changed_hours.py
   `one_interval`: the rollups grow, the hour's money is kept again) and a refresh, which
@@ -65,6 +66,7 @@ from slicemeter.chargeback.bill import parse_month  # noqa: E402
 from slicemeter.chargeback.kept import forget_kept, kept_current  # noqa: E402
 from slicemeter.dashboard import data, filters, right_sizing  # noqa: E402
 from slicemeter.store.reader_file import ReaderFile  # noqa: E402
+from slicemeter.testkit.synth_month import mark_synth_health  # noqa: E402
 
 # filtered runs: (page script, URL query parameters); a None tenant is the store's first
 FILTERED = {"gpus-tenant-waste": ("gpus", {"tenant": None, "sort": "waste_cost"}),
@@ -136,8 +138,9 @@ def where(reads: tuple[dict[str, float], dict[str, int]], total: float, top: int
 
 
 def run_page(at: AppTest, page: str, repeat: int, reads: Reads,
-             params: dict | None = None) -> tuple[float, float, float, float, dict]:
-    """(cold s, cold CPU s, warm s, warm CPU s, the cold run's named reads), with the GPU
+             params: dict | None = None) -> tuple[float, float, float, float, dict, int]:
+    """(cold s, cold CPU s, warm s, warm CPU s, the cold run's named reads, the rows of the
+    page's first table: the GPUs or problems a filtered run lists), with the GPU
     filters a link's URL query parameters `params` set (none: as the menu opens the page).
     The filters' widgets are set as the URL would set them (their state, once there, is
     what the page reads), so an earlier run's choice does not carry over."""
@@ -151,7 +154,7 @@ def run_page(at: AppTest, page: str, repeat: int, reads: Reads,
     cold_reads = reads.take()
     runs = [timed_cpu(at) for _ in range(repeat)]
     return (cold, cold_cpu, statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs),
-            cold_reads)
+            cold_reads, len(at.dataframe[0].value) if at.dataframe else 0)
 
 
 def fleet(gpus: int, opts, ref_s: float, reads: Reads) -> None:
@@ -164,6 +167,7 @@ def fleet(gpus: int, opts, ref_s: float, reads: Reads) -> None:
         shutil.copyfile(cached, live)
         con = store.connect(live)
         try:
+            mark_synth_health(con, MONTH)   # the health filters and Problems find some GPUs
             last = con.execute("SELECT max(hour) FROM gpu_hour").fetchone()[0]
             reader = ReaderFile(con, Path(tmp) / "reader.duckdb")
             reader.refresh()
@@ -196,10 +200,11 @@ def fleet(gpus: int, opts, ref_s: float, reads: Reads) -> None:
             def row(label: str, bill: str, page: str, params: dict | None = None) -> None:
                 refresh_s = reader.pin_s + reader.copy_s
                 replan_s = replan()
-                cold, cold_cpu, warm, warm_cpu, cold_reads = run_page(at, page, opts.repeat, reads, params)
+                cold, cold_cpu, warm, warm_cpu, cold_reads, listed = run_page(at, page, opts.repeat, reads, params)
                 print(f"{label:<18}{bill:>8}{refresh_s:>10.2f}{replan_s:>9.2f}{cold:>8.2f}{cold_cpu:>9.2f}"
                       f"{warm:>8.3f}{warm_cpu:>9.3f}{cold / scan_s:>10.0f}{warm / ref_s:>11.0f}{os.getloadavg()[0]:>6.1f}   "
-                      f"{where(cold_reads, cold)}", flush=True)
+                      f"{where(cold_reads, cold)}" + (f"; {listed:,} rows listed" if params is not None else ""),
+                      flush=True)
 
             for page in opts.pages:
                 one_interval(con, last)

@@ -107,12 +107,15 @@ def _figures(scope: str, rows: pd.DataFrame, hours: int, containers: int, prices
              idle_watts: dict[str, float], carbon: Decimal, month_hours: int, currency: str | None) -> Figures:
     gpu_cost = cost_avoided = Decimal(0)
     kwh = 0.0
-    for (_, row), price in zip(rows.iterrows(), prices):
-        avoided_ms = int(row.whole_gpu_ms) - int(row.in_use_ms)
+    # column by column, not row by row: a fleet has a row per priced group (thousands at
+    # fleet scale), and building a row object each costs more than the sums themselves
+    for model, metered_ms, whole_gpu_ms, in_use_ms, price in zip(
+            rows["model"], rows["metered_ms"], rows["whole_gpu_ms"], rows["in_use_ms"], prices):
+        avoided_ms = int(whole_gpu_ms) - int(in_use_ms)
         if price is not None:
-            gpu_cost += price * int(row.metered_ms) / MS_PER_HOUR
+            gpu_cost += price * int(metered_ms) / MS_PER_HOUR
             cost_avoided += price * avoided_ms / MS_PER_HOUR
-        kwh += _hours(avoided_ms) * idle_watts.get(row.model, 0.0) / 1000
+        kwh += _hours(avoided_ms) * idle_watts.get(model, 0.0) / 1000
     monthly = cost_avoided * month_hours / hours if hours else Decimal(0)
     return Figures(
         scope=scope, hours=int(hours), gpus=int(rows["gpus"].sum()) if len(rows) else 0, containers=int(containers),

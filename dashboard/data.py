@@ -254,8 +254,10 @@ class _QueryConnections:
     between the queries of one script run (app.py releases them when the run ends) for the
     same (file, version, tenant): a page's cold run makes several queries in a row, and each
     would otherwise open and set up a connection of its own. A new version closes the
-    previous one's at once (its data file is the one ingest writes next). The SQL files only
-    read, so a connection goes back as it came; one whose query failed is closed."""
+    previous one's at once (its data file is the one ingest writes next). The reads leave
+    nothing another read sees: the SQL files only read, and the bill writes only its own
+    TEMP working tables, which it empties before it fills them; a connection whose read
+    failed is closed."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -310,12 +312,22 @@ class _QueryConnections:
 _QUERY_CONNECTIONS = _QueryConnections()
 
 
-@st.cache_data(show_spinner=False, max_entries=512)
-def _cached(path: str, version: tuple, tenant: str | None, name: str, params: tuple) -> pd.DataFrame:
+@contextlib.contextmanager
+def _read_connection(path: str, version: tuple, tenant: str | None) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A connection for one cached read: on a file, one the script run's reads share (the
+    bill and the dividend included, so a cold page opens one connection, not one more for
+    each of them); on a lake, its kept connection."""
     if is_lake(path):
         with open_db(path, tenant) as con:
-            return con.execute(sql_text(f"dashboard/{name}.sql"), dict(params)).df()
+            yield con
+        return
     with _QUERY_CONNECTIONS.connection(path, version, tenant) as con:
+        yield con
+
+
+@st.cache_data(show_spinner=False, max_entries=512)
+def _cached(path: str, version: tuple, tenant: str | None, name: str, params: tuple) -> pd.DataFrame:
+    with _read_connection(path, version, tenant) as con:
         return con.execute(sql_text(f"dashboard/{name}.sql"), dict(params)).df()
 
 
@@ -355,7 +367,7 @@ def _fleet_chargeback(path: str, version: tuple, month: str, basis: str, idle: s
     data change and month for every tenant's requests, which read their rows of it. At fleet
     scale the bill is the costliest thing a page shows."""
     cb = _import("slicemeter.chargeback.bill")
-    with open_db(path, None) as con:
+    with _read_connection(path, version, None) as con:
         return cb.chargeback(con, month, basis=basis, idle=idle)
 
 
@@ -376,7 +388,7 @@ def _dividend(path: str, version: tuple, tenant: str | None, month: str):
     div = _import("slicemeter.chargeback.dividend")
     from slicemeter.chargeback.prices import load_prices_or_default
 
-    with open_db(path, tenant) as con:
+    with _read_connection(path, version, tenant) as con:
         return div.dividend(con, month, load_prices_or_default(None))
 
 

@@ -15,6 +15,13 @@ def synthesize_month(con, month: str, gpus: int, tenants: int = 4, seed: int = 0
                    {"m_start": m_start, "m_end": m_end, "gpus": int(gpus), "tenants": int(tenants), "seed": int(seed)})
 
 
+def mark_synth_health(con, month: str, seed: int = 0) -> None:
+    """A few GPUs of a generated month with a critical Xid, or throttled (sql/testkit/synth_health.sql):
+    applied to a copy of the cached month, so a cache generated before it still serves."""
+    m_start, _ = parse_month(month)
+    execute_script(con, "testkit/synth_health.sql", {"m_start": m_start, "seed": int(seed)})
+
+
 def synth_month_db(path, month: str, gpus: int, fresh: bool = False):
     """A store file holding a generated month of `gpus` GPUs, kept for reuse (benchmarks
     cache it under var/bench/: generating 8,000 GPUs takes minutes)."""

@@ -2,74 +2,17 @@
 the page renders over Streamlit's websocket, shows the tenants and the fleet utilization."""
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
-import sys
 import time
-import urllib.request
 
 import duckdb
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
-from playwright.sync_api import sync_playwright
 
 from slicemeter.dashboard import fmt
+from slicemeter.testkit.browser import chromium, serve_dashboard
 from slicemeter.testkit.fleet_fixture import TENANTS, build_fleet_db
-from slicemeter.broker import free_port
 
 pytestmark = pytest.mark.browser
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]
-
-
-@contextlib.contextmanager
-def chromium():
-    """Debian's chromium, headless, with the flags a closed network needs; closed on exit."""
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
-
-
-def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"slicemeter dashboard exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url + "_stcore/health", timeout=1) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.1)  # polling interval, not synchronisation: the loop checks the condition
-    raise AssertionError(f"dashboard not healthy within {timeout:.0f} s")
-
-
-@contextlib.contextmanager
-def serve_dashboard(db, log_path, *options: str):
-    """`slicemeter dashboard --db DB OPTIONS...` on a free port; yields its URL."""
-    port = free_port()
-    log = open(log_path, "wb")
-    proc = subprocess.Popen([sys.executable, "-c", "import sys; from slicemeter.cli import main; sys.exit(main())",
-                             "dashboard", "--db", str(db), "--port", str(port), *options],
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        wait_healthy(url, proc)
-        yield url
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
 
 
 @pytest.fixture

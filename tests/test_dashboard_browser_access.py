@@ -19,7 +19,7 @@ from slicemeter.dashboard import fmt
 from slicemeter.testkit.fleet_fixture import NODES, SLICES, TENANTS, build_fleet_db
 from slicemeter.chargeback.bill import compute_bill
 from slicemeter.store import connect
-from test_dashboard_browser import chromium, serve_dashboard
+from slicemeter.testkit.browser import chromium, serve_dashboard
 
 pytestmark = pytest.mark.browser
 MONTH = "2026-11"

@@ -4,16 +4,13 @@ and every GPU with a critical Xid this month, each reached in at most three inte
 What the page lists (its table's own CSV download) is checked against SQL on the same store."""
 from __future__ import annotations
 
-import csv
-import io
-
 import pytest
 
 from slicemeter.chargeback.prices import load_prices_or_default
 from slicemeter.dashboard import fmt, money
 from slicemeter.store import connect
+from slicemeter.testkit.browser import chromium, fleet_page, gpu_list, serve_dashboard
 from slicemeter.testkit.fleet_fixture import add_health_events, build_fleet_db
-from test_dashboard_browser import chromium, serve_dashboard
 
 pytestmark = pytest.mark.browser
 MONTH = "2026-11"
@@ -33,26 +30,6 @@ def served(tmp_path_factory):
 def browser():
     with chromium() as b:
         yield b
-
-
-def fleet_page(browser, url: str):
-    """A fresh page on Fleet, rendered to its end; CSV downloads go to the browser, not a picker."""
-    page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
-    page.add_init_script("delete window.showSaveFilePicker")
-    page.goto(url)
-    page.wait_for_selector("text=Fleet utilization", timeout=60_000)
-    return page
-
-
-def gpu_list(page) -> list[dict]:
-    """The GPUs page's table as its own "Download as CSV" writes it."""
-    page.wait_for_selector("text=Slices on a GPU", timeout=60_000)
-    grid = page.locator("[data-testid=stDataFrame]").first
-    grid.hover()
-    with page.expect_download() as dl:   # clicked in place: the sticky header may cover the toolbar
-        grid.get_by_role("button", name="Download as CSV").evaluate("button => button.click()")
-    text = open(dl.value.path(), encoding="utf-8-sig").read()
-    return list(csv.DictReader(io.StringIO(text)))
 
 
 def label_uuids(con) -> dict[str, str]:

@@ -12,8 +12,8 @@ import pytest
 from slicemeter.chargeback.dividend import dividend
 from slicemeter.chargeback.prices import load_prices
 from slicemeter.dashboard import data, fmt
+from slicemeter.testkit.browser import serve_dashboard
 from slicemeter.testkit.fleet_fixture import NODES, SLICES, TENANTS
-from test_dashboard_browser import serve_dashboard
 # the fixture fleet and one Chromium for the module, as the single-tenant browser tests have them
 from test_dashboard_browser_access import PAGES, browser, fleet_db, record_frames, visit_every_page  # noqa: F401
 

@@ -187,7 +187,7 @@ def short_lived_reservations(snapshot: Path, month: str) -> set[str]:
 
 def dashboard_month(url: str) -> str:
     """The month the dashboard opens on, read in Debian's chromium, and its reason."""
-    from test_dashboard_browser import chromium
+    from slicemeter.testkit.browser import chromium
 
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1440, "height": 1200})
