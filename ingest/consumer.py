@@ -594,19 +594,31 @@ class Ingestor:
             hw = self.consumer.highwater(tp)
             if hw is None or self._next.get(tp.partition, 0) < hw:
                 return False
-        if len(assigned) == len(self.consumer.partitions_for_topic(self.cfg.topic) or ()):
+        parts = self._topic_partitions()
+        if not parts:
+            return False
+        if len(assigned) == len(parts):
             return True
         if time.monotonic() - self._others_checked_at < 1.0:
             return False
         self._others_checked_at = time.monotonic()
-        return not self.unstored()
+        return self.unstored() == []
 
-    def _held_by_others(self) -> list[int]:
-        """The topic's partitions this worker does not hold (none without a group)."""
+    def _topic_partitions(self) -> set[int]:
+        """The topic's partitions: empty where the broker's metadata did not name them, which
+        a loaded broker's answer may not (a drain that took that for a topic without
+        partitions ended with others unstored)."""
+        return set(self.consumer.partitions_for_topic(self.cfg.topic) or ())
+
+    def _held_by_others(self) -> list[int] | None:
+        """The topic's partitions this worker does not hold (none without a group); None
+        while the broker's metadata names none."""
         if not self.cfg.group:
             return []
-        parts = self.consumer.partitions_for_topic(self.cfg.topic) or set()
-        return sorted(set(parts) - {tp.partition for tp in self.consumer.assignment()})
+        parts = self._topic_partitions()
+        if not parts:
+            return None
+        return sorted(parts - {tp.partition for tp in self.consumer.assignment()})
 
     def _drain_wait_s(self) -> float:
         """How long an idle drain waits for other members' partitions: by default twice the
@@ -616,14 +628,17 @@ class Ingestor:
             return self.cfg.drain_wait_s
         return 2 * self.cfg.session_timeout_ms / 1000
 
-    def unstored(self) -> list[tuple[int, int, int | None]]:
+    def unstored(self) -> list[tuple[int, int, int | None]] | None:
         """(partition, offset stored up to, high watermark or None where the broker did not
-        tell) of every partition of the topic with records not stored. A partition this
-        worker holds counts from its reading position (call between batches); any other
-        from the store's offset or the group's commit, whichever is further: a worker of
-        the group commits only what its store holds, while one that died holds its
-        partitions, uncommitted, until its session times out."""
-        parts = self.consumer.partitions_for_topic(self.cfg.topic) or set()
+        tell) of every partition of the topic with records not stored; None where the
+        broker's metadata named no partition of the topic. A partition this worker holds
+        counts from its reading position (call between batches); any other from the
+        store's offset or the group's commit, whichever is further: a worker of the group
+        commits only what its store holds, while one that died holds its partitions,
+        uncommitted, until its session times out."""
+        parts = self._topic_partitions()
+        if not parts:
+            return None
         assigned = {tp.partition for tp in self.consumer.assignment()}
         stored = stored_offsets(self.con, self.cfg.topic)
         upto, high = {}, {}
@@ -667,6 +682,10 @@ class Ingestor:
         """--until-idle's exit status: 0 when every partition of the topic is stored up to
         its high watermark and the store rejected nothing; else what is left is logged, 1."""
         left = self.unstored()
+        if left is None:
+            log.error("drain incomplete: the broker's metadata names no partition of %s, so what is stored "
+                      "cannot be checked", self.cfg.topic)
+            return 1
         for p, upto, hw in left:
             log.error("drain incomplete: partition %s/%d stored up to offset %d of %s", self.cfg.topic, p, upto,
                       "an unknown high watermark" if hw is None else hw)
@@ -769,8 +788,9 @@ class Ingestor:
                         # idle counts only while this drain holds every partition: others
                         # may be held by a dead member until its session times out
                         others = self._held_by_others()
-                        if not others:
+                        if others == []:
                             break
+                        others = "(none named by the broker's metadata yet)" if others is None else others
                         if waiting_since is None:
                             waiting_since = now
                             log.warning("drain idle, waiting up to %.0f s for partitions %s held by other members "

@@ -186,12 +186,14 @@ def messages_accounted(bootstrap: str, db: Path, group: str, partitions: int) ->
 
 
 def drain_after_killed_members(bootstrap: str, folder: Path, members: int = 4,
-                               kill_after: list[float] | None = None, until_idle: float = 5) -> tuple[int, str]:
+                               kill_after: list[float] | None = None, until_idle: float = 5,
+                               drain_wait: float | None = None) -> tuple[int, str]:
     """`members` ingest workers of one group SIGKILLed, then a drain of the group: (its exit
     status, its log). Each member dies `kill_after[i]` seconds after its start (joining,
     syncing or holding partitions, as a crash loop's members do), or, without kill_after,
     once the group gave each partitions (so that they die holding them, their sessions
-    running on). Every partition has records before the members start."""
+    running on). Every partition has records before the members start. `drain_wait`: the
+    drain's --drain-wait (None: its default, twice the session timeout)."""
     group = ["--kafka", bootstrap, "--group", "g", "--session-timeout-ms", "6000"]
     logs = [folder / f"member-{i}.log" for i in range(members)]
     procs = [subprocess.Popen([*SLICEMETER, "ingest", *group, "--db", str(folder / f"member-{i}.duckdb")],
@@ -214,8 +216,9 @@ def drain_after_killed_members(bootstrap: str, folder: Path, members: int = 4,
             proc.send_signal(signal.SIGKILL)
             proc.wait()
     try:
+        wait = [] if drain_wait is None else ["--drain-wait", str(drain_wait)]
         drain = subprocess.run([*SLICEMETER, "ingest", *group, "--db", str(folder / "drain.duckdb"),
-                                "--until-idle", str(until_idle)], capture_output=True, text=True, timeout=240)
+                                "--until-idle", str(until_idle), *wait], capture_output=True, text=True, timeout=240)
     except subprocess.TimeoutExpired as exc:   # a drain that never ends is a failed one, with its log
         err = exc.stderr or b""
         return -9, (err.decode(errors="replace") if isinstance(err, bytes) else err) + "\n(killed after 240 s)"
