@@ -330,11 +330,11 @@ def test_demo_on_the_first_of_a_month(tmp_path):
 
 
 def test_demo_on_the_fifteenth(tmp_path):
-    """On 15 November (20 days of history, to keep the suite short): October and November to
-    date both have data, October's exports have rows, and the dashboard opens on November,
-    which has 15 days of data."""
+    """On 15 November (20 days of history at one Tick per 5 minutes, to keep the suite short:
+    the month picker counts days, not Ticks): October and November to date both have data,
+    October's exports have rows, and the dashboard opens on November, which has 15 days of data."""
     port, exporter_port = free_port(), free_port()
-    proc = start_demo(tmp_path, "2026-11-15T12:00:00Z", port, exporter_port, "--days 20")
+    proc = start_demo(tmp_path, "2026-11-15T12:00:00Z", port, exporter_port, "--days 20", "--history-interval 300")
     try:
         out = "".join(wait_ready(proc))
         months = months_in(tmp_path / "var" / "snapshot.duckdb")
