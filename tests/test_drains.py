@@ -286,8 +286,8 @@ class _MetadataNamingNoPartition:
 
 
 def test_a_drain_never_takes_metadata_naming_no_partition_for_a_topic_stored_to_its_end():
-    """Before, such an answer made a drain beside dead members end at once, and exit 0 where
-    their partitions were read again in time."""
+    """Taken for a topic without partitions, such an answer would end a drain beside dead
+    members at once, and its exit status would say nothing of their partitions."""
     from slicemeter.ingest.consumer import IngestConfig, Ingestor
 
     drain = Ingestor.__new__(Ingestor)   # the drain's decisions alone: no store, no broker

@@ -74,7 +74,7 @@ def _macros(con, database: str) -> set[str]:
 
 def test_a_store_file_keeps_the_views_macros_and_makes_them_again_when_their_text_changes(tmp_path, monkeypatch):
     """Connections after the first find the macros in the file (none of their own); a changed
-    text is made again by the next read-write connection, the macros it no longer defines
+    text is made again by the next read-write connection, the macros it does not define
     dropped, while a read-only one uses its own TEMP macros of the new text in their place."""
     path = tmp_path / "s.duckdb"
     store.connect(path).close()
