@@ -5,7 +5,7 @@ Times, in CPU seconds of this process (DuckDB's threads included), the median of
 
 - new: `store.connect` of a path with no file (the schema made, the macros kept in it);
 - read-write, read-only: `store.connect` of that store again;
-- read-only, macros not kept: the same on a store whose kept macros are of another text
+- read-only, own macros: the same on a store whose kept macros are of another text
   (what a reader of a store not yet opened by this release pays: TEMP macros of its own);
 - reference: `duckdb.connect` of the same file, nothing applied.
 
@@ -53,7 +53,7 @@ def main() -> None:
             "new": cpu_of(lambda i: store.connect(folder / f"new-{i}.duckdb"), args.rounds),
             "read-write": cpu_of(lambda i: store.connect(db), args.rounds),
             "read-only": cpu_of(lambda i: store.connect(db, read_only=True), args.rounds),
-            "read-only, macros not kept": cpu_of(lambda i: store.connect(stale, read_only=True), args.rounds),
+            "read-only, own macros": cpu_of(lambda i: store.connect(stale, read_only=True), args.rounds),
             "reference": cpu_of(lambda i: duckdb.connect(str(db)), args.rounds),
         }
     load = os.getloadavg()[0]
