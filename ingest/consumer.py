@@ -606,8 +606,8 @@ class Ingestor:
 
     def _topic_partitions(self) -> set[int]:
         """The topic's partitions: empty where the broker's metadata did not name them, which
-        a loaded broker's answer may not (a drain that took that for a topic without
-        partitions ended with others unstored)."""
+        a loaded broker's answer may not (taken for a topic without partitions, it would end
+        a drain with other members' partitions unchecked)."""
         return set(self.consumer.partitions_for_topic(self.cfg.topic) or ())
 
     def _held_by_others(self) -> list[int] | None:
