@@ -64,9 +64,10 @@ def load() -> str:
     return "load average " + " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
-def ask(browser, url: str, link: str) -> tuple[object, list[dict], float, float, float]:
-    """A fresh page on Fleet, then one click on `link`: (the page, the GPUs it lists, s to
-    open Fleet to its end, s from the click to the GPUs' table drawn, s to read the table's CSV)."""
+def ask(browser, url: str, link: str, timings: list, run: str, question: str) -> tuple[object, list[dict]]:
+    """A fresh page on Fleet, then one click on `link`: (the page, the GPUs it lists); the s to
+    open Fleet to its end, from the click to the GPUs' table drawn and to read the table's CSV
+    printed and added to `timings`."""
     t = time.perf_counter()
     page = fleet_page(browser, url, TIMEOUT_MS)
     page.wait_for_selector("[data-testid=stTable] td", timeout=TIMEOUT_MS)   # the last of Fleet: by tenant
@@ -78,7 +79,11 @@ def ask(browser, url: str, link: str) -> tuple[object, list[dict], float, float,
     click_s = time.perf_counter() - t
     t = time.perf_counter()
     rows = gpu_list(page, TIMEOUT_MS)
-    return page, rows, fleet_s, click_s, time.perf_counter() - t
+    csv_s = time.perf_counter() - t
+    timings.append((run, question, fleet_s, click_s, csv_s, load()))
+    print(f"  Fleet opened in {fleet_s:.2f} s; click -> the GPUs' table drawn {click_s:.2f} s; "
+          f"its CSV read in {csv_s:.2f} s ({load()})", flush=True)
+    return page, rows
 
 
 def screenshot(page, path: Path) -> None:
@@ -132,10 +137,7 @@ def main() -> int:
             for run in ("cold", "warm"):
                 print(f"\n({run}) (a) {tenant}'s {TOP} GPUs paid for but unused the most: 1 interaction, "
                       f"the link '{tenant}: most wasteful GPUs' on Fleet", flush=True)
-                page, rows, fleet_s, click_s, csv_s = ask(browser, url, f"{tenant}: most wasteful GPUs")
-                timings.append((run, "a", fleet_s, click_s, csv_s, load()))
-                print(f"  Fleet opened in {fleet_s:.2f} s; click -> the GPUs' table drawn {click_s:.2f} s; "
-                      f"its CSV read in {csv_s:.2f} s ({load()})", flush=True)
+                page, rows = ask(browser, url, f"{tenant}: most wasteful GPUs", timings, run, "a")
                 top = rows[:TOP]
                 checks.check("tenant=" + tenant in page.url and "sort=waste_cost" in page.url,
                              f"the URL names the choice: {page.url.split('/')[-1]}")
@@ -154,10 +156,7 @@ def main() -> int:
 
                 print(f"({run}) (b) every GPU with a critical Xid in {MONTH}: 1 interaction, "
                       "the link 'GPUs with a critical Xid this month' on Fleet", flush=True)
-                page, rows, fleet_s, click_s, csv_s = ask(browser, url, "GPUs with a critical Xid this month")
-                timings.append((run, "b", fleet_s, click_s, csv_s, load()))
-                print(f"  Fleet opened in {fleet_s:.2f} s; click -> the GPUs' table drawn {click_s:.2f} s; "
-                      f"its CSV read in {csv_s:.2f} s ({load()})", flush=True)
+                page, rows = ask(browser, url, "GPUs with a critical Xid this month", timings, run, "b")
                 checks.check("health=xid" in page.url, f"the URL names the choice: {page.url.split('/')[-1]}")
                 listed = [r["gpu"] for r in rows]
                 checks.check(len(listed) == len(set(listed)) and set(listed) == set(xid),

@@ -4,17 +4,19 @@ and every GPU with a critical Xid this month, each reached in at most three inte
 What the page lists (its table's own CSV download) is checked against SQL on the same store."""
 from __future__ import annotations
 
+from datetime import datetime
+
 import pytest
 
 from slicemeter.chargeback.prices import load_prices_or_default
 from slicemeter.dashboard import fmt, money
-from slicemeter.store import connect
+from slicemeter.store import connect, sql_text
 from slicemeter.testkit.browser import chromium, fleet_page, gpu_list, serve_dashboard
 from slicemeter.testkit.fleet_fixture import add_health_events, build_fleet_db
 
 pytestmark = pytest.mark.browser
 MONTH = "2026-11"
-NOV = "s.hour >= TIMESTAMP '2026-11-01' AND s.hour < TIMESTAMP '2026-12-01'"
+NOV = {"start": datetime(2026, 11, 1), "end": datetime(2026, 12, 1)}
 
 
 @pytest.fixture(scope="module")
@@ -32,10 +34,6 @@ def browser():
         yield b
 
 
-def label_uuids(con) -> dict[str, str]:
-    return dict(con.execute("SELECT DISTINCT node || ' · ' || substr(gpu_uuid, 5, 8), gpu_uuid FROM gpu_hour").fetchall())
-
-
 def test_ten_most_wasteful_gpus_of_a_tenant_in_one_click(served, browser, artifacts_dir):
     url, db = served
     page = fleet_page(browser, url)
@@ -45,21 +43,16 @@ def test_ten_most_wasteful_gpus_of_a_tenant_in_one_click(served, browser, artifa
     assert "tenant=acme" in page.url and "sort=waste_cost" in page.url             # a link to share
     catalog = load_prices_or_default(None)
     con = connect(db, read_only=True)
-    try:
-        labels = label_uuids(con)
-        per_gpu = con.execute(f"""SELECT s.gpu_uuid, g.model, s.node, s.cluster,
-                   sum(round(greatest(s.alloc_dominant_share_s - s.usage_share_s, 0) * 1000))::BIGINT
-            FROM slice_hour s JOIN (SELECT DISTINCT gpu_uuid, model FROM gpu_hour) g USING (gpu_uuid)
-            JOIN tenants t ON t.api_server = s.cluster
-            WHERE t.tenant = 'acme' AND {NOV} GROUP BY ALL""").fetchall()
+    try:   # the check bench/bench_browser_8000.py makes at fleet scale, written apart from the page's SQL
+        placed = con.execute(sql_text("testkit/oracle_tenant_gpu_waste.sql"), {**NOV, "tenant": "acme"}).fetchall()
     finally:
         con.close()
-    cost = {u: money.share_cost(catalog.price(m, n, c), ms) for u, m, n, c, ms in per_gpu}
+    cost = {label: money.share_cost(catalog.price(m, n, c), ms) for label, _uuid, m, n, c, ms in placed}
     assert len(cost) == 12 and len(rows) == 10
     assert {r["tenant"] for r in rows} == {"acme"}
-    shown = [labels[r["gpu"]] for r in rows]
-    assert [fmt.money(cost[u], catalog.currency) for u in shown] == [r["waste_cost"] for r in rows]
-    assert [cost[u] for u in shown] == sorted(cost.values(), reverse=True)[:10]
+    shown = [r["gpu"] for r in rows]
+    assert [fmt.money(cost[label], catalog.currency) for label in shown] == [r["waste_cost"] for r in rows]
+    assert [cost[label] for label in shown] == sorted(cost.values(), reverse=True)[:10]
 
 
 def test_every_gpu_with_a_critical_xid_in_one_click(served, browser, artifacts_dir):
@@ -70,11 +63,9 @@ def test_every_gpu_with_a_critical_xid_in_one_click(served, browser, artifacts_d
     page.screenshot(path=str(artifacts_dir / "filters-xid.png"), full_page=True)
     con = connect(db, read_only=True)
     try:
-        labels = label_uuids(con)
-        want = {r[0] for r in con.execute("""SELECT DISTINCT gpu_uuid FROM gpu_hour WHERE xid_critical_count > 0
-            AND hour >= TIMESTAMP '2026-11-01' AND hour < TIMESTAMP '2026-12-01'""").fetchall()}
+        want = dict(con.execute(sql_text("testkit/oracle_xid_gpus.sql"), NOV).fetchall())   # label -> UUID
     finally:
         con.close()
     assert len(want) == 2
-    assert {labels[r["gpu"]] for r in rows} == want
+    assert {r["gpu"] for r in rows} == set(want)
     assert all("critical Xid" in r["health"] for r in rows)

@@ -1,8 +1,9 @@
--- A check written apart from the dashboard's SQL (bench/bench_browser_8000.py): each GPU of
--- tenant $tenant in [$start, $end), straight from the hourly rollups, with what its slices
--- were allocated but did not use, in integer milliseconds of the whole GPU (each
--- slice-hour's max(allocation - usage, 0) rounded to the millisecond), and the GPU's label
--- as the GPUs page writes it (node · the UUID's first 8 characters after "GPU-").
+-- A check written apart from the dashboard's SQL (bench/bench_browser_8000.py and
+-- tests/test_dashboard_browser_filters.py): each GPU of tenant $tenant in [$start, $end),
+-- straight from the hourly rollups, with what its slices were allocated but did not use, in
+-- integer milliseconds of the whole GPU (each slice-hour's max(allocation - usage, 0) rounded
+-- to the millisecond), and the GPU's label as the GPUs page writes it (node · the UUID's
+-- first 8 characters after "GPU-").
 -- A GPU whose slices left no row has 0 ms.
 WITH placed AS (
     SELECT DISTINCT g.gpu_uuid, g.node, g.cluster, g.model
